@@ -1,0 +1,59 @@
+// Every error the API can return, in one table. The HTTP layer turns an ApiError
+// into the OpenAI-style body {"error":{message,type,param,code}}; backends and
+// domain code throw ApiError and never know about HTTP.
+
+export const ERROR_TABLE = {
+  missing_api_key: { status: 401, type: 'authentication_error' },
+  invalid_api_key: { status: 401, type: 'authentication_error' },
+  invalid_parameter: { status: 400, type: 'invalid_request_error' },
+  invalid_json: { status: 400, type: 'invalid_request_error' },
+  context_length_exceeded: { status: 400, type: 'invalid_request_error' },
+  request_too_large: { status: 413, type: 'invalid_request_error' },
+  unsupported_media_type: { status: 415, type: 'invalid_request_error' },
+  not_found: { status: 404, type: 'not_found_error' },
+  model_not_found: { status: 404, type: 'not_found_error' },
+  method_not_allowed: { status: 405, type: 'invalid_request_error' },
+  model_not_allowed: { status: 403, type: 'permission_error' },
+  rate_limit_exceeded: { status: 429, type: 'rate_limit_error' },
+  allowance_exhausted: { status: 429, type: 'rate_limit_error' },
+  server_overloaded: { status: 503, type: 'server_error' },
+  model_unavailable: { status: 503, type: 'server_error' },
+  upstream_error: { status: 502, type: 'server_error' },
+  upstream_timeout: { status: 504, type: 'server_error' },
+  search_unavailable: { status: 400, type: 'invalid_request_error' },
+  search_failed: { status: 502, type: 'server_error' },
+  internal_error: { status: 500, type: 'server_error' },
+} as const satisfies Record<string, { status: number; type: string }>
+
+export type ErrorCode = keyof typeof ERROR_TABLE
+
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: ErrorCode }
+}
+
+export class ApiError extends Error {
+  readonly code: ErrorCode
+  readonly status: number
+  readonly type: string
+  readonly param: string | null
+  /** Extra response headers, e.g. Retry-After for 429/503. */
+  readonly headers: Record<string, string>
+
+  constructor (code: ErrorCode, message: string, opts: { param?: string | null; headers?: Record<string, string> } = {}) {
+    super(message)
+    this.name = 'ApiError'
+    this.code = code
+    this.status = ERROR_TABLE[code].status
+    this.type = ERROR_TABLE[code].type
+    this.param = opts.param ?? null
+    this.headers = opts.headers ?? {}
+  }
+
+  toBody (): ErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } }
+  }
+}
+
+export function invalidParam (param: string, message: string): ApiError {
+  return new ApiError('invalid_parameter', message, { param })
+}
