@@ -1,0 +1,217 @@
+// Writes a Llama / Qwen2 decoder as an ONNX graph with the standard
+// decoder signature that onnx-community exports use:
+//   input_ids, attention_mask, position_ids, past_key_values.N.key/value
+//     -> logits, present.N.key/value
+// plus one extra scalar input, num_logits_to_keep (0 = every position, n = the
+// last n): a server feeds 1 during prefill and skips the lm_head work for
+// positions whose logits it would throw away.
+//
+// Attention is written with plain opset-17 operators (no fused contrib
+// attention), so an attention_mask with zeros anywhere, including left
+// padding, is honoured exactly: batched rows can have different lengths.
+// Compute is float32; `weights` picks how weights are stored (fp32, fp16 or
+// int4 through com.microsoft MatMulNBits), and `io` the dtype of the KV cache
+// and logits.
+import type { DecoderConfig } from './decoder-config.ts'
+import { attr, GraphBuilder } from './graph-builder.ts'
+import { DataType } from './onnx-proto.ts'
+import { concat1d, concatRows, INT4_BLOCK_SIZE, quantizeInt4, toFloat16Bytes, toFloat32Bytes, transpose2d, type Tensor } from './tensors.ts'
+
+export type WeightFormat = 'fp32' | 'fp16' | 'int4'
+
+export interface WeightSource {
+  has (name: string): boolean
+  /** A float32 tensor in Hugging Face layout; throws when missing. */
+  get (name: string): Tensor
+}
+
+export interface DecoderGraphOptions {
+  weights: WeightFormat
+  /** MatMulNBits accuracy_level: 4 computes with int8 activations (much faster on CPU). */
+  int4AccuracyLevel?: number
+}
+
+const MS_DOMAIN = 'com.microsoft'
+
+export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: WeightSource, opts: DecoderGraphOptions): void {
+  const ioType = opts.weights === 'fp16' ? DataType.FLOAT16 : DataType.FLOAT
+  const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
+  const accuracyLevel = opts.int4AccuracyLevel ?? 4
+
+  // ---- inputs -------------------------------------------------------------
+  const inputIds = g.input('input_ids', DataType.INT64, ['batch_size', 'sequence_length'])
+  const attentionMask = g.input('attention_mask', DataType.INT64, ['batch_size', 'total_sequence_length'])
+  const positionIds = g.input('position_ids', DataType.INT64, ['batch_size', 'sequence_length'])
+  const past: Array<{ key: string; value: string }> = []
+  for (let i = 0; i < cfg.numLayers; i++) {
+    past.push({
+      key: g.input(`past_key_values.${i}.key`, ioType, ['batch_size', nKv, 'past_sequence_length', hd]),
+      value: g.input(`past_key_values.${i}.value`, ioType, ['batch_size', nKv, 'past_sequence_length', hd]),
+    })
+  }
+  // A required input: onnxruntime-node cannot override an initializer-backed
+  // optional input (it only passes feeds named in session.inputNames).
+  const logitsToKeep = g.input('num_logits_to_keep', DataType.INT64, [])
+
+  // ---- weight helpers -----------------------------------------------------
+  /** y = x W^T (+ b) for HF Linear weights stacked by rows (fused projections). */
+  const linear = (x: string, name: string, weights: Tensor[], bias: Float32Array | null): string => {
+    const w = concatRows(weights)
+    const [n, k] = w.shape
+    let y: string
+    if (opts.weights === 'int4') {
+      const q = quantizeInt4(w)
+      const b = g.initializer(`${name}.qweight`, DataType.UINT8, [n, q.blocksPerRow, INT4_BLOCK_SIZE / 2], q.packed)
+      const s = g.initializer(`${name}.scales`, DataType.FLOAT, [n * q.blocksPerRow], toFloat32Bytes(q.scales))
+      y = g.op('MatMulNBits', [x, b, s], {
+        K: attr.i(k), N: attr.i(n), bits: attr.i(4), block_size: attr.i(INT4_BLOCK_SIZE), accuracy_level: attr.i(accuracyLevel),
+      }, { domain: MS_DOMAIN, name: `${name}/MatMulNBits` })
+    } else {
+      const wt = transpose2d(w)
+      y = g.op('MatMul', [x, floatWeight(`${name}.weight`, wt)], {}, { name: `${name}/MatMul` })
+    }
+    if (bias) y = g.op('Add', [y, g.initializer(`${name}.bias`, DataType.FLOAT, [bias.length], toFloat32Bytes(bias))])
+    return y
+  }
+
+  /** A float weight stored as fp32, or as fp16 widened once when the session loads. */
+  const floatWeight = (name: string, t: Tensor): string => {
+    if (opts.weights === 'fp16') {
+      const half = g.initializer(`${name}_fp16`, DataType.FLOAT16, t.shape, toFloat16Bytes(t.data))
+      return g.op('Cast', [half], { to: attr.i(DataType.FLOAT) }, { name: `${name}/Cast` })
+    }
+    return g.initializer(name, DataType.FLOAT, t.shape, toFloat32Bytes(t.data))
+  }
+
+  const rmsNorm = (x: string, weightName: string): string => {
+    const w = src.get(weightName)
+    const sq = g.op('Mul', [x, x])
+    const mean = g.op('ReduceMean', [sq], { axes: attr.ints([-1]), keepdims: attr.i(1) })
+    const inv = g.op('Reciprocal', [g.op('Sqrt', [g.op('Add', [mean, g.float([cfg.rmsNormEps], true)])])])
+    return g.op('Mul', [g.op('Mul', [x, inv]), g.initializer(weightName, DataType.FLOAT, w.shape, toFloat32Bytes(w.data))])
+  }
+
+  const biasOf = (names: string[], enabled: boolean): Float32Array | null =>
+    enabled ? concat1d(names.map(n => src.get(n).data)) : null
+
+  // ---- shared per-step tensors: mask bias and rotary tables ---------------
+  const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
+  const totalLen = g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([1], true)], { axis: attr.i(0) })
+  const pastLen = g.op('Sub', [totalLen, seqLen])
+  const one = g.int64([1], true)
+  const queryPos = g.op('Range', [pastLen, totalLen, one])
+  const keyPos = g.op('Range', [g.int64([0], true), totalLen, one])
+  // causal[s, t] = key t is not after query s
+  const causal = g.op('LessOrEqual', [
+    g.op('Unsqueeze', [keyPos, g.int64([0])]),
+    g.op('Unsqueeze', [queryPos, g.int64([1])]),
+  ])
+  const keyPresent = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: attr.i(DataType.BOOL) }), g.int64([1, 2])])
+  const allowed = g.op('And', [causal, keyPresent]) // [B, 1, S, T]
+  // The most negative float rather than -inf: a row with no allowed key (a
+  // padding query) then softmaxes to a uniform row instead of NaN.
+  const maskBias = g.op('Where', [allowed, g.float([0], true), g.float([-3.4028234663852886e38], true)])
+
+  const invFreq = new Float32Array(hd / 2)
+  for (let i = 0; i < hd / 2; i++) invFreq[i] = 1 / Math.pow(cfg.ropeTheta, (2 * i) / hd)
+  const posF = g.op('Unsqueeze', [g.op('Cast', [positionIds], { to: attr.i(DataType.FLOAT) }), g.int64([2])])
+  const freqs = g.op('Mul', [posF, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(invFreq))])
+  const angles = g.op('Concat', [freqs, freqs], { axis: attr.i(-1) })
+  const cos = g.op('Unsqueeze', [g.op('Cos', [angles]), g.int64([1])]) // [B, 1, S, hd]
+  const sin = g.op('Unsqueeze', [g.op('Sin', [angles]), g.int64([1])])
+  const halfSplit = g.int64([hd / 2, hd / 2])
+  const rotary = (t: string): string => {
+    const [first, second] = g.node('Split', [t, halfSplit], { axis: attr.i(-1) }, { outputs: 2 })
+    const rotated = g.op('Concat', [g.op('Neg', [second]), first], { axis: attr.i(-1) })
+    return g.op('Add', [g.op('Mul', [t, cos]), g.op('Mul', [rotated, sin])])
+  }
+  const toHeads = (t: string, heads: number): string =>
+    g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
+
+  // ---- embedding ----------------------------------------------------------
+  const embed = src.get('model.embed_tokens.weight')
+  let hidden: string
+  if (opts.weights === 'fp32') {
+    hidden = g.op('Gather', [g.initializer('model.embed_tokens.weight', DataType.FLOAT, embed.shape, toFloat32Bytes(embed.data)), inputIds])
+  } else {
+    // Stored as fp16 and widened after the lookup, so the table stays half size in memory.
+    const table = g.initializer('model.embed_tokens.weight_fp16', DataType.FLOAT16, embed.shape, toFloat16Bytes(embed.data))
+    hidden = g.op('Cast', [g.op('Gather', [table, inputIds])], { to: attr.i(DataType.FLOAT) })
+  }
+
+  // ---- layers -------------------------------------------------------------
+  const qScale = g.float([1 / Math.sqrt(hd)], true)
+  for (let i = 0; i < cfg.numLayers; i++) {
+    const p = `model.layers.${i}`
+    const a = `${p}.self_attn`
+    const x = rmsNorm(hidden, `${p}.input_layernorm.weight`)
+    const qkv = linear(x, `${a}.qkv_proj`,
+      [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
+      biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
+    const [qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
+    const q = rotary(toHeads(qFlat, nH))
+    let k = rotary(toHeads(kFlat, nKv))
+    let v = toHeads(vFlat, nKv)
+
+    // The cache holds rotated keys. With an fp16 cache the new entries are
+    // rounded before use, so cached and uncached runs see the same values.
+    let keys: string
+    let values: string
+    if (ioType === DataType.FLOAT16) {
+      k = g.op('Cast', [k], { to: attr.i(DataType.FLOAT16) })
+      v = g.op('Cast', [v], { to: attr.i(DataType.FLOAT16) })
+      const presentK = g.op('Concat', [past[i].key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
+      const presentV = g.op('Concat', [past[i].value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
+      keys = g.op('Cast', [presentK], { to: attr.i(DataType.FLOAT) })
+      values = g.op('Cast', [presentV], { to: attr.i(DataType.FLOAT) })
+    } else {
+      keys = g.op('Concat', [past[i].key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
+      values = g.op('Concat', [past[i].value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
+    }
+    g.output(`present.${i}.key`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
+    g.output(`present.${i}.value`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
+
+    // Grouped-query attention without copying the cache per query head:
+    // the query heads that share a kv head are folded into its row axis.
+    const qGrouped = g.op('Reshape', [g.op('Mul', [q, qScale]), g.int64([0, nKv, -1, hd])]) // [B, nKv, rep*S, hd]
+    const scores = g.op('MatMul', [qGrouped, g.op('Transpose', [keys], { perm: attr.ints([0, 1, 3, 2]) })])
+    const scoresPerHead = g.op('Reshape', [scores, g.int64([0, nH, -1, 0])]) // [B, nH, S, T]
+    const probs = g.op('Softmax', [g.op('Add', [scoresPerHead, maskBias])], { axis: attr.i(-1) })
+    const context = g.op('MatMul', [g.op('Reshape', [probs, g.int64([0, nKv, -1, 0])]), values]) // [B, nKv, rep*S, hd]
+    const merged = g.op('Reshape', [
+      g.op('Transpose', [g.op('Reshape', [context, g.int64([0, nH, -1, hd])])], { perm: attr.ints([0, 2, 1, 3]) }),
+      g.int64([0, 0, nH * hd]),
+    ])
+    const attnOut = linear(merged, `${a}.o_proj`, [src.get(`${a}.o_proj.weight`)], biasOf([`${a}.o_proj.bias`], cfg.oBias))
+    hidden = g.op('Add', [hidden, attnOut])
+
+    const m = `${p}.mlp`
+    const x2 = rmsNorm(hidden, `${p}.post_attention_layernorm.weight`)
+    const gateUp = linear(x2, `${m}.gate_up_proj`,
+      [src.get(`${m}.gate_proj.weight`), src.get(`${m}.up_proj.weight`)],
+      biasOf([`${m}.gate_proj.bias`, `${m}.up_proj.bias`], cfg.mlpBias))
+    const I = cfg.intermediateSize
+    const [gate, up] = g.node('Split', [gateUp, g.int64([I, I])], { axis: attr.i(-1) }, { outputs: 2 })
+    const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up])
+    const down = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
+    hidden = g.op('Add', [hidden, down])
+  }
+
+  // ---- head -----------------------------------------------------------------
+  const final = rmsNorm(hidden, 'model.norm.weight')
+  const start = g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])])
+  const kept = g.op('Slice', [final, start, g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
+  const headWeight = cfg.tieWordEmbeddings || !src.has('lm_head.weight') ? embed : src.get('lm_head.weight')
+  if (headWeight.shape[0] !== cfg.vocabSize || headWeight.shape[1] !== H) {
+    throw new Error(`lm_head weight has shape [${headWeight.shape}], expected [${cfg.vocabSize}, ${H}]`)
+  }
+  const logits = linear(kept, 'lm_head', [headWeight], null)
+  if (ioType === DataType.FLOAT16) {
+    g.op('Cast', [logits], { to: attr.i(DataType.FLOAT16) }, { output: 'logits' })
+  } else {
+    g.op('Identity', [logits], {}, { output: 'logits' })
+  }
+  g.output('logits', ioType, ['batch_size', 'logits_length', cfg.vocabSize])
+}
+
+export const DECODER_OPSETS = [{ domain: '', version: 17 }, { domain: MS_DOMAIN, version: 1 }]

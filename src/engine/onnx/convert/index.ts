@@ -1,0 +1,133 @@
+// chatd's model builder: writes an onnx-community-style model directory
+//   config.json, generation_config.json, tokenizer*.json, onnx/<file>.onnx (+ .onnx_data)
+// from a Llama / Qwen2 safetensors checkpoint or from seeded random weights.
+import fs from 'node:fs'
+import path from 'node:path'
+import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
+import { parseDecoderConfig } from './decoder-config.ts'
+import { buildDecoderGraph, DECODER_OPSETS, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
+import { encodeModel } from './onnx-proto.ts'
+import { CheckpointWeights, RandomWeights } from './weight-sources.ts'
+
+/** File name of each weight format, as onnx-community names them. */
+export const ONNX_FILE_BY_FORMAT: Record<WeightFormat, string> = {
+  fp32: 'model.onnx',
+  fp16: 'model_fp16.onnx',
+  int4: 'model_q4.onnx',
+}
+
+const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json']
+
+export interface ConvertResult {
+  dir: string
+  onnxFile: string
+  seconds: number
+}
+
+export function convertCheckpoint (opts: { from: string; out: string; weights: WeightFormat }): ConvertResult {
+  const started = performance.now()
+  const rawConfig = readJson(path.join(opts.from, 'config.json'))
+  const cfg = parseDecoderConfig(rawConfig, path.join(opts.from, 'config.json'))
+  const source = new CheckpointWeights(opts.from, cfg)
+  try {
+    fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
+    for (const file of ['config.json', 'generation_config.json', ...TOKENIZER_FILES]) {
+      const from = path.join(opts.from, file)
+      if (fs.existsSync(from)) copyWritable(from, path.join(opts.out, file))
+    }
+    for (const required of ['tokenizer.json', 'tokenizer_config.json']) {
+      if (!fs.existsSync(path.join(opts.out, required))) throw new Error(`${opts.from}: missing ${required}`)
+    }
+    if (!fs.existsSync(path.join(opts.out, 'generation_config.json'))) {
+      writeJson(path.join(opts.out, 'generation_config.json'), { bos_token_id: rawConfig.bos_token_id, eos_token_id: rawConfig.eos_token_id })
+    }
+    const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'checkpoint' })
+    return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
+  } finally {
+    source.close()
+  }
+}
+
+export function convertRandom (opts: { configPath: string; out: string; weights: WeightFormat; seed: number; tokenizerDir?: string }): ConvertResult {
+  const started = performance.now()
+  const rawConfig = readJson(opts.configPath)
+  fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
+  let bos = rawConfig.bos_token_id
+  let eos = rawConfig.eos_token_id
+  if (opts.tokenizerDir) {
+    for (const file of TOKENIZER_FILES) {
+      const from = path.join(opts.tokenizerDir, file)
+      if (fs.existsSync(from)) copyWritable(from, path.join(opts.out, file))
+      else if (file !== 'special_tokens_map.json') throw new Error(`${opts.tokenizerDir}: missing ${file}`)
+    }
+    const genConfig = path.join(opts.tokenizerDir, 'generation_config.json')
+    if (fs.existsSync(genConfig)) {
+      const gen = readJson(genConfig)
+      bos = gen.bos_token_id ?? bos
+      eos = gen.eos_token_id ?? eos
+    }
+  } else {
+    for (const [file, content] of Object.entries(byteTokenizerFiles())) writeJson(path.join(opts.out, file), content)
+    bos = BYTE_TOKENIZER_BOS_ID
+    eos = BYTE_TOKENIZER_EOS_ID
+    if (typeof rawConfig.vocab_size === 'number' && rawConfig.vocab_size < BYTE_TOKENIZER_SIZE) {
+      throw new Error(`${opts.configPath}: vocab_size ${rawConfig.vocab_size} is smaller than the generated tokenizer (${BYTE_TOKENIZER_SIZE} tokens)`)
+    }
+  }
+  const config = { ...rawConfig, bos_token_id: bos, eos_token_id: eos }
+  const cfg = parseDecoderConfig(config, opts.configPath)
+  writeJson(path.join(opts.out, 'config.json'), config)
+  writeJson(path.join(opts.out, 'generation_config.json'), { bos_token_id: bos, eos_token_id: eos })
+  const source = new RandomWeights(cfg, opts.seed, typeof rawConfig.initializer_range === 'number' ? rawConfig.initializer_range : 0.02)
+  const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'random', seed: String(opts.seed) })
+  return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
+}
+
+/** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
+function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, weights: WeightFormat, meta: Record<string, string>): string {
+  const fileName = ONNX_FILE_BY_FORMAT[weights]
+  const modelPath = path.join(out, 'onnx', fileName)
+  const dataName = `${fileName}_data`
+  const dataPath = path.join(out, 'onnx', dataName)
+  const external = new ExternalDataWriter(`${dataPath}.partial`, dataName)
+  let bytes: Uint8Array
+  try {
+    const g = new GraphBuilder(external)
+    buildDecoderGraph(g, cfg, source, { weights })
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, ...prefixKeys(meta) }))
+  } finally {
+    external.close()
+  }
+  fs.writeFileSync(`${modelPath}.partial`, bytes)
+  fs.renameSync(`${dataPath}.partial`, dataPath)
+  fs.renameSync(`${modelPath}.partial`, modelPath)
+  return modelPath
+}
+
+function prefixKeys (meta: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(meta).map(([k, v]) => [`chatd.${k}`, v]))
+}
+
+function readJson (file: string): Record<string, unknown> {
+  let text: string
+  try {
+    text = fs.readFileSync(file, 'utf8')
+  } catch {
+    throw new Error(`${file}: cannot be read`)
+  }
+  try {
+    return JSON.parse(text)
+  } catch (err) {
+    throw new Error(`${file}: invalid JSON (${(err as Error).message})`)
+  }
+}
+
+function writeJson (file: string, value: unknown): void {
+  fs.writeFileSync(file, JSON.stringify(value, null, 2) + '\n')
+}
+
+/** Copies a file without its mode: sources may be read-only, outputs get rebuilt. */
+function copyWritable (from: string, to: string): void {
+  fs.writeFileSync(to, fs.readFileSync(from))
+}
