@@ -85,7 +85,7 @@ export function convertRandom (opts: { configPath: string; out: string; weights:
 }
 
 /** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
-function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, weights: WeightFormat, meta: Record<string, string>): string {
+export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, weights: WeightFormat, meta: Record<string, string>): string {
   const fileName = ONNX_FILE_BY_FORMAT[weights]
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`

@@ -1,0 +1,148 @@
+// One ONNX decoder session with the inputs and outputs discovered from the
+// graph itself: input_ids, attention_mask, optional position_ids and
+// num_logits_to_keep, past_key_values.N.key/value -> logits, present.N.key/value,
+// with float32 or float16 caches and logits.
+import type { ModelDir } from './model-dir.ts'
+import { ModelDirError } from './model-dir.ts'
+import { createSession, float16BitsToFloat32, ort, type OrtTensor, type SessionSettings } from './ort.ts'
+
+export type CacheType = 'float32' | 'float16'
+
+/** A sequence batch's key/value cache: one key and one value tensor per layer. */
+export interface KvCache {
+  /** past_key_values.N.key/value feeds, [batch, kvHeads, length, headDim]. */
+  tensors: Record<string, OrtTensor>
+  length: number
+}
+
+export interface ForwardInput {
+  batch: number
+  /** [batch, seqLen] token ids. */
+  inputIds: number[][]
+  /** [batch, past + seqLen]: 1 for real tokens, 0 for padding. */
+  attentionMask: number[][]
+  /** [batch, seqLen] positions. */
+  positionIds: number[][]
+  past: KvCache
+  /** Compute logits for the last N positions only (0 = all), where the graph allows. */
+  logitsToKeep: number
+}
+
+export interface ForwardOutput {
+  /** Float32 logits, [batch, rows, vocab]. */
+  logits: Float32Array
+  rows: number
+  present: KvCache
+}
+
+export class DecoderSession {
+  readonly model: ModelDir
+  readonly device: 'cpu' | 'cuda'
+  readonly cacheType: CacheType
+  readonly hasPositionIds: boolean
+  readonly hasLogitsToKeep: boolean
+  private readonly session: ort.InferenceSession
+
+  private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda') {
+    this.model = model
+    this.session = session
+    this.device = device
+    const inputs = new Map(session.inputMetadata.map(m => [m.name, m]))
+    const outputs = new Set(session.outputNames)
+    const where = model.onnxPath
+    for (const name of ['input_ids', 'attention_mask']) {
+      if (!inputs.has(name)) throw new ModelDirError(`${where}: graph has no ${name} input (inputs: ${session.inputNames.join(', ')})`)
+    }
+    if (!outputs.has('logits')) throw new ModelDirError(`${where}: graph has no logits output`)
+    const pastLayers = session.inputNames.filter(n => /^past_key_values\.\d+\.key$/.test(n)).length
+    if (pastLayers !== model.numLayers) {
+      throw new ModelDirError(`${where}: graph has ${pastLayers} past_key_values layers but config.json says num_hidden_layers ${model.numLayers}`)
+    }
+    const firstPast = inputs.get('past_key_values.0.key')
+    if (!firstPast || !firstPast.isTensor) throw new ModelDirError(`${where}: past_key_values.0.key is not a tensor input`)
+    if (firstPast.type !== 'float32' && firstPast.type !== 'float16') {
+      throw new ModelDirError(`${where}: cache type ${firstPast.type} is not supported (float32 or float16)`)
+    }
+    this.cacheType = firstPast.type
+    const [, kvHeads, , headDim] = firstPast.shape
+    if ((typeof kvHeads === 'number' && kvHeads !== model.numKvHeads) || (typeof headDim === 'number' && headDim !== model.headDim)) {
+      throw new ModelDirError(`${where}: cache shape [batch, ${kvHeads}, past, ${headDim}] does not match config.json (num_key_value_heads ${model.numKvHeads}, head_dim ${model.headDim})`)
+    }
+    for (let i = 0; i < model.numLayers; i++) {
+      for (const kv of ['key', 'value']) {
+        if (!inputs.has(`past_key_values.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no past_key_values.${i}.${kv} input`)
+        if (!outputs.has(`present.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no present.${i}.${kv} output`)
+      }
+    }
+    this.hasPositionIds = inputs.has('position_ids')
+    this.hasLogitsToKeep = inputs.has('num_logits_to_keep')
+  }
+
+  static async load (model: ModelDir, settings: SessionSettings): Promise<DecoderSession> {
+    let loaded
+    try {
+      loaded = await createSession(model.onnxPath, settings)
+    } catch (err) {
+      const message = (err as Error).message
+      if (message.startsWith('ONNX_DEVICE')) throw err
+      throw new ModelDirError(`${model.onnxPath}: onnxruntime cannot load it: ${message}`)
+    }
+    return new DecoderSession(model, loaded.session, loaded.device)
+  }
+
+  /** An empty cache for `batch` rows. */
+  emptyCache (batch: number): KvCache {
+    const tensors: Record<string, OrtTensor> = {}
+    const dims = [batch, this.model.numKvHeads, 0, this.model.headDim]
+    for (let i = 0; i < this.model.numLayers; i++) {
+      for (const kv of ['key', 'value']) {
+        tensors[`past_key_values.${i}.${kv}`] = this.cacheType === 'float16'
+          ? new ort.Tensor('float16', new Uint16Array(0), dims)
+          : new ort.Tensor('float32', new Float32Array(0), dims)
+      }
+    }
+    return { tensors, length: 0 }
+  }
+
+  async forward (input: ForwardInput): Promise<ForwardOutput> {
+    const { batch } = input
+    const seqLen = input.inputIds[0].length
+    const totalLen = input.past.length + seqLen
+    const feeds: Record<string, OrtTensor> = {
+      input_ids: int64Tensor(input.inputIds, [batch, seqLen]),
+      attention_mask: int64Tensor(input.attentionMask, [batch, totalLen]),
+      ...input.past.tensors,
+    }
+    if (this.hasPositionIds) feeds.position_ids = int64Tensor(input.positionIds, [batch, seqLen])
+    if (this.hasLogitsToKeep) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(input.logitsToKeep)), [])
+    const out = await this.session.run(feeds)
+    const logitsTensor = out.logits
+    const rows = logitsTensor.dims[1]
+    const logits = logitsTensor.type === 'float16'
+      ? float16BitsToFloat32(logitsTensor.data as Uint16Array)
+      : logitsTensor.data as Float32Array
+    const present: KvCache = { tensors: {}, length: totalLen }
+    for (let i = 0; i < this.model.numLayers; i++) {
+      present.tensors[`past_key_values.${i}.key`] = out[`present.${i}.key`]
+      present.tensors[`past_key_values.${i}.value`] = out[`present.${i}.value`]
+    }
+    logitsTensor.dispose()
+    return { logits, rows, present }
+  }
+
+  /** Frees a cache's native memory now rather than at garbage collection. */
+  static disposeCache (cache: KvCache): void {
+    for (const t of Object.values(cache.tensors)) t.dispose()
+  }
+
+  async close (): Promise<void> {
+    await this.session.release()
+  }
+}
+
+function int64Tensor (rows: number[][], dims: number[]): OrtTensor {
+  const data = new BigInt64Array(dims[0] * dims[1])
+  let k = 0
+  for (const row of rows) for (const v of row) data[k++] = BigInt(v)
+  return new ort.Tensor('int64', data, dims)
+}

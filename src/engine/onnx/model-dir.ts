@@ -1,0 +1,137 @@
+// Reads and checks a model directory in the Hugging Face / onnx-community layout:
+//   config.json, generation_config.json, tokenizer.json, tokenizer_config.json,
+//   onnx/model*.onnx (+ external data such as model_q4.onnx_data).
+// Every problem is reported with the file it concerns.
+import fs from 'node:fs'
+import path from 'node:path'
+
+export const MODEL_DTYPES = ['fp32', 'fp16', 'int8', 'q4', 'q4f16'] as const
+export type ModelDtype = typeof MODEL_DTYPES[number]
+
+/** ONNX file names tried for each dtype, in order (onnx-community's naming). */
+export const ONNX_FILES_BY_DTYPE: Record<ModelDtype, string[]> = {
+  fp32: ['model.onnx'],
+  fp16: ['model_fp16.onnx'],
+  int8: ['model_int8.onnx', 'model_quantized.onnx'],
+  q4: ['model_q4.onnx'],
+  q4f16: ['model_q4f16.onnx'],
+}
+
+export interface ModelDir {
+  dir: string
+  dtype: ModelDtype
+  onnxPath: string
+  numLayers: number
+  numKvHeads: number
+  headDim: number
+  /** Logits width of the graph (may exceed the tokenizer's real vocabulary). */
+  vocabSize: number
+  /** Prompt plus generated tokens may not exceed this. */
+  contextLength: number
+  bosTokenId: number | null
+  /** Every id that ends generation. */
+  eosTokenIds: number[]
+}
+
+export class ModelDirError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'ModelDirError'
+  }
+}
+
+/** The files a model directory must hold for `dtype`, whether or not they exist yet. */
+export function requiredFiles (dtype: ModelDtype): string[] {
+  return ['config.json', 'tokenizer.json', 'tokenizer_config.json', `onnx/${ONNX_FILES_BY_DTYPE[dtype][0]}`]
+}
+
+export function readModelDir (dir: string, dtype: ModelDtype = 'q4'): ModelDir {
+  if (!MODEL_DTYPES.includes(dtype)) {
+    throw new ModelDirError(`unknown dtype ${JSON.stringify(dtype)}: use one of ${MODEL_DTYPES.join(', ')}`)
+  }
+  if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) throw new ModelDirError(`${dir}: model directory not found`)
+  const config = readJson(path.join(dir, 'config.json'))
+  for (const file of ['tokenizer.json', 'tokenizer_config.json']) {
+    if (!fs.existsSync(path.join(dir, file))) throw new ModelDirError(`${path.join(dir, file)}: file missing`)
+  }
+  const generationPath = path.join(dir, 'generation_config.json')
+  const generation = fs.existsSync(generationPath) ? readJson(generationPath) : {}
+
+  const candidates = ONNX_FILES_BY_DTYPE[dtype].map(f => path.join(dir, 'onnx', f))
+  const onnxPath = candidates.find(f => fs.existsSync(f))
+  if (!onnxPath) {
+    throw new ModelDirError(`${candidates[0]}: file missing (dtype ${dtype}); present in ${path.join(dir, 'onnx')}: ${listOnnx(dir)}`)
+  }
+  checkExternalData(onnxPath)
+
+  const configPath = path.join(dir, 'config.json')
+  const int = (key: string, fallback?: number): number => {
+    const v = config[key] ?? fallback
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
+      throw new ModelDirError(`${configPath}: ${key} must be a positive integer (got ${JSON.stringify(config[key])})`)
+    }
+    return v
+  }
+  const hidden = int('hidden_size')
+  const heads = int('num_attention_heads')
+  const eos = generation.eos_token_id ?? config.eos_token_id
+  const eosTokenIds = (Array.isArray(eos) ? eos : [eos]).filter((v): v is number => Number.isInteger(v))
+  const bos = generation.bos_token_id ?? config.bos_token_id
+  return {
+    dir,
+    dtype,
+    onnxPath,
+    numLayers: int('num_hidden_layers'),
+    numKvHeads: int('num_key_value_heads', heads),
+    headDim: int('head_dim', hidden / heads),
+    vocabSize: int('vocab_size'),
+    contextLength: int('max_position_embeddings', 2048),
+    bosTokenId: Number.isInteger(bos) ? bos as number : null,
+    eosTokenIds,
+  }
+}
+
+/** External data files named by onnx-community's convention must be present beside the graph. */
+function checkExternalData (onnxPath: string): void {
+  const size = fs.statSync(onnxPath).size
+  if (size === 0) throw new ModelDirError(`${onnxPath}: file is empty`)
+  // Graphs over 2 GiB keep their weights in <file>_data or <file>.data; a
+  // small graph file whose sibling data file is missing cannot load.
+  const dataFiles = [`${onnxPath}_data`, `${onnxPath}.data`]
+  const fd = fs.openSync(onnxPath, 'r')
+  try {
+    const head = Buffer.alloc(Math.min(size, 1 << 20))
+    fs.readSync(fd, head, 0, head.length, 0)
+    for (const dataFile of dataFiles) {
+      const name = path.basename(dataFile)
+      if (head.includes(Buffer.from(name)) && !fs.existsSync(dataFile)) {
+        throw new ModelDirError(`${dataFile}: external data file missing (referenced by ${onnxPath})`)
+      }
+    }
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+function listOnnx (dir: string): string {
+  const onnxDir = path.join(dir, 'onnx')
+  if (!fs.existsSync(onnxDir)) return '(no onnx directory)'
+  const files = fs.readdirSync(onnxDir).filter(f => f.endsWith('.onnx'))
+  return files.length > 0 ? files.join(', ') : '(no .onnx files)'
+}
+
+function readJson (file: string): Record<string, any> {
+  let text: string
+  try {
+    text = fs.readFileSync(file, 'utf8')
+  } catch {
+    throw new ModelDirError(`${file}: file missing or unreadable`)
+  }
+  try {
+    const value = JSON.parse(text)
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error('not an object')
+    return value
+  } catch (err) {
+    throw new ModelDirError(`${file}: invalid JSON (${(err as Error).message})`)
+  }
+}

@@ -1,0 +1,67 @@
+// onnxruntime-node, loaded once per thread with the settings chatd relies on.
+import os from 'node:os'
+import ort from 'onnxruntime-node'
+
+// onnxruntime-node 1.30's native binding reads a float16 input as zero bytes
+// when its data is a Float16Array (N-API has no float16 typed array), and
+// onnxruntime-common picks Float16Array for float16 tensors whenever the
+// runtime has one (Node 24 does). Hiding Float16Array during the library's
+// one-time typed-array check makes float16 tensors Uint16Array, which the
+// binding reads correctly, both for the inputs we feed and the outputs it returns.
+{
+  const realFloat16Array = globalThis.Float16Array
+  ;(globalThis as { Float16Array?: unknown }).Float16Array = undefined
+  try {
+    void new ort.Tensor('float32', new Float32Array(1), [1])
+  } finally {
+    ;(globalThis as { Float16Array?: unknown }).Float16Array = realFloat16Array
+  }
+}
+
+export { ort }
+export type OrtTensor = ort.Tensor
+
+export type DeviceChoice = 'auto' | 'cpu' | 'cuda'
+
+export interface SessionSettings {
+  device: DeviceChoice
+  /** Intra-op threads; 0 lets chatd pick the machine's parallelism. */
+  threads: number
+}
+
+export interface LoadedSession {
+  session: ort.InferenceSession
+  /** The execution provider the session actually runs on. */
+  device: 'cpu' | 'cuda'
+}
+
+export async function createSession (modelPath: string, settings: SessionSettings): Promise<LoadedSession> {
+  const base: ort.InferenceSession.SessionOptions = {
+    graphOptimizationLevel: 'all',
+    executionMode: 'sequential',
+    intraOpNumThreads: settings.threads > 0 ? settings.threads : os.availableParallelism(),
+    interOpNumThreads: 1,
+    enableCpuMemArena: true,
+    enableMemPattern: true,
+    // Warnings only: onnxruntime's info logs are noise in a server's output.
+    logSeverityLevel: 3,
+  }
+  if (settings.device === 'cpu') {
+    return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
+  }
+  try {
+    const session = await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cuda'] })
+    return { session, device: 'cuda' }
+  } catch (err) {
+    if (settings.device === 'cuda') {
+      throw new Error(`ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded: ${(err as Error).message}`)
+    }
+    return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
+  }
+}
+
+/** A float16 tensor's raw bits (Uint16Array) widened to float32. */
+export function float16BitsToFloat32 (bits: Uint16Array): Float32Array {
+  const half = new Float16Array(bits.buffer, bits.byteOffset, bits.length)
+  return Float32Array.from(half)
+}
