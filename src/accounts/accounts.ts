@@ -1,0 +1,135 @@
+// Accounts and their API keys over the store: create, look up, list, revoke,
+// and authenticate a presented key. Everything the CLI and the auth hook need.
+
+import type { Db } from '../store/database.ts'
+import type { AccountRow, ApiKeyRow } from '../store/schema.ts'
+import { apiKeyPrefix, generateApiKey, hashApiKey, isWellFormedApiKey, sameHash } from './api-key-format.ts'
+
+export interface Account {
+  id: number
+  email: string
+  tier: string
+  isAdmin: boolean
+  createdAt: string
+}
+
+export interface ApiKeyInfo {
+  id: number
+  name: string | null
+  prefix: string
+  createdAt: string
+  lastUsedAt: string | null
+  revokedAt: string | null
+}
+
+export type Authentication =
+  | { ok: true; account: Account; keyId: number }
+  | { ok: false; reason: 'malformed' | 'unknown' | 'revoked' }
+
+export class AccountError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'AccountError'
+  }
+}
+
+function toAccount (row: AccountRow): Account {
+  return { id: row.id, email: row.email, tier: row.tier, isAdmin: Boolean(row.is_admin), createdAt: row.created_at }
+}
+
+function toKeyInfo (row: ApiKeyRow): ApiKeyInfo {
+  return { id: row.id, name: row.name, prefix: row.prefix, createdAt: row.created_at, lastUsedAt: row.last_used_at, revokedAt: row.revoked_at }
+}
+
+const now = (): string => new Date().toISOString()
+
+export function normalizeEmail (email: string): string {
+  return email.trim().toLowerCase()
+}
+
+export class Accounts {
+  readonly #db: Db
+
+  constructor (db: Db) {
+    this.#db = db
+  }
+
+  async count (): Promise<number> {
+    const { n } = await this.#db.selectFrom('accounts').select(eb => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()
+    return Number(n)
+  }
+
+  async create (opts: { email: string; tier?: string; isAdmin?: boolean }): Promise<Account> {
+    const email = normalizeEmail(opts.email)
+    if (!/^[^\s@]+@[^\s@]+$/.test(email)) throw new AccountError(`not an email address: ${JSON.stringify(opts.email)}`)
+    if (await this.findByEmail(email)) throw new AccountError(`an account with email ${email} already exists`)
+    const row = await this.#db.insertInto('accounts')
+      .values({ email, tier: opts.tier ?? 'free', is_admin: opts.isAdmin ?? false, password_hash: null, created_at: now() })
+      .returningAll()
+      .executeTakeFirstOrThrow()
+    return toAccount(row)
+  }
+
+  async findByEmail (email: string): Promise<Account | undefined> {
+    const row = await this.#db.selectFrom('accounts').selectAll().where('email', '=', normalizeEmail(email)).executeTakeFirst()
+    return row && toAccount(row)
+  }
+
+  async getByEmail (email: string): Promise<Account> {
+    const account = await this.findByEmail(email)
+    if (!account) throw new AccountError(`no account with email ${normalizeEmail(email)}`)
+    return account
+  }
+
+  /**
+   * Creates a key for the account and returns it in full: the only time it is
+   * ever visible. `key` lets the first start use CHATD_ADMIN_KEY.
+   */
+  async createKey (accountId: number, opts: { name?: string; key?: string } = {}): Promise<{ key: string; info: ApiKeyInfo }> {
+    if (opts.key !== undefined && !isWellFormedApiKey(opts.key)) throw new AccountError('an API key must be sk-chatd- followed by 32 letters or digits')
+    for (let attempt = 0; ; attempt++) {
+      const key = opts.key ?? generateApiKey()
+      const prefix = apiKeyPrefix(key)
+      const taken = await this.#db.selectFrom('api_keys').select('id').where('prefix', '=', prefix).executeTakeFirst()
+      if (taken) {
+        // Prefixes are 6 base62 characters, so a clash is rare; draw again.
+        if (opts.key !== undefined || attempt >= 5) throw new AccountError(`a key with prefix ${prefix} already exists`)
+        continue
+      }
+      const row = await this.#db.insertInto('api_keys')
+        .values({ account_id: accountId, name: opts.name ?? null, prefix, hash: hashApiKey(key), created_at: now(), last_used_at: null, revoked_at: null })
+        .returningAll()
+        .executeTakeFirstOrThrow()
+      return { key, info: toKeyInfo(row) }
+    }
+  }
+
+  async listKeys (accountId: number): Promise<ApiKeyInfo[]> {
+    const rows = await this.#db.selectFrom('api_keys').selectAll().where('account_id', '=', accountId).orderBy('id').execute()
+    return rows.map(toKeyInfo)
+  }
+
+  /** Revokes by display prefix; returns false when no active key has it. */
+  async revokeKey (prefix: string): Promise<boolean> {
+    const result = await this.#db.updateTable('api_keys')
+      .set({ revoked_at: now() })
+      .where('prefix', '=', prefix)
+      .where('revoked_at', 'is', null)
+      .executeTakeFirst()
+    return Number(result.numUpdatedRows) > 0
+  }
+
+  /** Checks a presented key. The lookup is by prefix; the decision is a constant-time hash comparison. */
+  async authenticate (key: string): Promise<Authentication> {
+    if (!isWellFormedApiKey(key)) return { ok: false, reason: 'malformed' }
+    const row = await this.#db.selectFrom('api_keys')
+      .innerJoin('accounts', 'accounts.id', 'api_keys.account_id')
+      .select(['api_keys.id as keyId', 'api_keys.hash', 'api_keys.revoked_at', 'accounts.id', 'accounts.email', 'accounts.tier', 'accounts.is_admin', 'accounts.password_hash', 'accounts.created_at'])
+      .where('api_keys.prefix', '=', apiKeyPrefix(key))
+      .executeTakeFirst()
+    if (!row || !sameHash(row.hash, hashApiKey(key))) return { ok: false, reason: 'unknown' }
+    if (row.revoked_at !== null) return { ok: false, reason: 'revoked' }
+    await this.#db.updateTable('api_keys').set({ last_used_at: now() }).where('id', '=', row.keyId).execute()
+    return { ok: true, account: toAccount(row), keyId: row.keyId }
+  }
+}

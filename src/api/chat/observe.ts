@@ -1,0 +1,30 @@
+// Counts one generation into the metrics as its events pass through: the
+// active-requests gauge for its whole life, time to first token, tokens, and
+// how it finished. The gauge is released in `finally`, so a request that ends
+// by error, by disconnect or by the consumer stopping early never stays counted.
+
+import type { GenerateEvent } from '../../engine/backend.ts'
+import type { Metrics } from '../metrics/metrics.ts'
+
+export async function * observeGeneration (events: AsyncIterable<GenerateEvent>, metrics: Metrics, model: string, startedAt: number): AsyncIterable<GenerateEvent> {
+  const labels = { model }
+  metrics.activeRequests.inc(labels)
+  let firstText = true
+  try {
+    for await (const event of events) {
+      if (event.type === 'delta') {
+        if (firstText && (event.content || event.reasoning)) {
+          firstText = false
+          metrics.timeToFirstToken.observe(labels, (performance.now() - startedAt) / 1000)
+        }
+      } else {
+        metrics.generatedTokens.inc(labels, event.usage.completion_tokens)
+        metrics.promptTokens.inc(labels, event.usage.prompt_tokens)
+        metrics.completions.inc({ model, finish_reason: event.reason })
+      }
+      yield event
+    }
+  } finally {
+    metrics.activeRequests.dec(labels)
+  }
+}

@@ -1,0 +1,143 @@
+// POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
+// validation (done by Fastify before this handler) -> model lookup -> request
+// shaping -> backend.generate(request, signal) -> JSON or SSE.
+
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { GenerateEvent } from '../../engine/backend.ts'
+import { unavailableError, withReasoningMode, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
+import { ApiError } from '../../errors.ts'
+import { clientGoneSignal } from '../client-gone.ts'
+import { errorResponses } from '../error-schema.ts'
+import type { Metrics } from '../metrics/metrics.ts'
+import { chunkMaker, collect, completionBody, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { toGenerateRequest } from './generate-request.ts'
+import { observeGeneration } from './observe.ts'
+import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from './schema.ts'
+import { SSE_HEADERS, SseBody } from './sse.ts'
+
+export interface ChatRouteOptions {
+  models: ModelRegistry
+  metrics: Metrics
+  sseKeepAliveMs: number
+}
+
+/** The model to answer with, or the ApiError saying why none can. */
+export function resolveModel (models: ModelRegistry, id: string): RegisteredModel {
+  const model = models.get(id)
+  if (!model) throw new ApiError('model_not_found', `The model '${id}' does not exist. GET /api/v1/models lists the available ones.`, { param: 'model' })
+  const state = models.state(id)
+  if (state.state === 'loading') {
+    throw new ApiError('model_unavailable', `The model '${id}' is still loading; retry shortly.`, { param: 'model', headers: { 'retry-after': '5' } })
+  }
+  if (state.state === 'unavailable') throw unavailableError(id, state)
+  return model
+}
+
+export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs }) => {
+  app.post('/chat/completions', {
+    schema: {
+      tags: ['chat'],
+      summary: 'Create a chat completion',
+      description: 'Returns one chat.completion object, or with `stream: true` a text/event-stream of chat.completion.chunk frames ending with `data: [DONE]`.',
+      security: [{ bearerAuth: [] }],
+      body: ChatCompletionRequest,
+      response: {
+        200: {
+          description: 'The reply',
+          content: {
+            'application/json': { schema: ChatCompletion },
+            'text/event-stream': { schema: ChatCompletionChunk },
+          },
+        },
+        ...errorResponses,
+      },
+    },
+  }, async (request, reply) => {
+    const startedAt = performance.now()
+    const body = request.body
+    const model = resolveModel(models, body.model)
+    const generateRequest = toGenerateRequest(body)
+    const signal = clientGoneSignal(reply)
+    const events = observeGeneration(
+      withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
+      metrics, model.id, startedAt,
+    )
+    const meta = newCompletionMeta(model.id, model.fingerprint)
+
+    if (!body.stream) {
+      const done = await collect(events)
+      if (done.finishReason === 'cancelled') {
+        // The client is gone; there is no one to answer.
+        request.log.info({ model: model.id }, 'client disconnected; generation stopped')
+        return reply
+      }
+      return reply.type('application/json; charset=utf-8').send(completionBody(meta, { ...done, finishReason: done.finishReason }))
+    }
+
+    return streamCompletion(request, reply, events, meta, {
+      includeUsage: body.stream_options?.include_usage === true,
+      keepAliveMs: sseKeepAliveMs,
+      metrics,
+    })
+  })
+}
+
+/**
+ * Streams one completion as SSE. The status line is held back until the
+ * backend has produced its first event or refused the request, so refusals
+ * (context too long, queue full) still get their own HTTP status and JSON body;
+ * if the wait outlasts one keep-alive interval, the stream starts anyway (200)
+ * with keep-alive comments, and a later refusal becomes an error event.
+ */
+async function streamCompletion (
+  request: FastifyRequest,
+  reply: FastifyReply,
+  events: AsyncIterable<GenerateEvent>,
+  meta: CompletionMeta,
+  opts: { includeUsage: boolean; keepAliveMs: number; metrics: Metrics },
+): Promise<FastifyReply> {
+  const iterator = events[Symbol.asyncIterator]()
+  const firstEvent = iterator.next()
+  let timer: NodeJS.Timeout | undefined
+  const waited = await Promise.race([
+    firstEvent.then(() => 'ready' as const),
+    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
+  ]).finally(() => clearTimeout(timer))
+  if (waited === 'ready') await firstEvent // rethrows a refusal into the error handler (JSON + status)
+
+  const sse = new SseBody(opts.keepAliveMs)
+  const chunks = chunkMaker(meta, opts.includeUsage)
+  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
+
+  void (async () => {
+    try {
+      if (waited === 'slow') await sse.comment('keep-alive')
+      await sse.data(chunks.role())
+      let next = await firstEvent
+      while (!next.done) {
+        const event = next.value
+        if (event.type === 'delta') {
+          if (event.content || event.reasoning) await sse.data(chunks.delta(event))
+        } else {
+          if (event.reason === 'cancelled') break // the client has gone
+          await sse.data(chunks.finish(event.reason))
+          if (opts.includeUsage) await sse.data(chunks.usage(event.usage))
+          await sse.data('[DONE]')
+          break
+        }
+        next = await iterator.next()
+      }
+    } catch (err) {
+      const apiError = err instanceof ApiError ? err : new ApiError('internal_error', 'The reply failed while streaming.')
+      if (!(err instanceof ApiError)) request.log.error({ err }, 'stream failed')
+      opts.metrics.errors.inc({ code: apiError.code })
+      await sse.data(apiError.toBody())
+    } finally {
+      // Closes the backend's generator (and releases the metrics gauge) if we stopped early.
+      await iterator.return?.()
+      sse.end()
+    }
+  })()
+  return reply
+}

@@ -1,0 +1,108 @@
+// Schemas of POST /api/v1/chat/completions: the request (the spec's fields with
+// their types, ranges and defaults, plus the extras DESIGN.md accepts), the
+// response, the streamed chunk. Fastify validates the body with these, and
+// /docs is generated from them. Unknown fields are ignored, not rejected.
+
+import { Type, type Static } from 'typebox'
+
+const Role = Type.Enum(['user', 'assistant', 'system'], { description: 'Who wrote the message.' })
+
+const TextPart = Type.Object({
+  type: Type.Literal('text'),
+  text: Type.String(),
+}, { description: 'A text part; parts are joined in order.' })
+
+export const Message = Type.Object({
+  role: Role,
+  content: Type.Union([Type.String(), Type.Array(TextPart)], { description: 'The text of the message: a string, or an array of text parts.' }),
+})
+
+/** Short, free-form names such as "English" or "Formal"; long enough for any real name, short enough to keep out prompt stuffing. */
+const ShortName = (def: string, description: string) => Type.String({ minLength: 1, maxLength: 64, default: def, description })
+
+export const ChatCompletionRequest = Type.Object({
+  // --- the spec's fields (service-interface.md 2.1) ---
+  model: Type.String({ minLength: 1, description: 'Id of the model, as listed by GET /api/v1/models.' }),
+  messages: Type.Array(Message, { minItems: 1, description: 'The conversation so far.' }),
+  language: ShortName('English', 'Language of the reply.'),
+  tone: ShortName('Default', 'Tone of the reply.'),
+  wordcount: Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: 100000 })], {
+    default: 'Default',
+    description: 'Target length of the reply in words: "Default" or a positive integer.',
+  }),
+  googleSearchStatus: Type.Boolean({ default: false, description: 'Enrich the reply with web search results (needs a search provider).' }),
+  stream: Type.Boolean({ default: false, description: 'Stream the reply as server-sent events.' }),
+  temperature: Type.Number({ minimum: 0, maximum: 2, default: 1, description: '0 is greedy decoding.' }),
+  top_p: Type.Number({ minimum: 0, maximum: 1, default: 1 }),
+  top_k: Type.Integer({ minimum: 0, default: 0, description: '0 disables top-k.' }),
+
+  // --- accepted extras (DESIGN.md "Request"); null means absent, as clients send it ---
+  max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'Upper bound on generated tokens.' })),
+  max_completion_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'Same as max_tokens; wins when both are given.' })),
+  stop: Type.Optional(Type.Union([
+    Type.String({ minLength: 1 }),
+    Type.Array(Type.String({ minLength: 1 }), { maxItems: 4 }),
+    Type.Null(),
+  ], { description: 'Up to 4 strings that end the reply; they are not included in it.' })),
+  seed: Type.Optional(Type.Union([Type.Integer(), Type.Null()], { description: 'Makes sampling reproducible.' })),
+  stream_options: Type.Optional(Type.Union([
+    Type.Object({ include_usage: Type.Optional(Type.Boolean()) }),
+    Type.Null(),
+  ], { description: 'With include_usage, a last chunk carries the usage.' })),
+  n: Type.Optional(Type.Union([Type.Integer(), Type.Null()], { description: 'Number of choices; only 1 is supported.' })),
+  presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
+  frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
+  user: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'End-user id; accepted, not used.' })),
+})
+
+export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>
+
+export const Usage = Type.Object({
+  prompt_tokens: Type.Integer(),
+  completion_tokens: Type.Integer(),
+  total_tokens: Type.Integer(),
+})
+
+const FinishReason = Type.Enum(['stop', 'length'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out.' })
+
+export const ChatCompletion = Type.Object({
+  id: Type.String({ description: 'chatcmpl- followed by a random string.' }),
+  object: Type.Literal('chat.completion'),
+  created: Type.Integer({ description: 'Unix seconds.' }),
+  model: Type.String(),
+  system_fingerprint: Type.String(),
+  choices: Type.Array(Type.Object({
+    index: Type.Integer(),
+    message: Type.Object({
+      role: Type.Literal('assistant'),
+      content: Type.String(),
+      reasoning_content: Type.Optional(Type.String({ description: 'The model\'s thinking, for reasoning models.' })),
+    }),
+    finish_reason: FinishReason,
+  })),
+  usage: Usage,
+})
+
+export type ChatCompletion = Static<typeof ChatCompletion>
+
+export const ChatCompletionChunk = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('chat.completion.chunk'),
+  created: Type.Integer(),
+  model: Type.String(),
+  system_fingerprint: Type.String(),
+  choices: Type.Array(Type.Object({
+    index: Type.Integer(),
+    delta: Type.Object({
+      role: Type.Optional(Type.Literal('assistant')),
+      content: Type.Optional(Type.String()),
+      reasoning_content: Type.Optional(Type.String()),
+    }),
+    finish_reason: Type.Union([FinishReason, Type.Null()]),
+  }), { description: 'Empty in the final usage chunk.' }),
+  usage: Type.Optional(Type.Union([Usage, Type.Null()])),
+}, {
+  description: 'One `data:` frame of the stream. Order: a role chunk, content deltas, a chunk with finish_reason, a usage chunk (stream_options.include_usage), then `data: [DONE]`.',
+})
+
+export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>

@@ -1,0 +1,59 @@
+// A Server-Sent Events body. Handed to reply.send() as a stream, so Fastify
+// still runs its response hooks (logging, metrics) and destroys it when the
+// client goes away. Writes a `: keep-alive` comment whenever nothing else has
+// been written for `keepAliveMs`, so proxies and clients do not time out while
+// a request waits in the queue or thinks.
+
+import { PassThrough } from 'node:stream'
+
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  // nginx buffers proxied responses unless told not to; a buffered stream is no stream.
+  'x-accel-buffering': 'no',
+}
+
+export class SseBody {
+  readonly stream = new PassThrough()
+  readonly #keepAlive: NodeJS.Timeout
+
+  constructor (keepAliveMs: number) {
+    this.#keepAlive = setInterval(() => this.#write(': keep-alive\n\n'), keepAliveMs)
+    this.#keepAlive.unref()
+    this.stream.once('close', () => clearInterval(this.#keepAlive))
+  }
+
+  get closed (): boolean {
+    return this.stream.destroyed || this.stream.writableEnded
+  }
+
+  /** Writes one `data:` frame; resolves once the stream can take more (backpressure). */
+  async data (value: unknown): Promise<void> {
+    await this.#write(`data: ${typeof value === 'string' ? value : JSON.stringify(value)}\n\n`)
+  }
+
+  comment (text: string): Promise<void> {
+    return this.#write(`: ${text}\n\n`)
+  }
+
+  end (): void {
+    clearInterval(this.#keepAlive)
+    if (!this.closed) this.stream.end()
+  }
+
+  async #write (text: string): Promise<void> {
+    if (this.closed) return
+    this.#keepAlive.refresh()
+    if (!this.stream.write(text)) {
+      await new Promise<void>(resolve => {
+        const done = (): void => {
+          this.stream.off('drain', done)
+          this.stream.off('close', done)
+          resolve()
+        }
+        this.stream.on('drain', done)
+        this.stream.on('close', done)
+      })
+    }
+  }
+}

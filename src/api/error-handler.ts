@@ -1,0 +1,106 @@
+// Turns everything that can go wrong in a request into the one error body.
+// ApiErrors carry their own status and code; Fastify's own errors (schema
+// validation, JSON parsing, body size, media type, routing) are mapped here so
+// clients only ever see codes from the table in src/errors.ts.
+
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ApiError, type ErrorCode } from '../errors.ts'
+import type { Metrics } from './metrics/metrics.ts'
+
+interface ValidationIssue {
+  keyword: string
+  instancePath: string
+  message?: string
+  params: Record<string, unknown>
+}
+
+/**
+ * Ajv's `/messages/0/role` becomes `messages[0].role`: the OpenAI-style
+ * spelling of a field path, used for `param` throughout the API.
+ */
+export function paramFromPointer (pointer: string): string {
+  let param = ''
+  for (const segment of pointer.split('/').slice(1)) {
+    const name = segment.replaceAll('~1', '/').replaceAll('~0', '~')
+    param += /^\d+$/.test(name) ? `[${name}]` : (param === '' ? name : `.${name}`)
+  }
+  return param
+}
+
+/** Wordings for fields whose schema is a union, where Ajv's per-branch messages would mislead. */
+const UNION_FIELD_MESSAGES: Record<string, string> = {
+  wordcount: 'must be "Default" or a positive integer',
+  content: 'must be a string or an array of {"type":"text","text":string} parts',
+  stop: 'must be a string or an array of at most 4 non-empty strings',
+}
+
+function lastName (param: string): string {
+  return param.replace(/\[\d+\]$/, '').split('.').at(-1) ?? param
+}
+
+/** Picks the field at fault from Ajv's errors and words the message. */
+export function validationToApiError (issues: ValidationIssue[], context = 'body'): ApiError {
+  // For a union, Ajv lists every branch's complaint and then an anyOf error at
+  // the field itself: that last one names the right field.
+  const union = issues.find(i => i.keyword === 'anyOf' || i.keyword === 'oneOf')
+  const issue = union ?? issues[0]
+  if (issue === undefined) return new ApiError('invalid_parameter', `Invalid request ${context}`)
+  let param = paramFromPointer(issue.instancePath)
+  if (issue.keyword === 'required') {
+    const missing = String(issue.params.missingProperty)
+    param = param === '' ? missing : `${param}.${missing}`
+    return new ApiError('invalid_parameter', `Missing required parameter: '${param}'.`, { param })
+  }
+  if (param === '') return new ApiError('invalid_parameter', `The request ${context} must be a JSON object.`, { param: null })
+  let detail = union ? (UNION_FIELD_MESSAGES[lastName(param)] ?? 'has an invalid type or value') : (issue.message ?? 'is invalid')
+  if (Array.isArray(issue.params.allowedValues)) detail += `: ${issue.params.allowedValues.map(v => JSON.stringify(v)).join(', ')}`
+  if (issue.keyword === 'const' && issue.params.allowedValue !== undefined) detail = `must be ${JSON.stringify(issue.params.allowedValue)}`
+  return new ApiError('invalid_parameter', `Invalid value for '${param}': ${detail}.`, { param })
+}
+
+const FASTIFY_CODES: Record<string, { code: ErrorCode; message: string }> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: { code: 'request_too_large', message: 'The request body is too large.' },
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'unsupported_media_type', message: 'Unsupported Content-Type; send application/json.' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'invalid_json', message: 'The request body does not match its Content-Length.' },
+  FST_ERR_CTP_EMPTY_JSON_BODY: { code: 'invalid_json', message: 'The request body is empty; send a JSON object.' },
+  FST_ERR_CTP_INVALID_JSON_BODY: { code: 'invalid_json', message: 'The request body is not valid JSON.' },
+}
+
+export function toApiError (err: FastifyError | Error): ApiError {
+  if (err instanceof ApiError) return err
+  const fastifyError = err as FastifyError
+  if (fastifyError.validation) return validationToApiError(fastifyError.validation as ValidationIssue[], fastifyError.validationContext)
+  const known = fastifyError.code ? FASTIFY_CODES[fastifyError.code] : undefined
+  if (known) return new ApiError(known.code, known.message)
+  // The JSON body parser reports syntax errors as a SyntaxError with status 400.
+  if (err instanceof SyntaxError && fastifyError.statusCode === 400) {
+    return new ApiError('invalid_json', `The request body is not valid JSON: ${err.message}`)
+  }
+  if (fastifyError.statusCode === 404) return new ApiError('not_found', err.message)
+  if (fastifyError.statusCode === 405) return new ApiError('method_not_allowed', err.message)
+  if (fastifyError.statusCode === 413) return new ApiError('request_too_large', err.message)
+  if (fastifyError.statusCode === 415) return new ApiError('unsupported_media_type', err.message)
+  if (fastifyError.statusCode !== undefined && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
+    return new ApiError('invalid_parameter', err.message)
+  }
+  return new ApiError('internal_error', 'The server had an error while processing the request.')
+}
+
+export function sendApiError (reply: FastifyReply, error: ApiError): FastifyReply {
+  return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody())
+}
+
+export function installErrorHandling (app: FastifyInstance, metrics: Metrics): void {
+  app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    const apiError = toApiError(err)
+    if (apiError.status >= 500) request.log.error({ err }, 'request failed')
+    else request.log.info({ code: apiError.code, param: apiError.param }, apiError.message)
+    metrics.errors.inc({ code: apiError.code })
+    return sendApiError(reply, apiError)
+  })
+
+  app.setNotFoundHandler((request: FastifyRequest, reply: FastifyReply) => {
+    metrics.errors.inc({ code: 'not_found' })
+    return sendApiError(reply, new ApiError('not_found', `No route for ${request.method} ${request.url.split('?')[0]}`))
+  })
+}

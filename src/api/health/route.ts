@@ -1,0 +1,28 @@
+// GET /healthz: the process answers (liveness). GET /readyz: every model that
+// can be used has loaded (readiness); 503 until then, so a load balancer keeps
+// traffic away from a server still loading weights. Neither needs a key.
+
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from 'typebox'
+import type { ModelRegistry } from '../../engine/registry.ts'
+
+const Health = Type.Object({ status: Type.Literal('ok') })
+
+const Readiness = Type.Object({
+  status: Type.Enum(['ready', 'loading']),
+  models: Type.Record(Type.String(), Type.Enum(['ready', 'loading', 'unavailable'])),
+})
+
+export const healthRoutes: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> = async (app, { models }) => {
+  app.get('/healthz', {
+    schema: { tags: ['operations'], summary: 'Liveness', response: { 200: Health } },
+  }, async () => ({ status: 'ok' as const }))
+
+  app.get('/readyz', {
+    schema: { tags: ['operations'], summary: 'Readiness: 503 until every usable model has loaded', response: { 200: Readiness, 503: Readiness } },
+  }, async (_request, reply) => {
+    const states = Object.fromEntries(models.list().map(m => [m.id, models.state(m.id).state]))
+    const ready = models.ready()
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'loading', models: states })
+  })
+}

@@ -1,0 +1,81 @@
+// The Prometheus metrics chatd exposes. Each app builds its own prom-client
+// Registry (not the global one), so several apps in one process, as in tests,
+// never share or double-register counters.
+
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { ModelRegistry } from '../../engine/registry.ts'
+
+/** Backends may report how many requests wait for a decode slot; the ONNX scheduler does. */
+interface QueueReporting { queueLength?: () => number }
+
+export class Metrics {
+  readonly registry = new Registry()
+
+  readonly httpRequests = new Counter({
+    name: 'chatd_http_requests_total',
+    help: 'HTTP requests answered, by route pattern, method and status code.',
+    labelNames: ['route', 'method', 'status'] as const,
+    registers: [this.registry],
+  })
+
+  readonly errors = new Counter({
+    name: 'chatd_errors_total',
+    help: 'API errors returned (as a status or as a mid-stream error event), by error code.',
+    labelNames: ['code'] as const,
+    registers: [this.registry],
+  })
+
+  readonly timeToFirstToken = new Histogram({
+    name: 'chatd_time_to_first_token_seconds',
+    help: 'Time from receiving a chat completion request to its first generated text.',
+    labelNames: ['model'] as const,
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry],
+  })
+
+  readonly generatedTokens = new Counter({
+    name: 'chatd_generated_tokens_total',
+    help: 'Completion tokens generated, by model.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+  })
+
+  readonly promptTokens = new Counter({
+    name: 'chatd_prompt_tokens_total',
+    help: 'Prompt tokens processed, by model.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+  })
+
+  readonly activeRequests = new Gauge({
+    name: 'chatd_active_requests',
+    help: 'Chat completions being generated right now, by model.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+  })
+
+  readonly completions = new Counter({
+    name: 'chatd_completions_total',
+    help: 'Chat completions that ended, by model and finish reason (cancelled: the client went away).',
+    labelNames: ['model', 'finish_reason'] as const,
+    registers: [this.registry],
+  })
+
+  readonly queueLength: Gauge<'model'>
+
+  constructor (models?: ModelRegistry) {
+    collectDefaultMetrics({ register: this.registry, prefix: 'chatd_' })
+    this.queueLength = new Gauge({
+      name: 'chatd_queue_length',
+      help: 'Requests waiting for the model, by model (for backends that queue).',
+      labelNames: ['model'] as const,
+      registers: [this.registry],
+      collect () {
+        for (const model of models?.list() ?? []) {
+          const backend = model.backend as QueueReporting
+          this.set({ model: model.id }, typeof backend.queueLength === 'function' ? backend.queueLength() : 0)
+        }
+      },
+    })
+  }
+}

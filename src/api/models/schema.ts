@@ -1,0 +1,21 @@
+import { Type, type Static } from 'typebox'
+
+export const Model = Type.Object({
+  id: Type.String(),
+  object: Type.Literal('model'),
+  created: Type.Integer({ description: 'Unix seconds; when this server registered the model.' }),
+  owned_by: Type.String(),
+  status: Type.Enum(['ready', 'loading', 'unavailable'], { description: 'chatd extra: whether the model can answer now.' }),
+  status_reason: Type.Optional(Type.String({ description: 'chatd extra: why the model is unavailable, and how to fix it.' })),
+})
+
+export type Model = Static<typeof Model>
+
+export const ModelList = Type.Object({
+  object: Type.Literal('list'),
+  data: Type.Array(Model),
+})
+
+export const ModelParams = Type.Object({
+  id: Type.String({ description: 'Model id; ids containing / are URL-encoded.' }),
+})

@@ -1,0 +1,90 @@
+// buildApp: the Fastify application with every plugin registered in a fixed
+// order. It takes its collaborators (accounts over the store, the model
+// registry, metrics) ready-made, so tests can build it around a temp database
+// and in-test backends, and server.ts decides how they are opened and closed.
+
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import swagger from '@fastify/swagger'
+import swaggerUi from '@fastify/swagger-ui'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { Accounts } from './accounts/accounts.ts'
+import { bearerAuth } from './api/auth.ts'
+import { chatRoute } from './api/chat/route.ts'
+import { installErrorHandling } from './api/error-handler.ts'
+import { healthRoutes } from './api/health/route.ts'
+import { Metrics } from './api/metrics/metrics.ts'
+import { metricsRoute } from './api/metrics/route.ts'
+import { modelsRoute } from './api/models/route.ts'
+import type { Config } from './config.ts'
+import type { ModelRegistry } from './engine/registry.ts'
+
+export interface AppOptions {
+  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs'>
+  accounts: Accounts
+  models: ModelRegistry
+  metrics?: Metrics
+  /** Overrides the logger built from config.logLevel (tests pass false). */
+  logger?: FastifyServerOptions['logger']
+}
+
+/** Log paths that may hold credentials; pino replaces them with [Redacted]. */
+const REDACTED = [
+  'req.headers.authorization',
+  'req.headers.cookie',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers.cookie',
+  'res.headers["set-cookie"]',
+  'key',
+  'apiKey',
+]
+
+export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
+  const { config, accounts, models } = opts
+  const metrics = opts.metrics ?? new Metrics(models)
+
+  const app = Fastify({
+    logger: opts.logger ?? { level: config.logLevel, redact: REDACTED },
+    bodyLimit: config.bodyLimit,
+    ajv: {
+      customOptions: {
+        // Fastify coerces by default ("0.5" -> 0.5); the API promises 400 for a
+        // wrong JSON type, so bodies are checked exactly as sent.
+        coerceTypes: false,
+        allErrors: false,
+      },
+    },
+  }).withTypeProvider<TypeBoxTypeProvider>()
+
+  // 1. Every error, whoever throws it, leaves as the one error body.
+  installErrorHandling(app, metrics)
+
+  // 2. Request counting for every route, including 404s.
+  app.addHook('onResponse', async (request, reply) => {
+    metrics.httpRequests.inc({ route: request.routeOptions.url ?? 'unmatched', method: request.method, status: String(reply.statusCode) })
+  })
+
+  // 3. OpenAPI, collected from the route schemas registered after it.
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'chatd', description: 'Self-hostable chat-completions API', version: '1' },
+      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'sk-chatd-... API key' } } },
+    },
+  })
+  await app.register(swaggerUi, { routePrefix: '/docs' })
+
+  // 4. Unauthenticated operational endpoints.
+  await app.register(healthRoutes, { models })
+  await app.register(metricsRoute, { metrics })
+
+  // 5. The API proper, behind Bearer keys.
+  await app.register(async api => {
+    api.decorateRequest('account', null)
+    api.addHook('onRequest', bearerAuth(accounts))
+    await api.register(chatRoute, { models, metrics, sseKeepAliveMs: config.sseKeepAliveMs })
+    await api.register(modelsRoute, { models })
+  }, { prefix: '/api/v1' })
+
+  return app
+}

@@ -1,0 +1,151 @@
+// chatd's command line: `chatd serve` and the account and key chores an
+// operator scripts. Every command reads the same environment (and .env) as the
+// server, so `chatd keys create` writes to the database the server reads.
+//
+//   chatd serve
+//   chatd accounts create --email E [--tier T] [--admin]
+//   chatd keys create --email E [--name N]     prints only the key
+//   chatd keys list --email E
+//   chatd keys revoke <prefix>
+//   chatd convert --from DIR --out DIR [--weights fp32|fp16|int4]
+
+import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
+import { AccountError, Accounts } from './accounts/accounts.ts'
+import { ConfigError, loadConfig, type Config } from './config.ts'
+import { ModelsFileError } from './engine/registry.ts'
+import { openMigratedDatabase, type Db } from './store/database.ts'
+
+const USAGE = `Usage: chatd <command>
+
+  serve                                          start the API server
+  accounts create --email E [--tier T] [--admin] create an account
+  keys create --email E [--name N]               create an API key; prints only the key
+  keys list --email E                            list an account's keys (prefixes only)
+  keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
+  convert --from DIR --out DIR [--weights W]     build an ONNX model directory from a
+                                                 Hugging Face Llama/Qwen2 checkpoint (W: fp32, fp16, int4)
+
+Settings come from environment variables (and .env); see .env.example.
+`
+
+class UsageError extends Error {}
+
+/** Opens the configured database for one command and closes it afterwards. */
+async function withAccounts<T> (config: Config, fn: (accounts: Accounts) => Promise<T>): Promise<T> {
+  const db: Db = await openMigratedDatabase(config.database)
+  try {
+    return await fn(new Accounts(db))
+  } finally {
+    await db.destroy()
+  }
+}
+
+function parse (args: string[], options: ParseArgsOptionsConfig, positionals = 0) {
+  try {
+    const parsed = parseArgs({ args, options, allowPositionals: positionals > 0, strict: true })
+    if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument: ${parsed.positionals[positionals]}`)
+    return parsed
+  } catch (err) {
+    if (err instanceof UsageError) throw err
+    throw new UsageError((err as Error).message)
+  }
+}
+
+function required (value: unknown, flag: string): string {
+  if (typeof value !== 'string' || value === '') throw new UsageError(`${flag} is required`)
+  return value
+}
+
+type Out = (line: string) => void
+
+const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
+  async serve (args) {
+    parse(args, {})
+    const { main } = await import('./server.ts')
+    await main()
+  },
+
+  async 'accounts create' (args, out) {
+    const { values } = parse(args, { email: { type: 'string' }, tier: { type: 'string' }, admin: { type: 'boolean' } })
+    const email = required(values.email, '--email')
+    const account = await withAccounts(loadConfig(process.env, { dotenv: true }), accounts =>
+      accounts.create({ email, tier: values.tier as string | undefined, isAdmin: values.admin === true }))
+    out(`created account ${account.email} (tier ${account.tier}${account.isAdmin ? ', admin' : ''})`)
+  },
+
+  async 'keys create' (args, out) {
+    const { values } = parse(args, { email: { type: 'string' }, name: { type: 'string' } })
+    const email = required(values.email, '--email')
+    const { key } = await withAccounts(loadConfig(process.env, { dotenv: true }), async accounts => {
+      const account = await accounts.getByEmail(email)
+      return accounts.createKey(account.id, { name: values.name as string | undefined })
+    })
+    // Only the key, so scripts can capture it: KEY=$(npx chatd keys create --email me@example.com)
+    out(key)
+  },
+
+  async 'keys list' (args, out) {
+    const { values } = parse(args, { email: { type: 'string' } })
+    const email = required(values.email, '--email')
+    const keys = await withAccounts(loadConfig(process.env, { dotenv: true }), async accounts =>
+      accounts.listKeys((await accounts.getByEmail(email)).id))
+    if (keys.length === 0) {
+      out(`no keys for ${email}`)
+      return
+    }
+    out(['PREFIX', 'NAME', 'CREATED', 'LAST USED', 'STATUS'].join('\t'))
+    for (const k of keys) {
+      out([k.prefix, k.name ?? '-', k.createdAt, k.lastUsedAt ?? 'never', k.revokedAt ? `revoked ${k.revokedAt}` : 'active'].join('\t'))
+    }
+  },
+
+  async 'keys revoke' (args, out) {
+    const { positionals } = parse(args, {}, 1)
+    const prefix = required(positionals[0], '<prefix>')
+    const revoked = await withAccounts(loadConfig(process.env, { dotenv: true }), accounts => accounts.revokeKey(prefix))
+    if (!revoked) throw new AccountError(`no active key with prefix ${prefix}`)
+    out(`revoked ${prefix}`)
+  },
+
+  async convert (args, out) {
+    const { values } = parse(args, { from: { type: 'string' }, out: { type: 'string' }, weights: { type: 'string', default: 'fp32' } })
+    const weights = values.weights as string
+    if (!['fp32', 'fp16', 'int4'].includes(weights)) throw new UsageError('--weights must be fp32, fp16 or int4')
+    const { convertCheckpoint } = await import('./engine/onnx/convert/index.ts')
+    const result = convertCheckpoint({ from: required(values.from, '--from'), out: required(values.out, '--out'), weights: weights as 'fp32' | 'fp16' | 'int4' })
+    out(`wrote ${result.onnxFile} in ${result.seconds.toFixed(1)} s`)
+  },
+}
+
+/** Runs one command line; returns the exit code. */
+export async function run (argv: string[], out: Out = line => { process.stdout.write(line + '\n') }, err: Out = line => { process.stderr.write(line + '\n') }): Promise<number> {
+  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
+    out(USAGE)
+    return argv.length === 0 ? 1 : 0
+  }
+  const twoWord = `${argv[0]} ${argv[1] ?? ''}`
+  const [name, rest] = commands[twoWord] ? [twoWord, argv.slice(2)] : [argv[0], argv.slice(1)]
+  const command = commands[name]
+  if (!command) {
+    err(`chatd: unknown command: ${argv.slice(0, 2).join(' ')}\n\n${USAGE}`)
+    return 2
+  }
+  try {
+    await command(rest, out)
+    return 0
+  } catch (e) {
+    if (e instanceof UsageError) {
+      err(`chatd ${name}: ${e.message}\n\n${USAGE}`)
+      return 2
+    }
+    if (e instanceof ConfigError || e instanceof AccountError || e instanceof ModelsFileError) {
+      err(`chatd ${name}: ${e.message}`)
+      return 1
+    }
+    throw e
+  }
+}
+
+if (import.meta.main) {
+  process.exitCode = await run(process.argv.slice(2))
+}

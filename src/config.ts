@@ -1,0 +1,114 @@
+// Every setting is an environment variable, validated once at boot. A bad value
+// stops the process with a message that names the variable; nothing downstream
+// re-reads process.env. Each variable is documented in .env.example.
+
+import envSchema from 'env-schema'
+import { Type, type Static } from 'typebox'
+
+const ConfigSchema = Type.Object({
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'TCP port to listen on (0 = any free port).' }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Interface to bind; 0.0.0.0 for all.' }),
+  DATABASE_URL: Type.String({
+    pattern: '^(sqlite://.+|postgres(ql)?://.+)$',
+    default: 'sqlite://data/chatd.db',
+    description: 'sqlite://<path> (path is everything after sqlite://, relative or absolute) or postgres://...',
+  }),
+  MODELS_FILE: Type.String({ minLength: 1, default: 'models/models.json' }),
+  LOG_LEVEL: Type.Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { default: 'info' }),
+  CHATD_ADMIN_KEY: Type.Optional(Type.String({
+    pattern: '^sk-chatd-[A-Za-z0-9]{32}$',
+    description: 'Admin key created on first start instead of a random one (sk-chatd- + 32 base62 characters).',
+  })),
+  CHATD_ADMIN_EMAIL: Type.String({ minLength: 3, default: 'admin@localhost' }),
+  ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto' }),
+  ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: '0 lets onnxruntime choose.' }),
+  QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Requests that may wait per model before 503 server_overloaded.' }),
+  BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
+  SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
+  SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'How long SIGTERM waits for in-flight streams.' }),
+})
+
+type RawConfig = Static<typeof ConfigSchema>
+
+export interface Config {
+  port: number
+  host: string
+  /** Parsed DATABASE_URL. */
+  database: { kind: 'sqlite'; path: string } | { kind: 'postgres'; url: string }
+  modelsFile: string
+  logLevel: RawConfig['LOG_LEVEL']
+  adminKey?: string
+  adminEmail: string
+  onnxDevice: RawConfig['ONNX_DEVICE']
+  onnxThreads: number
+  queueSize: number
+  bodyLimit: number
+  sseKeepAliveMs: number
+  shutdownGraceMs: number
+}
+
+export class ConfigError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'ConfigError'
+  }
+}
+
+interface AjvError { instancePath: string; message?: string; params: Record<string, unknown> }
+
+/** Values never echoed back in an error message. */
+const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL'])
+
+/**
+ * Reads the settings from `source` (process.env by default) and, when `dotenv`
+ * is set, from a .env file underneath it (real environment variables win).
+ */
+export function loadConfig (source: Record<string, string | undefined> = process.env, opts: { dotenv?: boolean } = {}): Config {
+  let raw: RawConfig
+  try {
+    raw = envSchema<RawConfig>({
+      // env-schema mutates the schema (additionalProperties); give it a copy.
+      schema: structuredClone(ConfigSchema),
+      data: { ...source },
+      env: false,
+      dotenv: opts.dotenv ?? false,
+    })
+  } catch (err) {
+    const errors = (err as { errors?: AjvError[] }).errors
+    if (!errors) throw err
+    const lines = errors.map(e => {
+      const name = e.instancePath.replace(/^\//, '') || String(e.params.missingProperty ?? '')
+      const allowed = Array.isArray(e.params.allowedValues) ? ` ${e.params.allowedValues.join(', ')}` : ''
+      const got = source[name]
+      const shown = got === undefined || SECRET_VARIABLES.has(name) ? '' : ` (got ${JSON.stringify(got)})`
+      return `  ${name}: ${e.message ?? 'is invalid'}${allowed}${shown}`
+    })
+    throw new ConfigError(`Invalid configuration:\n${[...new Set(lines)].join('\n')}`)
+  }
+  return {
+    port: raw.PORT,
+    host: raw.HOST,
+    database: parseDatabaseUrl(raw.DATABASE_URL),
+    modelsFile: raw.MODELS_FILE,
+    logLevel: raw.LOG_LEVEL,
+    adminKey: raw.CHATD_ADMIN_KEY,
+    adminEmail: raw.CHATD_ADMIN_EMAIL,
+    onnxDevice: raw.ONNX_DEVICE,
+    onnxThreads: raw.ONNX_THREADS,
+    queueSize: raw.QUEUE_SIZE,
+    bodyLimit: raw.BODY_LIMIT,
+    sseKeepAliveMs: raw.SSE_KEEPALIVE_MS,
+    shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
+  }
+}
+
+/** `sqlite://<path>`: the path is everything after the scheme, relative to the working directory or absolute. */
+export function parseDatabaseUrl (url: string): Config['database'] {
+  if (url.startsWith('sqlite://')) {
+    const path = url.slice('sqlite://'.length)
+    if (path === '') throw new ConfigError('Invalid configuration:\n  DATABASE_URL: sqlite:// needs a file path, e.g. sqlite://data/chatd.db')
+    return { kind: 'sqlite', path }
+  }
+  if (/^postgres(ql)?:\/\//.test(url)) return { kind: 'postgres', url }
+  throw new ConfigError(`Invalid configuration:\n  DATABASE_URL: must start with sqlite:// or postgres:// (got ${JSON.stringify(url)})`)
+}

@@ -1,0 +1,378 @@
+// models.json -> backends. The file lists every model the server offers; nothing
+// about a model is hard-coded. Each entry is validated at boot (errors name the
+// entry), `${ENV}` references in its strings are filled from the environment,
+// and a factory per backend kind turns it into a Backend. A model that cannot be
+// used (files missing, variable unset, load failed) stays listed as unavailable
+// with a reason and a hint, and the server and the other models keep working.
+
+import { createHash } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, isAbsolute, resolve } from 'node:path'
+import { Type, type Static } from 'typebox'
+import { Compile } from 'typebox/compile'
+import type { Config } from '../config.ts'
+import { ApiError } from '../errors.ts'
+import type { Backend, BackendState, GenerateEvent, GenerateRequest } from './backend.ts'
+
+// ---------------------------------------------------------------------------
+// The file's shape
+
+const ModelId = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$' })
+
+/** How a reasoning model's thinking reaches the client (DESIGN.md "Reasoning"). */
+const ReasoningMode = Type.Enum(['separate', 'inline', 'hidden'])
+
+const OnnxEntry = Type.Object({
+  id: ModelId,
+  backend: Type.Literal('onnx'),
+  /** Model directory, relative to the directory holding models.json, or absolute. */
+  path: Type.String({ minLength: 1 }),
+  dtype: Type.Optional(Type.String({ minLength: 1 })),
+  reasoning: Type.Optional(ReasoningMode),
+  /** Overrides ONNX_DEVICE / ONNX_THREADS for this model. */
+  device: Type.Optional(Type.Enum(['auto', 'cpu', 'cuda'])),
+  threads: Type.Optional(Type.Integer({ minimum: 0 })),
+})
+
+const OpenAiEntry = Type.Object({
+  id: ModelId,
+  backend: Type.Literal('openai'),
+  baseUrl: Type.String({ minLength: 1 }),
+  apiKey: Type.Optional(Type.String()),
+  upstreamModel: Type.String({ minLength: 1 }),
+  reasoning: Type.Optional(ReasoningMode),
+})
+
+const Entry = Type.Union([OnnxEntry, OpenAiEntry])
+
+export type OnnxModelEntry = Static<typeof OnnxEntry>
+export type OpenAiModelEntry = Static<typeof OpenAiEntry>
+export type ModelEntry = Static<typeof Entry>
+export type ReasoningMode = Static<typeof ReasoningMode>
+
+const checkOnnx = Compile(OnnxEntry)
+const checkOpenAi = Compile(OpenAiEntry)
+
+export class ModelsFileError extends Error {
+  constructor (message: string) {
+    super(message)
+    this.name = 'ModelsFileError'
+  }
+}
+
+export interface ParsedEntry {
+  entry: ModelEntry
+  /** Names of `${VAR}` references that the environment does not define. */
+  missingVariables: string[]
+}
+
+/**
+ * Parses and validates models.json text. Structural problems throw a
+ * ModelsFileError naming the entry; unset `${VAR}`s do not throw (that model
+ * becomes unavailable, the others still serve).
+ */
+export function parseModelsFile (text: string, env: Record<string, string | undefined>, fileName = 'models.json'): ParsedEntry[] {
+  let doc: unknown
+  try {
+    doc = JSON.parse(text)
+  } catch (err) {
+    throw new ModelsFileError(`${fileName}: not valid JSON: ${(err as Error).message}`)
+  }
+  const list = (doc as { models?: unknown } | null)?.models
+  if (typeof doc !== 'object' || doc === null || !Array.isArray(list)) {
+    throw new ModelsFileError(`${fileName}: expected an object {"models": [...]}`)
+  }
+  const seen = new Set<string>()
+  return list.map((raw: unknown, index: number) => {
+    const id = typeof (raw as { id?: unknown })?.id === 'string' ? (raw as { id: string }).id : undefined
+    const where = `${fileName}: models[${index}]${id === undefined ? '' : ` (id "${id}")`}`
+    const backend = (raw as { backend?: unknown })?.backend
+    const check = backend === 'onnx' ? checkOnnx : backend === 'openai' ? checkOpenAi : undefined
+    if (check === undefined) {
+      throw new ModelsFileError(`${where}: "backend" must be "onnx" or "openai" (got ${JSON.stringify(backend)})`)
+    }
+    if (!check.Check(raw)) {
+      const problems = check.Errors(raw).map(e => {
+        const missing = (e.params as { requiredProperties?: string[] }).requiredProperties
+        const allowed = (e.params as { allowedValues?: unknown[] }).allowedValues
+        const field = e.instancePath.replace(/^\//, '').replaceAll('/', '.')
+        if (missing) return `missing ${missing.map(m => `"${m}"`).join(', ')}`
+        return `"${field}" ${e.message}${allowed ? ` (${allowed.map(v => JSON.stringify(v)).join(', ')})` : ''}`
+      })
+      throw new ModelsFileError(`${where}: ${[...new Set(problems)].join('; ')}`)
+    }
+    if (seen.has(id!)) throw new ModelsFileError(`${where}: duplicate id`)
+    seen.add(id!)
+    const missingVariables: string[] = []
+    const entry = interpolate(raw, env, missingVariables) as ModelEntry
+    return { entry, missingVariables: [...new Set(missingVariables)] }
+  })
+}
+
+/** Replaces `${NAME}` in every string value; records names the environment lacks. */
+function interpolate (value: unknown, env: Record<string, string | undefined>, missing: string[]): unknown {
+  if (typeof value === 'string') {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+      const found = env[name]
+      if (found === undefined || found === '') {
+        missing.push(name)
+        return ''
+      }
+      return found
+    })
+  }
+  if (Array.isArray(value)) return value.map(v => interpolate(v, env, missing))
+  if (typeof value === 'object' && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, missing)]))
+  }
+  return value
+}
+
+// ---------------------------------------------------------------------------
+// Backends that cannot serve
+
+/** Stands in for a model that cannot be used; every request gets 503 model_unavailable with the hint. */
+export class UnavailableBackend implements Backend {
+  readonly id: string
+  readonly #reason: string
+  readonly #hint?: string
+
+  constructor (id: string, reason: string, hint?: string) {
+    this.id = id
+    this.#reason = reason
+    this.#hint = hint
+  }
+
+  state (): BackendState {
+    return { state: 'unavailable', reason: this.#reason, hint: this.#hint }
+  }
+
+  async load (): Promise<void> {
+    throw new Error(this.#reason)
+  }
+
+  // eslint-disable-next-line require-yield
+  async * generate (): AsyncIterable<GenerateEvent> {
+    throw unavailableError(this.id, this.state() as Extract<BackendState, { state: 'unavailable' }>)
+  }
+
+  async close (): Promise<void> {}
+}
+
+export function unavailableError (id: string, state: Extract<BackendState, { state: 'unavailable' }>): ApiError {
+  const hint = state.hint ? ` (${state.hint})` : ''
+  return new ApiError('model_unavailable', `The model '${id}' is unavailable: ${state.reason}${hint}`, { param: 'model' })
+}
+
+// ---------------------------------------------------------------------------
+// Factories: one per backend kind
+
+export interface FactoryContext {
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'>
+  /** Directory that relative model paths are resolved against (the one holding models.json). */
+  baseDir: string
+}
+
+export type BackendFactory<E extends ModelEntry = ModelEntry> = (entry: E, ctx: FactoryContext) => Promise<Backend>
+
+export function pullHint (id: string): string {
+  return `run: npx chatd pull ${id}`
+}
+
+export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => {
+  const path = isAbsolute(entry.path) ? entry.path : resolve(ctx.baseDir, entry.path)
+  if (!existsSync(path)) {
+    return new UnavailableBackend(entry.id, `model files not found at ${path}`, pullHint(entry.id))
+  }
+  // Imported on demand so a server without local models never loads onnxruntime.
+  let engine: { createOnnxBackend: (opts: { id: string; path: string; dtype?: string; device?: string; threads?: number }) => Backend }
+  try {
+    const modulePath = './onnx/backend.ts'
+    engine = await import(modulePath)
+  } catch (err) {
+    return new UnavailableBackend(entry.id, `the local ONNX engine could not be loaded: ${(err as Error).message}`)
+  }
+  const threads = entry.threads ?? ctx.config.onnxThreads
+  return engine.createOnnxBackend({
+    id: entry.id,
+    path,
+    dtype: entry.dtype,
+    device: entry.device ?? ctx.config.onnxDevice,
+    threads: threads === 0 ? undefined : threads,
+  })
+}
+
+export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry) => {
+  // The upstream (OpenAI-compatible) backend is a later issue.
+  return new UnavailableBackend(entry.id, 'the openai (upstream) backend is not implemented in this build yet')
+}
+
+export type BackendFactories = { onnx: BackendFactory<OnnxModelEntry>; openai: BackendFactory<OpenAiModelEntry> }
+
+export const defaultFactories: BackendFactories = { onnx: createOnnx, openai: createOpenAi }
+
+// ---------------------------------------------------------------------------
+// The registry
+
+export interface RegisteredModel {
+  id: string
+  backend: Backend
+  /** Unix seconds; when this server registered the model. */
+  created: number
+  /** Changes whenever the model's configuration or chatd's version changes. */
+  fingerprint: string
+  reasoning: ReasoningMode
+}
+
+export type ModelStatus = BackendState['state']
+
+export interface RegistryLogger {
+  info: (obj: object, msg: string) => void
+  error: (obj: object, msg: string) => void
+}
+
+const VERSION = (() => {
+  try {
+    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
+  } catch {
+    return '0.0.0'
+  }
+})()
+
+export function fingerprintOf (description: unknown): string {
+  return 'fp_' + createHash('sha256').update(VERSION + JSON.stringify(description)).digest('hex').slice(0, 12)
+}
+
+export class ModelRegistry {
+  readonly #models = new Map<string, RegisteredModel>()
+  /** Why load() failed, for backends that do not report it through state(). */
+  readonly #loadErrors = new Map<string, string>()
+  #loading?: Promise<void>
+
+  constructor (models: Array<Omit<RegisteredModel, 'created' | 'fingerprint' | 'reasoning'> & Partial<RegisteredModel>>) {
+    const created = Math.floor(Date.now() / 1000)
+    for (const m of models) {
+      this.#models.set(m.id, {
+        id: m.id,
+        backend: m.backend,
+        created: m.created ?? created,
+        fingerprint: m.fingerprint ?? fingerprintOf({ id: m.id }),
+        reasoning: m.reasoning ?? 'separate',
+      })
+    }
+  }
+
+  /** Reads MODELS_FILE and builds every backend (without loading them yet). */
+  static async fromFile (file: string, opts: { config: FactoryContext['config']; env?: Record<string, string | undefined>; factories?: Partial<BackendFactories> }): Promise<ModelRegistry> {
+    let text: string
+    try {
+      text = readFileSync(file, 'utf8')
+    } catch (err) {
+      throw new ModelsFileError(`MODELS_FILE ${file}: cannot be read: ${(err as Error).message}`)
+    }
+    const parsed = parseModelsFile(text, opts.env ?? process.env, file)
+    const factories = { ...defaultFactories, ...opts.factories }
+    const ctx: FactoryContext = { config: opts.config, baseDir: dirname(resolve(file)) }
+    const models = []
+    for (const { entry, missingVariables } of parsed) {
+      let backend: Backend
+      if (missingVariables.length > 0) {
+        backend = new UnavailableBackend(entry.id, `environment variable${missingVariables.length > 1 ? 's' : ''} ${missingVariables.join(', ')} not set`, `set ${missingVariables.join(', ')} in the environment or .env`)
+      } else {
+        try {
+          backend = entry.backend === 'onnx' ? await factories.onnx(entry, ctx) : await factories.openai(entry, ctx)
+        } catch (err) {
+          backend = new UnavailableBackend(entry.id, (err as Error).message)
+        }
+      }
+      models.push({ id: entry.id, backend, fingerprint: fingerprintOf(entry), reasoning: entry.reasoning ?? 'separate' })
+    }
+    return new ModelRegistry(models)
+  }
+
+  get (id: string): RegisteredModel | undefined {
+    return this.#models.get(id)
+  }
+
+  list (): RegisteredModel[] {
+    return [...this.#models.values()]
+  }
+
+  state (id: string): BackendState {
+    const model = this.#models.get(id)
+    if (!model) return { state: 'unavailable', reason: 'unknown model' }
+    const loadError = this.#loadErrors.get(id)
+    const state = model.backend.state()
+    if (loadError !== undefined && state.state !== 'unavailable') return { state: 'unavailable', reason: loadError }
+    return state
+  }
+
+  /** Ready when every model that can be used has loaded; unavailable ones do not hold readiness back. */
+  ready (): boolean {
+    return this.list().every(m => this.state(m.id).state !== 'loading')
+  }
+
+  /** Starts loading every usable model in the background; resolves when all have settled. */
+  loadAll (log?: RegistryLogger): Promise<void> {
+    this.#loading ??= Promise.all(this.list().map(async model => {
+      if (model.backend.state().state === 'unavailable') {
+        const state = this.state(model.id) as Extract<BackendState, { state: 'unavailable' }>
+        log?.error({ model: model.id, reason: state.reason, hint: state.hint }, 'model unavailable')
+        return
+      }
+      const started = performance.now()
+      try {
+        await model.backend.load()
+        log?.info({ model: model.id, ms: Math.round(performance.now() - started) }, 'model ready')
+      } catch (err) {
+        this.#loadErrors.set(model.id, `loading failed: ${(err as Error).message}`)
+        log?.error({ model: model.id, err }, 'model failed to load')
+      }
+    })).then(() => {})
+    return this.#loading
+  }
+
+  async close (): Promise<void> {
+    await Promise.allSettled(this.list().map(m => m.backend.close()))
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reasoning modes
+
+/**
+ * Applies a model's reasoning mode to a backend's events. Backends put thinking
+ * in `reasoning` deltas; `separate` passes them on (message.reasoning_content),
+ * `hidden` drops them, `inline` puts them back into the content, closing the
+ * block with `</think>` as the model wrote it.
+ */
+export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>, mode: ReasoningMode): AsyncIterable<GenerateEvent> {
+  if (mode === 'separate') {
+    yield * events
+    return
+  }
+  let thinking = false
+  for await (const event of events) {
+    if (event.type !== 'delta') {
+      yield event
+      continue
+    }
+    if (mode === 'hidden') {
+      if (event.content) yield { type: 'delta', content: event.content }
+      continue
+    }
+    let text = ''
+    if (event.reasoning) {
+      thinking = true
+      text += event.reasoning
+    }
+    if (event.content) {
+      if (thinking) text += '</think>'
+      thinking = false
+      text += event.content
+    }
+    if (text) yield { type: 'delta', content: text }
+  }
+}
+
+export type { GenerateRequest }

@@ -1,0 +1,79 @@
+// The entry point: load config, open the database (first start: create the
+// admin account and print its key once), read models.json, build the app,
+// listen, load the models in the background, and on SIGTERM/SIGINT stop taking
+// requests and drain the ones in flight (streams included) before exiting.
+
+import closeWithGrace from 'close-with-grace'
+import type { FastifyInstance } from 'fastify'
+import { Accounts } from './accounts/accounts.ts'
+import { ensureAdminAccount } from './accounts/bootstrap.ts'
+import { buildApp, type AppOptions } from './app.ts'
+import { ConfigError, loadConfig, type Config } from './config.ts'
+import { ModelRegistry, ModelsFileError, type BackendFactories } from './engine/registry.ts'
+import { openMigratedDatabase } from './store/database.ts'
+
+export interface StartOptions {
+  /** Where the first start prints the admin key; stdout by default. */
+  print?: (text: string) => void
+  /** Environment for `${VAR}` in models.json; process.env by default. */
+  env?: Record<string, string | undefined>
+  /** Replaces backend factories (tests). */
+  factories?: Partial<BackendFactories>
+  logger?: AppOptions['logger']
+}
+
+/** Opens everything and listens. Closing the returned app closes the models and the database too. */
+export async function startServer (config: Config, opts: StartOptions = {}): Promise<FastifyInstance> {
+  const print = opts.print ?? (text => { process.stdout.write(text) })
+  const db = await openMigratedDatabase(config.database)
+  let models: ModelRegistry | undefined
+  try {
+    const accounts = new Accounts(db)
+    const admin = await ensureAdminAccount(accounts, { email: config.adminEmail, key: config.adminKey })
+    if (admin) {
+      // Printed, never logged: this is the one time the key can be seen.
+      print(admin.fromConfig
+        ? `\nCreated admin account ${admin.email} with the key from CHATD_ADMIN_KEY.\n\n`
+        : `\nCreated admin account ${admin.email}. Its API key (shown only now, keep it):\n\n    ${admin.key}\n\n`)
+    }
+    models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: opts.factories })
+    const app = await buildApp({ config, accounts, models, logger: opts.logger })
+    const registry = models
+    // Runs after Fastify has stopped listening and the in-flight requests have ended.
+    app.addHook('onClose', async () => {
+      await registry.close()
+      await db.destroy()
+    })
+    await app.listen({ port: config.port, host: config.host })
+    // Listening first, loading after: /healthz answers at once, /readyz says when models are ready.
+    void models.loadAll(app.log)
+    return app
+  } catch (err) {
+    await models?.close()
+    await db.destroy()
+    throw err
+  }
+}
+
+/** `chatd serve`: the whole process lifecycle. */
+export async function main (): Promise<void> {
+  let config: Config
+  let app: FastifyInstance
+  try {
+    config = loadConfig(process.env, { dotenv: true })
+    app = await startServer(config)
+  } catch (err) {
+    if (err instanceof ConfigError || err instanceof ModelsFileError) {
+      process.stderr.write(`chatd: ${err.message}\n`)
+      process.exit(1)
+    }
+    throw err
+  }
+  closeWithGrace({ delay: config.shutdownGraceMs }, async ({ signal, err }) => {
+    if (err) app.log.error({ err }, 'shutting down after an uncaught error')
+    else app.log.info({ signal }, 'shutting down: draining in-flight requests')
+    await app.close()
+  })
+}
+
+if (import.meta.main) await main()

@@ -1,0 +1,10 @@
+// The ordered list of migrations. Listed in code rather than read from a folder
+// so the Migrator needs no file-system provider and names never depend on paths.
+// Append new ones; never rename or edit one that has shipped.
+
+import type { Migration } from 'kysely'
+import { accountsAndKeys } from './001-accounts-and-keys.ts'
+
+export const migrations: Record<string, Migration> = {
+  '001-accounts-and-keys': accountsAndKeys,
+}

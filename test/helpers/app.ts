@@ -1,0 +1,54 @@
+// Builds a chatd app for one test: a real SQLite file in the test's own temp
+// directory, an account with a key, and the given backends in the registry.
+// Closed automatically when the test ends.
+
+import { join } from 'node:path'
+import type { Test } from 'tap'
+import type { FastifyInstance } from 'fastify'
+import { Accounts } from '../../src/accounts/accounts.ts'
+import { buildApp } from '../../src/app.ts'
+import { Metrics } from '../../src/api/metrics/metrics.ts'
+import { loadConfig, type Config } from '../../src/config.ts'
+import type { Backend } from '../../src/engine/backend.ts'
+import { ModelRegistry, type ReasoningMode } from '../../src/engine/registry.ts'
+import { openMigratedDatabase, type Db } from '../../src/store/database.ts'
+import { ScriptedBackend } from './scripted-backend.ts'
+
+export interface TestApp {
+  app: FastifyInstance
+  db: Db
+  accounts: Accounts
+  models: ModelRegistry
+  metrics: Metrics
+  config: Config
+  /** A working key of a free-tier account, user@example.com. */
+  key: string
+  /** Authorization header for `key`. */
+  auth: { authorization: string }
+}
+
+export async function buildTestApp (t: Test, opts: {
+  backends?: Array<Backend | { backend: Backend; reasoning?: ReasoningMode }>
+  env?: Record<string, string>
+} = {}): Promise<TestApp> {
+  const dir = t.testdir()
+  const config = loadConfig({ DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, LOG_LEVEL: 'silent', ...opts.env })
+  const db = await openMigratedDatabase(config.database)
+  const accounts = new Accounts(db)
+  const account = await accounts.create({ email: 'user@example.com' })
+  const { key } = await accounts.createKey(account.id, { name: 'test' })
+  const backends = opts.backends ?? [new ScriptedBackend()]
+  const models = new ModelRegistry(backends.map(b => 'backend' in b ? { id: b.backend.id, backend: b.backend, reasoning: b.reasoning } : { id: b.id, backend: b }))
+  const metrics = new Metrics(models)
+  const app = await buildApp({ config, accounts, models, metrics, logger: false })
+  t.teardown(async () => {
+    await app.close()
+    await db.destroy()
+  })
+  return { app, db, accounts, models, metrics, config, key, auth: { authorization: `Bearer ${key}` } }
+}
+
+/** A minimal valid chat body for the scripted model. */
+export function chatBody (extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: 'scripted', messages: [{ role: 'user', content: 'Tell me a story' }], ...extra }
+}

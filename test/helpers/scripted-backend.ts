@@ -1,0 +1,93 @@
+// An in-test Backend that streams words it was given. For validation, auth and
+// SSE-framing tests only; everything about real generation is tested against
+// the real ONNX engine on stories260k.
+
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Backend, BackendState, GenerateEvent, GenerateRequest } from '../../src/engine/backend.ts'
+import type { ApiError } from '../../src/errors.ts'
+
+export interface ScriptedOptions {
+  id?: string
+  /** Streamed one per delta; content deltas. */
+  words?: string[]
+  /** Reasoning deltas streamed before the words. */
+  thinking?: string[]
+  /** Pause before each delta. */
+  delayMs?: number
+  /** Pause before the first event (queue or prompt time). */
+  firstDelayMs?: number
+  /** Thrown before the first event (a refusal such as context_length_exceeded). */
+  refuse?: ApiError
+  /** Thrown after this many deltas (a mid-stream failure). */
+  failAfter?: { deltas: number; error: Error }
+  /** load() waits for this promise; the backend is 'loading' until then. */
+  loadGate?: Promise<void>
+}
+
+export class ScriptedBackend implements Backend {
+  readonly id: string
+  readonly contextLength = 512
+  #state: BackendState = { state: 'loading' }
+  readonly #opts: ScriptedOptions
+  /** What the last generate() call received. */
+  lastRequest?: GenerateRequest
+  /** Deltas emitted by the current/last generation. */
+  emitted = 0
+  /** Set when a generation ended because its signal aborted. */
+  cancelled = false
+  /** Generations currently running. */
+  running = 0
+
+  constructor (opts: ScriptedOptions = {}) {
+    this.id = opts.id ?? 'scripted'
+    this.#opts = opts
+    if (!opts.loadGate) this.#state = { state: 'ready' }
+  }
+
+  state (): BackendState {
+    return this.#state
+  }
+
+  async load (): Promise<void> {
+    await this.#opts.loadGate
+    this.#state = { state: 'ready' }
+  }
+
+  async * generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent> {
+    this.lastRequest = request
+    this.emitted = 0
+    this.cancelled = false
+    if (this.#opts.refuse) throw this.#opts.refuse
+    this.running++
+    try {
+      const promptTokens = request.messages.reduce((n, m) => n + m.content.split(/\s+/).filter(Boolean).length, 0)
+      const pieces = [
+        ...(this.#opts.thinking ?? []).map(text => ({ reasoning: text })),
+        ...(this.#opts.words ?? ['Once', ' upon', ' a', ' time']).map(text => ({ content: text })),
+      ]
+      if (this.#opts.firstDelayMs) await sleep(this.#opts.firstDelayMs, undefined, { signal }).catch(() => {})
+      let reason: 'stop' | 'length' | 'cancelled' = 'stop'
+      for (const piece of pieces) {
+        if (this.#opts.delayMs) await sleep(this.#opts.delayMs, undefined, { signal }).catch(() => {})
+        if (signal.aborted) {
+          reason = 'cancelled'
+          break
+        }
+        if (request.maxTokens !== undefined && this.emitted >= request.maxTokens) {
+          reason = 'length'
+          break
+        }
+        if (this.#opts.failAfter && this.emitted >= this.#opts.failAfter.deltas) throw this.#opts.failAfter.error
+        this.emitted++
+        yield { type: 'delta', ...piece }
+      }
+      if (signal.aborted) reason = 'cancelled'
+      this.cancelled = reason === 'cancelled'
+      yield { type: 'finish', reason, usage: { prompt_tokens: promptTokens, completion_tokens: this.emitted, total_tokens: promptTokens + this.emitted } }
+    } finally {
+      this.running--
+    }
+  }
+
+  async close (): Promise<void> {}
+}
