@@ -1,0 +1,171 @@
+// The local ONNX model as a Backend: the main thread's side of the engine
+// worker. Requests go to the worker as messages; its events come back into
+// one object stream per request, which generate() iterates.
+import { randomUUID } from 'node:crypto'
+import { Readable } from 'node:stream'
+import { Worker } from 'node:worker_threads'
+import type { Backend, BackendState, GenerateEvent, GenerateRequest } from '../backend.ts'
+import { ApiError } from '../../errors.ts'
+import { MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
+import type { DeviceChoice } from './ort.ts'
+import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
+
+export interface OnnxBackendOptions {
+  id: string
+  path: string
+  dtype?: string
+  device?: string
+  threads?: number
+}
+
+export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
+  return new OnnxBackend(opts)
+}
+
+const DEVICES: DeviceChoice[] = ['auto', 'cpu', 'cuda']
+
+export class OnnxBackend implements Backend {
+  readonly id: string
+  contextLength?: number
+  /** The execution provider in use once loaded. */
+  device?: 'cpu' | 'cuda'
+  private readonly settings: WorkerSettings
+  private current: BackendState = { state: 'loading' }
+  private worker: Worker | null = null
+  private loading: Promise<void> | null = null
+  /** Open requests by id: the worker's events for each are pushed here. */
+  private readonly streams = new Map<string, Readable>()
+
+  constructor (opts: OnnxBackendOptions) {
+    this.id = opts.id
+    const dtype = (opts.dtype ?? 'q4') as ModelDtype
+    if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
+    const device = (opts.device ?? 'auto') as DeviceChoice
+    if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
+    this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0 }
+  }
+
+  state (): BackendState {
+    return this.current
+  }
+
+  /** Requests being generated right now. */
+  get activeRequests (): number {
+    return this.streams.size
+  }
+
+  load (): Promise<void> {
+    this.loading ??= this.spawn()
+    return this.loading
+  }
+
+  private async spawn (): Promise<void> {
+    try {
+      // Checked here first so a missing or broken directory is reported at once, with its file.
+      readModelDir(this.settings.modelDir, this.settings.dtype)
+    } catch (err) {
+      const missing = err instanceof ModelDirError && /missing|not found/.test(err.message)
+      this.current = { state: 'unavailable', reason: (err as Error).message, hint: missing ? `npx chatd pull ${this.id}` : undefined }
+      throw err
+    }
+    const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: this.settings })
+    this.worker = worker
+    await new Promise<void>((resolve, reject) => {
+      const onFirst = (message: FromWorker): void => {
+        if (message.type === 'ready') {
+          this.contextLength = message.contextLength
+          this.device = message.device
+          this.current = { state: 'ready' }
+          worker.on('message', (m: FromWorker) => this.onMessage(m))
+          resolve()
+        } else if (message.type === 'load_error') {
+          this.current = { state: 'unavailable', reason: message.message }
+          void worker.terminate()
+          reject(new Error(message.message))
+        }
+      }
+      worker.once('message', onFirst)
+      worker.once('error', err => {
+        this.current = { state: 'unavailable', reason: `engine worker failed: ${err.message}` }
+        this.failAll(new ApiError('model_unavailable', `model ${this.id} stopped: ${err.message}`))
+        reject(err)
+      })
+      worker.once('exit', code => {
+        if (this.current.state === 'ready') this.current = { state: 'unavailable', reason: `engine worker exited (code ${code})` }
+        this.failAll(new ApiError('model_unavailable', `model ${this.id} is not running`))
+        this.worker = null
+      })
+    })
+  }
+
+  async * generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
+    const worker = this.worker
+    if (this.current.state !== 'ready' || !worker) {
+      const why = this.current.state === 'unavailable' ? this.current.reason : 'it is still loading'
+      throw new ApiError('model_unavailable', `model ${this.id} is not available: ${why}`, {
+        headers: this.current.state === 'loading' ? { 'retry-after': '5' } : {},
+      })
+    }
+    const id = randomUUID()
+    const stream = new Readable({ objectMode: true, read () {} })
+    this.streams.set(id, stream)
+    const cancel = (): void => this.post({ type: 'cancel', id })
+    signal.addEventListener('abort', cancel, { once: true })
+    this.post({ type: 'generate', id, request })
+    if (signal.aborted) cancel()
+    let finished = false
+    try {
+      for await (const event of stream as AsyncIterable<GenerateEvent>) {
+        yield event
+        if (event.type === 'finish') {
+          finished = true
+          return
+        }
+      }
+    } finally {
+      signal.removeEventListener('abort', cancel)
+      this.streams.delete(id)
+      // The consumer stopped reading early: the worker must stop too.
+      if (!finished) cancel()
+    }
+  }
+
+  private onMessage (message: FromWorker): void {
+    if (!('id' in message)) return
+    const stream = this.streams.get(message.id)
+    if (!stream) return
+    switch (message.type) {
+      case 'delta':
+        stream.push({ type: 'delta', content: message.content } satisfies GenerateEvent)
+        break
+      case 'finish':
+        stream.push({ type: 'finish', reason: message.reason, usage: message.usage } satisfies GenerateEvent)
+        stream.push(null)
+        break
+      case 'error':
+        stream.destroy(new ApiError(message.code, message.message, { param: message.param }))
+        break
+    }
+  }
+
+  private post (message: ToWorker): void {
+    this.worker?.postMessage(message)
+  }
+
+  private failAll (error: ApiError): void {
+    for (const stream of this.streams.values()) stream.destroy(error)
+  }
+
+  async close (): Promise<void> {
+    const worker = this.worker
+    if (!worker) return
+    const closed = new Promise<void>(resolve => {
+      worker.on('message', (m: FromWorker) => { if (m.type === 'closed') resolve() })
+      worker.once('exit', () => resolve())
+    })
+    this.post({ type: 'close' })
+    await closed
+    await worker.terminate()
+    this.worker = null
+  }
+}

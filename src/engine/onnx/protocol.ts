@@ -1,0 +1,25 @@
+// Messages between the OnnxBackend (main thread) and the engine worker.
+import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
+import type { ErrorCode } from '../../errors.ts'
+import type { DeviceChoice } from './ort.ts'
+import type { ModelDtype } from './model-dir.ts'
+
+export interface WorkerSettings {
+  modelDir: string
+  dtype: ModelDtype
+  device: DeviceChoice
+  threads: number
+}
+
+export type ToWorker =
+  | { type: 'generate'; id: string; request: GenerateRequest }
+  | { type: 'cancel'; id: string }
+  | { type: 'close' }
+
+export type FromWorker =
+  | { type: 'ready'; contextLength: number; device: 'cpu' | 'cuda' }
+  | { type: 'load_error'; message: string }
+  | { type: 'delta'; id: string; content: string }
+  | { type: 'finish'; id: string; reason: FinishReason; usage: Usage }
+  | { type: 'error'; id: string; code: ErrorCode; message: string; param: string | null }
+  | { type: 'closed' }

@@ -1,0 +1,44 @@
+// The engine's thread. onnxruntime-node's session.run blocks the thread that
+// calls it for the whole step, so inference lives here and the main thread
+// stays free to answer requests, health checks and cancellations.
+import { parentPort, workerData } from 'node:worker_threads'
+import { ApiError } from '../../errors.ts'
+import { LocalEngine } from './engine.ts'
+import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
+
+const port = parentPort
+if (!port) throw new Error('engine worker must run in a worker thread')
+const send = (message: FromWorker): void => port.postMessage(message)
+const settings = workerData as WorkerSettings
+
+try {
+  const engine = await LocalEngine.load(settings, {
+    delta: (id, content) => send({ type: 'delta', id, content }),
+    finish: (id, reason, usage) => send({ type: 'finish', id, reason, usage }),
+    error: (id, err) => send({ type: 'error', id, code: err.code, message: err.message, param: err.param }),
+  })
+  port.on('message', (message: ToWorker) => {
+    switch (message.type) {
+      case 'generate':
+        try {
+          engine.start(message.request, message.id)
+        } catch (err) {
+          const apiError = err instanceof ApiError ? err : new ApiError('internal_error', (err as Error).message)
+          send({ type: 'error', id: message.id, code: apiError.code, message: apiError.message, param: apiError.param })
+        }
+        break
+      case 'cancel':
+        engine.cancel(message.id)
+        break
+      case 'close':
+        void engine.close().then(() => {
+          send({ type: 'closed' })
+          port.close()
+        })
+        break
+    }
+  })
+  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device })
+} catch (err) {
+  send({ type: 'load_error', message: (err as Error).message })
+}
