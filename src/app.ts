@@ -80,6 +80,9 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
 
   // 5. The API proper, behind Bearer keys.
   await app.register(async api => {
+    // The API speaks JSON only; without this, Fastify's text/plain parser would
+    // turn a plain-text body into a confusing validation error instead of 415.
+    api.removeContentTypeParser('text/plain')
     api.decorateRequest('account', null)
     api.addHook('onRequest', bearerAuth(accounts))
     await api.register(chatRoute, { models, metrics, sseKeepAliveMs: config.sseKeepAliveMs })

@@ -41,9 +41,19 @@ function lastName (param: string): string {
 /** Picks the field at fault from Ajv's errors and words the message. */
 export function validationToApiError (issues: ValidationIssue[], context = 'body'): ApiError {
   // For a union, Ajv lists every branch's complaint and then an anyOf error at
-  // the field itself: that last one names the right field.
-  const union = issues.find(i => i.keyword === 'anyOf' || i.keyword === 'oneOf')
-  const issue = union ?? issues[0]
+  // the field itself. When a branch got further into the value (an object or
+  // array of the right shape with one bad part), its complaint is the precise
+  // one; otherwise the value fits no branch and the union field is at fault.
+  let union = issues.find(i => i.keyword === 'anyOf' || i.keyword === 'oneOf')
+  let issue = union ?? issues[0]
+  if (union) {
+    const deeper = issues.filter(i => i.instancePath.startsWith(union!.instancePath + '/'))
+      .sort((a, b) => b.instancePath.length - a.instancePath.length)[0]
+    if (deeper) {
+      issue = deeper
+      union = undefined
+    }
+  }
   if (issue === undefined) return new ApiError('invalid_parameter', `Invalid request ${context}`)
   let param = paramFromPointer(issue.instancePath)
   if (issue.keyword === 'required') {

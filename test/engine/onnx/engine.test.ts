@@ -2,7 +2,7 @@
 // stories260k model and on tiny random models.
 import fs from 'node:fs'
 import path from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import type { GenerateEvent, GenerateRequest } from '../../../src/engine/backend.ts'
 import { ApiError } from '../../../src/errors.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
@@ -29,7 +29,7 @@ async function collect (events: AsyncIterable<GenerateEvent>): Promise<{ deltas:
   return { deltas, text: deltas.join(''), finish }
 }
 
-async function startBackend (t: Tap.Test, dir: string, dtype = 'fp32'): Promise<OnnxBackend> {
+async function startBackend (t: Test, dir: string, dtype = 'fp32'): Promise<OnnxBackend> {
   const backend = new OnnxBackend({ id: 'test-model', path: dir, dtype, device: 'cpu', threads: 1 })
   await backend.load()
   t.teardown(() => backend.close())
