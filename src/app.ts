@@ -25,6 +25,8 @@ export interface AppOptions {
   metrics?: Metrics
   /** Overrides the logger built from config.logLevel (tests pass false). */
   logger?: FastifyServerOptions['logger']
+  /** Where the built-in logger writes; stdout by default. */
+  logStream?: NodeJS.WritableStream
 }
 
 /** Log paths that may hold credentials; pino replaces them with [Redacted]. */
@@ -44,7 +46,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const metrics = opts.metrics ?? new Metrics(models)
 
   const app = Fastify({
-    logger: opts.logger ?? { level: config.logLevel, redact: REDACTED },
+    logger: opts.logger ?? { level: config.logLevel, redact: REDACTED, ...(opts.logStream ? { stream: opts.logStream } : {}) },
     bodyLimit: config.bodyLimit,
     ajv: {
       customOptions: {

@@ -17,7 +17,8 @@ const CHALLENGE = { 'www-authenticate': 'Bearer' }
 
 function bearerToken (request: FastifyRequest): string | undefined {
   const header = request.headers.authorization
-  if (header === undefined || header.trim() === '') return undefined
+  // An absent header, an empty one and a bare "Bearer" all mean: no key sent.
+  if (header === undefined || /^\s*(Bearer\s*)?$/i.test(header)) return undefined
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header)
   if (!match) throw new ApiError('invalid_api_key', 'The Authorization header must be "Bearer <API key>".', { headers: CHALLENGE })
   return match[1]

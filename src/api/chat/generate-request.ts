@@ -4,10 +4,7 @@
 
 import type { GenerateRequest } from '../../engine/backend.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
-import type { ChatCompletionRequest } from './schema.ts'
-
-/** The spec's defaults for the request controls; with all of them nothing is added to the prompt. */
-export const DEFAULT_CONTROLS = { language: 'English', tone: 'Default', wordcount: 'Default' } as const
+import { DEFAULTS, type ChatCompletionRequest } from './schema.ts'
 
 export function toGenerateRequest (body: ChatCompletionRequest): GenerateRequest {
   if (body.n !== undefined && body.n !== null && body.n !== 1) {
@@ -32,9 +29,10 @@ export function toGenerateRequest (body: ChatCompletionRequest): GenerateRequest
   return {
     messages,
     maxTokens,
-    temperature: body.temperature,
-    topP: body.top_p,
-    topK: body.top_k,
+    // Fastify has already filled in the schema's defaults; the fallbacks keep this function total.
+    temperature: body.temperature ?? DEFAULTS.temperature,
+    topP: body.top_p ?? DEFAULTS.top_p,
+    topK: body.top_k ?? DEFAULTS.top_k,
     seed: body.seed ?? undefined,
     stop,
   }

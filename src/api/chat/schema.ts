@@ -5,6 +5,18 @@
 
 import { Type, type Static } from 'typebox'
 
+/** The spec's defaults (service-interface.md 2.1): the schema documents and applies them, the code falls back to them. */
+export const DEFAULTS = {
+  language: 'English',
+  tone: 'Default',
+  wordcount: 'Default',
+  googleSearchStatus: false,
+  stream: false,
+  temperature: 1,
+  top_p: 1,
+  top_k: 0,
+} as const
+
 const Role = Type.Enum(['user', 'assistant', 'system'], { description: 'Who wrote the message.' })
 
 const TextPart = Type.Object({
@@ -18,23 +30,23 @@ export const Message = Type.Object({
 })
 
 /** Short, free-form names such as "English" or "Formal"; long enough for any real name, short enough to keep out prompt stuffing. */
-const ShortName = (def: string, description: string) => Type.String({ minLength: 1, maxLength: 64, default: def, description })
+const ShortName = (def: string, description: string) => Type.Optional(Type.String({ minLength: 1, maxLength: 64, default: def, description }))
 
 export const ChatCompletionRequest = Type.Object({
   // --- the spec's fields (service-interface.md 2.1) ---
   model: Type.String({ minLength: 1, description: 'Id of the model, as listed by GET /api/v1/models.' }),
   messages: Type.Array(Message, { minItems: 1, description: 'The conversation so far.' }),
-  language: ShortName('English', 'Language of the reply.'),
-  tone: ShortName('Default', 'Tone of the reply.'),
-  wordcount: Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: 100000 })], {
-    default: 'Default',
+  language: ShortName(DEFAULTS.language, 'Language of the reply.'),
+  tone: ShortName(DEFAULTS.tone, 'Tone of the reply.'),
+  wordcount: Type.Optional(Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: 100000 })], {
+    default: DEFAULTS.wordcount,
     description: 'Target length of the reply in words: "Default" or a positive integer.',
-  }),
-  googleSearchStatus: Type.Boolean({ default: false, description: 'Enrich the reply with web search results (needs a search provider).' }),
-  stream: Type.Boolean({ default: false, description: 'Stream the reply as server-sent events.' }),
-  temperature: Type.Number({ minimum: 0, maximum: 2, default: 1, description: '0 is greedy decoding.' }),
-  top_p: Type.Number({ minimum: 0, maximum: 1, default: 1 }),
-  top_k: Type.Integer({ minimum: 0, default: 0, description: '0 disables top-k.' }),
+  })),
+  googleSearchStatus: Type.Optional(Type.Boolean({ default: DEFAULTS.googleSearchStatus, description: 'Enrich the reply with web search results (needs a search provider).' })),
+  stream: Type.Optional(Type.Boolean({ default: DEFAULTS.stream, description: 'Stream the reply as server-sent events.' })),
+  temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2, default: DEFAULTS.temperature, description: '0 is greedy decoding.' })),
+  top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: DEFAULTS.top_p })),
+  top_k: Type.Optional(Type.Integer({ minimum: 0, default: DEFAULTS.top_k, description: '0 disables top-k.' })),
 
   // --- accepted extras (DESIGN.md "Request"); null means absent, as clients send it ---
   max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'Upper bound on generated tokens.' })),

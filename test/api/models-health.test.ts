@@ -1,0 +1,141 @@
+// GET /api/v1/models(/{id}), /healthz, /readyz, /metrics and /docs; what a
+// loading or unavailable model answers.
+
+import t from 'tap'
+import { UnavailableBackend } from '../../src/engine/registry.ts'
+import { buildTestApp, chatBody } from '../helpers/app.ts'
+import { ScriptedBackend } from '../helpers/scripted-backend.ts'
+
+t.test('model list in the OpenAI shape, with status', async t => {
+  let open!: () => void
+  const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
+  const missing = new UnavailableBackend('big', 'model files not found at /x', 'run: npx chatd pull big')
+  const { app, auth } = await buildTestApp(t, { backends: [new ScriptedBackend(), loading, missing] })
+
+  const list = await app.inject({ url: '/api/v1/models', headers: auth })
+  t.equal(list.statusCode, 200)
+  const body = list.json()
+  t.equal(body.object, 'list')
+  t.same(body.data.map((m: { id: string; status: string }) => [m.id, m.status]), [['scripted', 'ready'], ['slow', 'loading'], ['big', 'unavailable']])
+  for (const m of body.data) {
+    t.equal(m.object, 'model')
+    t.equal(m.owned_by, 'chatd')
+    t.ok(Number.isInteger(m.created))
+  }
+  t.equal(body.data[2].status_reason, 'model files not found at /x (run: npx chatd pull big)')
+
+  const one = await app.inject({ url: '/api/v1/models/scripted', headers: auth })
+  t.same(one.json(), body.data[0])
+  const unknown = await app.inject({ url: '/api/v1/models/nope', headers: auth })
+  t.equal(unknown.statusCode, 404)
+  t.same(unknown.json().error, { message: "The model 'nope' does not exist.", type: 'not_found_error', param: 'id', code: 'model_not_found' })
+  open()
+})
+
+t.test('unknown, loading and unavailable models on the chat endpoint', async t => {
+  let open!: () => void
+  const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
+  const missing = new UnavailableBackend('big', 'model files not found at /x', 'run: npx chatd pull big')
+  const { app, auth, models } = await buildTestApp(t, { backends: [new ScriptedBackend(), loading, missing] })
+  const ask = (model: string) => app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model }) })
+
+  const unknown = await ask('nope')
+  t.equal(unknown.statusCode, 404)
+  t.equal(unknown.json().error.code, 'model_not_found')
+  t.equal(unknown.json().error.type, 'not_found_error')
+  t.equal(unknown.json().error.param, 'model')
+
+  const notYet = await ask('slow')
+  t.equal(notYet.statusCode, 503)
+  t.equal(notYet.json().error.code, 'model_unavailable')
+  t.equal(notYet.headers['retry-after'], '5')
+
+  const gone = await ask('big')
+  t.equal(gone.statusCode, 503)
+  t.same(gone.json().error, { message: "The model 'big' is unavailable: model files not found at /x (run: npx chatd pull big)", type: 'server_error', param: 'model', code: 'model_unavailable' })
+
+  t.equal((await ask('scripted')).statusCode, 200, 'the other models keep working')
+
+  const loaded = models.loadAll()
+  open()
+  await loaded
+  t.equal((await ask('slow')).statusCode, 200, 'answers once loaded')
+})
+
+t.test('healthz and readyz', async t => {
+  let open!: () => void
+  const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
+  const missing = new UnavailableBackend('big', 'files missing')
+  const { app, models } = await buildTestApp(t, { backends: [new ScriptedBackend(), loading, missing] })
+
+  t.same((await app.inject({ url: '/healthz' })).json(), { status: 'ok' })
+  const before = await app.inject({ url: '/readyz' })
+  t.equal(before.statusCode, 503, 'not ready while a model loads')
+  t.same(before.json(), { status: 'loading', models: { scripted: 'ready', slow: 'loading', big: 'unavailable' } })
+
+  const loaded = models.loadAll()
+  open()
+  await loaded
+  const after = await app.inject({ url: '/readyz' })
+  t.equal(after.statusCode, 200, 'ready: unavailable models do not hold readiness back')
+  t.same(after.json(), { status: 'ready', models: { scripted: 'ready', slow: 'ready', big: 'unavailable' } })
+})
+
+t.test('a model whose load fails becomes unavailable', async t => {
+  const failedLoad = Promise.reject(new Error('bad weights'))
+  failedLoad.catch(() => {})
+  const broken = new ScriptedBackend({ id: 'broken', loadGate: failedLoad })
+  const { app, auth, models } = await buildTestApp(t, { backends: [broken] })
+  await models.loadAll()
+  t.same(models.state('broken'), { state: 'unavailable', reason: 'loading failed: bad weights' })
+  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+  const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'broken' }) })
+  t.equal(res.statusCode, 503)
+  t.match(res.json().error.message, /bad weights/)
+})
+
+t.test('metrics', async t => {
+  const { app, auth } = await buildTestApp(t)
+  await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody() })
+  await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ temperature: 9 }) })
+  await app.inject({ method: 'POST', url: '/api/v1/chat/completions', payload: chatBody() })
+  const res = await app.inject({ url: '/metrics' })
+  t.equal(res.statusCode, 200)
+  t.match(res.headers['content-type'], /^text\/plain/)
+  const text = res.body
+  t.match(text, 'chatd_http_requests_total{route="/api/v1/chat/completions",method="POST",status="200"} 1')
+  t.match(text, 'chatd_http_requests_total{route="/api/v1/chat/completions",method="POST",status="400"} 1')
+  t.match(text, 'chatd_errors_total{code="invalid_parameter"} 1')
+  t.match(text, 'chatd_errors_total{code="missing_api_key"} 1')
+  t.match(text, 'chatd_time_to_first_token_seconds_count{model="scripted"} 1')
+  t.match(text, 'chatd_generated_tokens_total{model="scripted"} 4')
+  t.match(text, 'chatd_active_requests{model="scripted"} 0')
+  t.match(text, 'chatd_queue_length{model="scripted"} 0')
+  t.match(text, 'chatd_completions_total{model="scripted",finish_reason="stop"} 1')
+  t.match(text, 'chatd_process_cpu_seconds_total')
+})
+
+t.test('OpenAPI docs are generated from the schemas', async t => {
+  const { app } = await buildTestApp(t)
+  const ui = await app.inject({ url: '/docs/' })
+  t.equal(ui.statusCode, 200)
+  t.match(ui.headers['content-type'], /text\/html/)
+  const spec = (await app.inject({ url: '/docs/json' })).json()
+  t.equal(spec.openapi, '3.1.0')
+  const chat = spec.paths['/api/v1/chat/completions'].post
+  const request = chat.requestBody.content['application/json'].schema
+  t.same(request.required, ['model', 'messages'])
+  t.same(request.properties.temperature, { type: 'number', minimum: 0, maximum: 2, default: 1, description: '0 is greedy decoding.' })
+  t.equal(request.properties.top_k.type, 'integer')
+  t.ok(chat.responses['200'].content['text/event-stream'], 'the stream chunk is documented')
+  t.ok(chat.responses['4XX'] ?? chat.responses['4xx'], 'the error body is documented')
+  t.ok(spec.paths['/api/v1/models/{id}'])
+  t.ok(spec.components.securitySchemes.bearerAuth)
+})
+
+t.test('unknown routes get the error body', async t => {
+  const { app } = await buildTestApp(t)
+  const res = await app.inject({ url: '/nope' })
+  t.equal(res.statusCode, 404)
+  t.equal(res.json().error.code, 'not_found')
+})
