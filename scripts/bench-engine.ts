@@ -1,0 +1,81 @@
+// Engine-only benchmark: one stream on the raw decoder session (no worker, no
+// HTTP): prefill tokens/s for a P-token prompt, then decode tokens/s for G
+// greedy tokens. Builds (once, cached) an int4 random model of the
+// DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
+//
+//   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3]
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import { runConvert } from '../src/engine/onnx/convert/cli.ts'
+import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
+import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
+import { argmax } from '../src/engine/onnx/sampler.ts'
+
+const { values } = parseArgs({
+  options: {
+    'model-dir': { type: 'string' },
+    dtype: { type: 'string', default: 'q4' },
+    prompt: { type: 'string', default: '128' },
+    gen: { type: 'string', default: '128' },
+    threads: { type: 'string', default: '0' },
+    runs: { type: 'string', default: '3' },
+  },
+})
+const here = path.dirname(new URL(import.meta.url).pathname)
+const promptLen = Number(values.prompt)
+const genLen = Number(values.gen)
+
+let modelDir = values['model-dir']
+if (!modelDir) {
+  modelDir = path.join(here, '..', 'bench-out', 'models', 'qwen2-1.5b-shape-int4')
+  if (!fs.existsSync(path.join(modelDir, 'onnx', 'model_q4.onnx'))) {
+    console.error(`building ${modelDir} (once) ...`)
+    const r = runConvert(['--random', path.join(here, 'models', 'qwen2-1.5b-shape.config.json'), '--out', modelDir, '--dtype', 'int4', '--seed', '1'])
+    console.error(`built in ${r.seconds.toFixed(1)} s`)
+  }
+}
+
+const model = readModelDir(modelDir, values.dtype as ModelDtype)
+const session = await DecoderSession.load(model, { device: 'cpu', threads: Number(values.threads) })
+const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
+
+async function once (): Promise<{ prefill: number; decode: number }> {
+  const t0 = performance.now()
+  let out = await session.forward({
+    batch: 1, inputIds: [prompt], attentionMask: [prompt.map(() => 1)], positionIds: [prompt.map((_, k) => k)],
+    past: session.emptyCache(1), logitsToKeep: 1,
+  })
+  const t1 = performance.now()
+  let next = argmax(out.logits.subarray(0, model.vocabSize))
+  for (let i = 0; i < genLen; i++) {
+    const len = out.present.length
+    const past = out.present
+    out = await session.forward({
+      batch: 1, inputIds: [[next]], attentionMask: [new Array(len + 1).fill(1)], positionIds: [[len]], past, logitsToKeep: 1,
+    })
+    DecoderSession.disposeCache(past)
+    next = argmax(out.logits.subarray(0, model.vocabSize))
+  }
+  const t2 = performance.now()
+  DecoderSession.disposeCache(out.present)
+  return { prefill: promptLen / ((t1 - t0) / 1000), decode: genLen / ((t2 - t1) / 1000) }
+}
+
+await once() // warm-up: first runs allocate and prepack
+const results = []
+for (let r = 0; r < Number(values.runs); r++) results.push(await once())
+const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+const report = {
+  model: modelDir,
+  dtype: values.dtype,
+  threads: Number(values.threads) || os.availableParallelism(),
+  prompt_tokens: promptLen,
+  generated_tokens: genLen,
+  prefill_tok_s: Number(median(results.map(r => r.prefill)).toFixed(1)),
+  decode_tok_s: Number(median(results.map(r => r.decode)).toFixed(1)),
+  rss_mb: Math.round(process.memoryUsage().rss / 2 ** 20),
+}
+console.log(JSON.stringify(report, null, 2))
+await session.close()

@@ -1,0 +1,51 @@
+// `chatd convert`: the model builder's command line.
+//   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
+//   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>]
+import { parseArgs } from 'node:util'
+import type { WeightFormat } from './decoder-graph.ts'
+import { convertCheckpoint, convertRandom, type ConvertResult } from './index.ts'
+
+export const CONVERT_USAGE = `Usage:
+  chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
+  chatd convert --random <config.json> --out <dir> [--seed N] [--dtype fp32|fp16|int4] [--tokenizer <dir>]
+
+Writes an onnx-community-style model directory (config.json, tokenizer files,
+onnx/model.onnx | model_fp16.onnx | model_q4.onnx with external data) from a
+Llama or Qwen2 safetensors checkpoint, or from seeded random weights in the
+shape a config.json describes. Without --tokenizer a random model gets a small
+byte-level tokenizer. The default dtype is int4 (onnx dtype q4).`
+
+const FORMATS: WeightFormat[] = ['fp32', 'fp16', 'int4']
+
+export class ConvertUsageError extends Error {}
+
+export function runConvert (args: string[]): ConvertResult {
+  let values
+  try {
+    values = parseArgs({
+      args,
+      options: {
+        from: { type: 'string' },
+        random: { type: 'string' },
+        out: { type: 'string' },
+        dtype: { type: 'string', default: 'int4' },
+        seed: { type: 'string', default: '0' },
+        tokenizer: { type: 'string' },
+      },
+      strict: true,
+    }).values
+  } catch (err) {
+    throw new ConvertUsageError((err as Error).message)
+  }
+  const weights = (values.dtype === 'q4' ? 'int4' : values.dtype) as WeightFormat
+  if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
+  if (!values.out) throw new ConvertUsageError('--out is required')
+  if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
+  if (values.from) {
+    if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
+    return convertCheckpoint({ from: values.from, out: values.out, weights })
+  }
+  const seed = Number(values.seed)
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
+  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer })
+}
