@@ -66,7 +66,17 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     metrics.httpRequests.inc({ route: request.routeOptions.url ?? 'unmatched', method: request.method, status: String(reply.statusCode) })
   })
 
-  // 3. OpenAPI, collected from the route schemas registered after it.
+  // 3. Draining on close. Fastify stops routing and Node closes the idle
+  // connections, but a keep-alive connection that was busy (a stream) stays
+  // open after its response until keepAliveTimeout (72 s), holding close()
+  // back; so while closing, every finished response also closes its connection.
+  let closing = false
+  app.addHook('preClose', async () => { closing = true })
+  app.addHook('onResponse', async request => {
+    if (closing) request.raw.socket?.end()
+  })
+
+  // 4. OpenAPI, collected from the route schemas registered after it.
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -76,11 +86,11 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
 
-  // 4. Unauthenticated operational endpoints.
+  // 5. Unauthenticated operational endpoints.
   await app.register(healthRoutes, { models })
   await app.register(metricsRoute, { metrics })
 
-  // 5. The API proper, behind Bearer keys.
+  // 6. The API proper, behind Bearer keys.
   await app.register(async api => {
     // The API speaks JSON only; without this, Fastify's text/plain parser would
     // turn a plain-text body into a confusing validation error instead of 415.

@@ -1,0 +1,84 @@
+// The CLI against a real SQLite file: accounts and keys commands, their output
+// (keys create prints only the key), errors, and the bin launcher itself.
+
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { Accounts } from '../../src/accounts/accounts.ts'
+import { run } from '../../src/cli.ts'
+import { openMigratedDatabase } from '../../src/store/database.ts'
+
+const ROOT = new URL('../..', import.meta.url).pathname
+
+async function cli (args: string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = ''
+  let err = ''
+  const code = await run(args, line => { out += line + '\n' }, line => { err += line + '\n' })
+  return { code, out, err }
+}
+
+t.test('accounts and keys commands', async t => {
+  const dbPath = join(t.testdir(), 'chatd.db')
+  process.env.DATABASE_URL = `sqlite://${dbPath}`
+  t.teardown(() => { delete process.env.DATABASE_URL })
+
+  t.match(await cli(['accounts', 'create', '--email', 'dev@example.com']), { code: 0, out: 'created account dev@example.com (tier free)\n' })
+  t.match(await cli(['accounts', 'create', '--email', 'boss@example.com', '--tier', 'pro', '--admin']), { code: 0, out: /tier pro, admin/ })
+  t.match(await cli(['accounts', 'create', '--email', 'dev@example.com']), { code: 1, err: /already exists/ })
+
+  const created = await cli(['keys', 'create', '--email', 'dev@example.com', '--name', 'ci'])
+  t.equal(created.code, 0)
+  t.match(created.out, /^sk-chatd-[A-Za-z0-9]{32}\n$/, 'prints only the key')
+  const key = created.out.trim()
+  const second = (await cli(['keys', 'create', '--email', 'dev@example.com'])).out.trim()
+
+  const listed = await cli(['keys', 'list', '--email', 'dev@example.com'])
+  t.equal(listed.code, 0)
+  const lines = listed.out.trim().split('\n')
+  t.match(lines[0], /^PREFIX\tNAME\tCREATED\tLAST USED\tSTATUS$/)
+  t.match(lines[1], new RegExp(`^${key.slice(0, 15)}\tci\t\\d{4}-.*\tnever\tactive$`))
+  t.match(lines[2], new RegExp(`^${second.slice(0, 15)}\t-\t`))
+  t.notMatch(listed.out, key.slice(15), 'the list never shows a key')
+
+  t.match(await cli(['keys', 'revoke', key.slice(0, 15)]), { code: 0, out: `revoked ${key.slice(0, 15)}\n` })
+  t.match(await cli(['keys', 'revoke', key.slice(0, 15)]), { code: 1, err: /no active key with prefix/ })
+  t.match((await cli(['keys', 'list', '--email', 'dev@example.com'])).out, /\trevoked \d{4}-/)
+
+  const db = await openMigratedDatabase({ kind: 'sqlite', path: dbPath })
+  const accounts = new Accounts(db)
+  t.same(await accounts.authenticate(key), { ok: false, reason: 'revoked' })
+  t.match(await accounts.authenticate(second), { ok: true, account: { email: 'dev@example.com' } })
+  await db.destroy()
+
+  t.match(await cli(['keys', 'list', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
+  t.match(await cli(['keys', 'create', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
+})
+
+t.test('usage errors', async t => {
+  t.match(await cli([]), { code: 1, out: /Usage: chatd <command>/ })
+  t.match(await cli(['--help']), { code: 0, out: /keys revoke <prefix>/ })
+  t.match(await cli(['frobnicate']), { code: 2, err: /unknown command: frobnicate/ })
+  t.match(await cli(['keys', 'create']), { code: 2, err: /--email is required/ })
+  t.match(await cli(['keys', 'create', '--email']), { code: 2, err: /--email/ })
+  t.match(await cli(['keys', 'create', '--email', 'a@b.c', '--bogus']), { code: 2, err: /Unknown option '--bogus'/ })
+  t.match(await cli(['keys', 'revoke']), { code: 2, err: /<prefix> is required/ })
+  t.match(await cli(['keys', 'revoke', 'a', 'b']), { code: 2, err: /unexpected argument: b/ })
+})
+
+t.test('bad configuration is reported by name', async t => {
+  process.env.DATABASE_URL = 'mysql://nope'
+  t.teardown(() => { delete process.env.DATABASE_URL })
+  t.match(await cli(['keys', 'list', '--email', 'a@b.c']), { code: 1, err: /DATABASE_URL/ })
+})
+
+t.test('the bin launcher runs the CLI', async t => {
+  const dbPath = join(t.testdir(), 'chatd.db')
+  const env = { ...process.env, DATABASE_URL: `sqlite://${dbPath}` }
+  const exec = promisify(execFile)
+  await exec(process.execPath, ['bin/chatd.js', 'accounts', 'create', '--email', 'x@example.com'], { cwd: ROOT, env })
+  const { stdout, stderr } = await exec(process.execPath, ['bin/chatd.js', 'keys', 'create', '--email', 'x@example.com'], { cwd: ROOT, env })
+  t.match(stdout, /^sk-chatd-[A-Za-z0-9]{32}\n$/)
+  t.equal(stderr, '', 'nothing on stderr (no warnings)')
+  await t.rejects(exec(process.execPath, ['bin/chatd.js', 'nope'], { cwd: ROOT, env }), { code: 2 })
+})

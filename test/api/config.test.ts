@@ -1,0 +1,69 @@
+// Configuration: defaults, and a clear message naming each bad variable.
+
+import t from 'tap'
+import { ConfigError, loadConfig, parseDatabaseUrl } from '../../src/config.ts'
+
+t.test('defaults', async t => {
+  t.same(loadConfig({}), {
+    port: 8080,
+    host: '127.0.0.1',
+    database: { kind: 'sqlite', path: 'data/chatd.db' },
+    modelsFile: 'models/models.json',
+    logLevel: 'info',
+    adminKey: undefined,
+    adminEmail: 'admin@localhost',
+    onnxDevice: 'auto',
+    onnxThreads: 0,
+    queueSize: 64,
+    bodyLimit: 1048576,
+    sseKeepAliveMs: 15000,
+    shutdownGraceMs: 30000,
+  })
+})
+
+t.test('values are parsed and typed', async t => {
+  const c = loadConfig({ PORT: '3000', HOST: '0.0.0.0', DATABASE_URL: 'sqlite:///var/lib/chatd/db.sqlite', ONNX_THREADS: '4', ONNX_DEVICE: 'cpu', LOG_LEVEL: 'debug', CHATD_ADMIN_KEY: 'sk-chatd-' + 'a1'.repeat(16) })
+  t.equal(c.port, 3000)
+  t.same(c.database, { kind: 'sqlite', path: '/var/lib/chatd/db.sqlite' })
+  t.equal(c.onnxThreads, 4)
+  t.equal(c.adminKey, 'sk-chatd-' + 'a1'.repeat(16))
+})
+
+t.test('DATABASE_URL: the path is everything after sqlite://', async t => {
+  t.same(parseDatabaseUrl('sqlite://data/chatd.db'), { kind: 'sqlite', path: 'data/chatd.db' })
+  t.same(parseDatabaseUrl('sqlite:///abs/x.db'), { kind: 'sqlite', path: '/abs/x.db' })
+  t.same(parseDatabaseUrl('sqlite://./rel.db'), { kind: 'sqlite', path: './rel.db' })
+  t.same(parseDatabaseUrl('postgres://u:p@h/db'), { kind: 'postgres', url: 'postgres://u:p@h/db' })
+})
+
+t.test('bad values stop with a message naming each variable', async t => {
+  const cases: Array<[Record<string, string>, RegExp]> = [
+    [{ PORT: 'abc' }, /PORT: must be integer \(got "abc"\)/],
+    [{ PORT: '70000' }, /PORT: must be <= 65535/],
+    [{ LOG_LEVEL: 'loud' }, /LOG_LEVEL: must be equal to one of the allowed values fatal, error, warn, info, debug, trace, silent \(got "loud"\)/],
+    [{ DATABASE_URL: 'mysql://x' }, /DATABASE_URL: must match pattern/],
+    [{ DATABASE_URL: 'sqlite://' }, /DATABASE_URL/],
+    [{ ONNX_DEVICE: 'tpu' }, /ONNX_DEVICE/],
+    [{ QUEUE_SIZE: '0' }, /QUEUE_SIZE: must be >= 1/],
+  ]
+  for (const [env, message] of cases) {
+    t.throws(() => loadConfig(env), { name: 'ConfigError', message }, JSON.stringify(env))
+  }
+  const err = t.throws(() => loadConfig({ CHATD_ADMIN_KEY: 'sk-chatd-tooshort' })) as ConfigError
+  t.match(err.message, /CHATD_ADMIN_KEY: must match pattern/)
+  t.notMatch(err.message, 'tooshort', 'secrets are not echoed')
+
+  const several = t.throws(() => loadConfig({ PORT: 'x', ONNX_THREADS: '-1' })) as ConfigError
+  t.match(several.message, /PORT/)
+  t.match(several.message, /ONNX_THREADS/)
+})
+
+t.test('.env is read, and real environment variables win', async t => {
+  const dir = t.testdir({ '.env': 'PORT=1234\nHOST=0.0.0.0\n' })
+  const cwd = process.cwd()
+  process.chdir(dir)
+  t.teardown(() => process.chdir(cwd))
+  const c = loadConfig({ HOST: '127.0.0.2' }, { dotenv: true })
+  t.equal(c.port, 1234)
+  t.equal(c.host, '127.0.0.2')
+})

@@ -1,0 +1,147 @@
+// The whole server as `chatd serve` starts it: first start prints the admin
+// key once, a restart keeps accounts and keys, shutdown drains streams, and the
+// real process exits cleanly on SIGTERM.
+
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { writeFileSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
+import t from 'tap'
+import OpenAI from 'openai'
+import { run } from '../../src/cli.ts'
+import { loadConfig, type Config } from '../../src/config.ts'
+import { startServer } from '../../src/server.ts'
+import { ScriptedBackend } from '../helpers/scripted-backend.ts'
+
+const ROOT = new URL('../..', import.meta.url).pathname
+
+function setup (t: Parameters<Parameters<typeof t.test>[1]>[0], env: Record<string, string> = {}): Config {
+  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: '.' }] }) })
+  return loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, 'data', 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json'), ...env })
+}
+
+const scripted = (opts: ConstructorParameters<typeof ScriptedBackend>[0] = {}) => ({ onnx: async () => new ScriptedBackend({ id: 'stories', ...opts }) })
+
+function client (app: Awaited<ReturnType<typeof startServer>>, apiKey: string): OpenAI {
+  const { port } = app.server.address() as AddressInfo
+  return new OpenAI({ apiKey, baseURL: `http://127.0.0.1:${port}/api/v1`, maxRetries: 0 })
+}
+
+t.test('first start prints the admin key once; a restart keeps accounts and keys', async t => {
+  const config = setup(t)
+  let printed = ''
+  const first = await startServer(config, { print: text => { printed += text }, factories: scripted(), logger: false })
+  const adminKey = /sk-chatd-[A-Za-z0-9]{32}/.exec(printed)?.[0]
+  t.ok(adminKey, 'the admin key was printed')
+  t.match(printed, /Created admin account admin@localhost/)
+  const reply = await client(first, adminKey!).chat.completions.create({ model: 'stories', messages: [{ role: 'user', content: 'hi' }] })
+  t.equal(reply.choices[0].message.content, 'Once upon a time')
+  await first.close()
+
+  // Between runs, the CLI adds a key to the same database.
+  process.env.DATABASE_URL = `sqlite://${config.database.kind === 'sqlite' ? config.database.path : ''}`
+  let cliKey = ''
+  await run(['keys', 'create', '--email', 'admin@localhost', '--name', 'from cli'], line => { cliKey = line })
+  delete process.env.DATABASE_URL
+
+  printed = ''
+  const second = await startServer(config, { print: text => { printed += text }, factories: scripted(), logger: false })
+  t.teardown(() => second.close())
+  t.equal(printed, '', 'nothing printed on a database that has accounts')
+  for (const key of [adminKey!, cliKey]) {
+    const models = await client(second, key).models.list()
+    t.same(models.data.map(m => m.id), ['stories'], 'keys still work after the restart')
+  }
+  await t.rejects(client(second, 'sk-chatd-' + 'x'.repeat(32)).models.list(), { status: 401 })
+})
+
+t.test('CHATD_ADMIN_KEY is used on first start', async t => {
+  const key = `sk-chatd-${'K3y'.repeat(10)}00`
+  const config = setup(t, { CHATD_ADMIN_KEY: key, CHATD_ADMIN_EMAIL: 'ops@example.com' })
+  let printed = ''
+  const app = await startServer(config, { print: text => { printed += text }, factories: scripted(), logger: false })
+  t.teardown(() => app.close())
+  t.match(printed, /Created admin account ops@example.com with the key from CHATD_ADMIN_KEY/)
+  t.notMatch(printed, key, 'a configured key is not echoed')
+  t.equal((await client(app, key).models.list()).data.length, 1)
+})
+
+t.test('models load in the background; /readyz turns 200 when they are ready', async t => {
+  let open!: () => void
+  const gate = new Promise<void>(resolve => { open = resolve })
+  const app = await startServer(setup(t), { print: () => {}, factories: scripted({ loadGate: gate }), logger: false })
+  t.teardown(() => app.close())
+  t.equal((await app.inject({ url: '/healthz' })).statusCode, 200, 'alive while loading')
+  t.equal((await app.inject({ url: '/readyz' })).statusCode, 503)
+  open()
+  await gate
+  await new Promise(resolve => setImmediate(resolve))
+  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+})
+
+t.test('closing drains an in-flight stream', async t => {
+  const words = Array.from({ length: 20 }, (_, i) => ` w${i}`)
+  let printed = ''
+  const app = await startServer(setup(t), { print: text => { printed += text }, factories: scripted({ words, delayMs: 25 }), logger: false })
+  const key = /sk-chatd-[A-Za-z0-9]{32}/.exec(printed)![0]
+  const stream = await client(app, key).chat.completions.create({ model: 'stories', messages: [{ role: 'user', content: 'x' }], stream: true })
+  let text = ''
+  let closing: Promise<void> | undefined
+  let finish
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta.content ?? ''
+    finish = chunk.choices[0]?.finish_reason ?? finish
+    closing ??= app.close() // shut down as soon as the stream has started
+  }
+  const started = performance.now()
+  await closing
+  t.ok(performance.now() - started < 2000, 'close() returns promptly once the stream has ended (no keep-alive wait)')
+  t.equal(text, words.join(''), 'the whole reply arrived')
+  t.equal(finish, 'stop')
+})
+
+t.test('a bad models.json stops start-up with the entry named', async t => {
+  const dir = t.testdir({ 'models.json': '{"models":[{"id":"x","backend":"onnx"}]}' })
+  const config = loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json') })
+  await t.rejects(startServer(config, { print: () => {}, logger: false }), { name: 'ModelsFileError', message: /models\[0\] \(id "x"\): missing "path"/ })
+})
+
+t.test('`chatd serve` as a process: listens, answers, exits cleanly on SIGTERM', async t => {
+  const dir = t.testdir()
+  writeFileSync(join(dir, 'models.json'), JSON.stringify({ models: [{ id: 'absent', backend: 'onnx', path: 'nowhere' }] }))
+  const child = spawn(process.execPath, ['bin/chatd.js', 'serve'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json') },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
+  let stdout = ''
+  child.stdout.on('data', chunk => { stdout += chunk })
+  let stderr = ''
+  child.stderr.on('data', chunk => { stderr += chunk })
+  const deadline = Date.now() + 20000
+  while (!/listening at http:\/\/127\.0\.0\.1:\d+/.test(stdout) && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50))
+  const port = Number(/listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(stdout)?.[1])
+  t.ok(port, `listening (stderr: ${stderr})`)
+  const key = /sk-chatd-[A-Za-z0-9]{32}/.exec(stdout)?.[0]
+  t.ok(key, 'printed the admin key')
+
+  const res = await fetch(`http://127.0.0.1:${port}/api/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'absent', messages: [{ role: 'user', content: 'hi' }] }),
+  })
+  t.equal(res.status, 503)
+  t.match((await res.json()).error, { code: 'model_unavailable', message: /run: npx chatd pull absent/ })
+  t.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 200)
+
+  const logLines = stdout.split('\n').filter(line => line.startsWith('{'))
+  t.ok(logLines.some(line => /"model unavailable"/.test(line)), 'the unavailable model is logged at start')
+  t.notOk(logLines.some(line => line.includes(key!)), 'the key is in no log line')
+
+  child.kill('SIGTERM')
+  const [code] = await once(child, 'exit')
+  t.equal(code, 0)
+  t.match(stdout, /shutting down/)
+})
