@@ -2,13 +2,13 @@
 // never the key), authentication, revocation, and the first-start admin.
 
 import { join } from 'node:path'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, sameHash } from '../../src/accounts/api-key-format.ts'
 import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 
-async function setup (t: Parameters<Parameters<typeof t.test>[1]>[0]) {
+async function setup (t: Test) {
   const db = await openMigratedDatabase({ kind: 'sqlite', path: join(t.testdir(), 'chatd.db') })
   t.teardown(() => db.destroy())
   return { db, accounts: new Accounts(db) }
