@@ -7,7 +7,7 @@
 //   chatd keys create --email E [--name N]     prints only the key
 //   chatd keys list --email E
 //   chatd keys revoke <prefix>
-//   chatd convert --from DIR --out DIR [--weights fp32|fp16|int4]
+//   chatd convert ...                          build an ONNX model directory (see --help)
 
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { AccountError, Accounts } from './accounts/accounts.ts'
@@ -22,13 +22,23 @@ const USAGE = `Usage: chatd <command>
   keys create --email E [--name N]               create an API key; prints only the key
   keys list --email E                            list an account's keys (prefixes only)
   keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
-  convert --from DIR --out DIR [--weights W]     build an ONNX model directory from a
-                                                 Hugging Face Llama/Qwen2 checkpoint (W: fp32, fp16, int4)
+  convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
+  convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
 
 Settings come from environment variables (and .env); see .env.example.
 `
 
-class UsageError extends Error {}
+/** Wrong command line: exit 2 with the usage text. */
+class UsageError extends Error {
+  readonly usage: string
+  constructor (message: string, usage = USAGE) {
+    super(message)
+    this.usage = usage
+  }
+}
+
+/** An expected failure (bad input file, nothing to revoke): exit 1 with the message, no stack. */
+class CommandError extends Error {}
 
 /** Opens the configured database for one command and closes it afterwards. */
 async function withAccounts<T> (config: Config, fn: (accounts: Accounts) => Promise<T>): Promise<T> {
@@ -108,12 +118,15 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   },
 
   async convert (args, out) {
-    const { values } = parse(args, { from: { type: 'string' }, out: { type: 'string' }, weights: { type: 'string', default: 'fp32' } })
-    const weights = values.weights as string
-    if (!['fp32', 'fp16', 'int4'].includes(weights)) throw new UsageError('--weights must be fp32, fp16 or int4')
-    const { convertCheckpoint } = await import('./engine/onnx/convert/index.ts')
-    const result = convertCheckpoint({ from: required(values.from, '--from'), out: required(values.out, '--out'), weights: weights as 'fp32' | 'fp16' | 'int4' })
-    out(`wrote ${result.onnxFile} in ${result.seconds.toFixed(1)} s`)
+    // The model builder owns its flags (src/engine/onnx/convert/cli.ts); loaded on demand.
+    const { runConvert, ConvertUsageError, CONVERT_USAGE } = await import('./engine/onnx/convert/cli.ts')
+    try {
+      const result = runConvert(args)
+      out(`wrote ${result.onnxFile} in ${result.seconds.toFixed(1)} s`)
+    } catch (err) {
+      if (err instanceof ConvertUsageError) throw new UsageError(err.message, CONVERT_USAGE)
+      throw new CommandError((err as Error).message, { cause: err })
+    }
   },
 }
 
@@ -135,10 +148,10 @@ export async function run (argv: string[], out: Out = line => { process.stdout.w
     return 0
   } catch (e) {
     if (e instanceof UsageError) {
-      err(`chatd ${name}: ${e.message}\n\n${USAGE}`)
+      err(`chatd ${name}: ${e.message}\n\n${e.usage}`)
       return 2
     }
-    if (e instanceof ConfigError || e instanceof AccountError || e instanceof ModelsFileError) {
+    if (e instanceof ConfigError || e instanceof AccountError || e instanceof ModelsFileError || e instanceof CommandError) {
       err(`chatd ${name}: ${e.message}`)
       return 1
     }

@@ -66,6 +66,15 @@ t.test('usage errors', async t => {
   t.match(await cli(['keys', 'revoke', 'a', 'b']), { code: 2, err: /unexpected argument: b/ })
 })
 
+t.test('convert is wired to the model builder', async t => {
+  const out = join(t.testdir(), 'stories')
+  const from = new URL('../../../shared/models/stories260k', import.meta.url).pathname
+  const built = await cli(['convert', '--from', from, '--out', out, '--dtype', 'fp32'])
+  t.match(built, { code: 0, out: /wrote .*model\.onnx/ })
+  t.match(await cli(['convert', '--out', out]), { code: 2, err: /exactly one of --from/ })
+  t.match(await cli(['convert', '--from', '/nonexistent', '--out', join(out, 'x')]), { code: 1, err: /^chatd convert: / })
+})
+
 t.test('bad configuration is reported by name', async t => {
   process.env.DATABASE_URL = 'mysql://nope'
   t.teardown(() => { delete process.env.DATABASE_URL })
