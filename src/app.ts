@@ -19,7 +19,7 @@ import type { Config } from './config.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs'>
+  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -97,7 +97,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     api.removeContentTypeParser('text/plain')
     api.decorateRequest('account', null)
     api.addHook('onRequest', bearerAuth(accounts))
-    await api.register(chatRoute, { models, metrics, sseKeepAliveMs: config.sseKeepAliveMs })
+    await api.register(chatRoute, { models, metrics, sseKeepAliveMs: config.sseKeepAliveMs, queueSize: config.queueSize })
     await api.register(modelsRoute, { models })
   }, { prefix: '/api/v1' })
 

@@ -22,7 +22,7 @@ const ConfigSchema = Type.Object({
   CHATD_ADMIN_EMAIL: Type.String({ minLength: 3, default: 'admin@localhost' }),
   ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto' }),
   ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: '0 lets onnxruntime choose.' }),
-  QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Requests that may wait per model before 503 server_overloaded.' }),
+  QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model in progress (generating or waiting) before 503 server_overloaded.' }),
   BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
   SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'How long SIGTERM waits for in-flight streams.' }),

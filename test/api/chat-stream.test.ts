@@ -220,3 +220,27 @@ t.test('a client that stays gets the whole reply (the abort signal does not fire
   t.equal(completion.choices[0].message.content, 'abc')
   t.notOk(backend.cancelled)
 })
+
+t.test('QUEUE_SIZE bounds the requests in progress per model: one more gets 503 at once', async t => {
+  const backend = new ScriptedBackend({ words: ['a', 'b', 'c', 'd'], delayMs: 40 })
+  const test = await buildTestApp(t, { backends: [backend, new ScriptedBackend({ id: 'other' })], env: { QUEUE_SIZE: '2' } })
+  const ask = (model = 'scripted', stream = false) => test.app.inject({ method: 'POST', url: URL, headers: test.auth, payload: chatBody({ model, stream }) })
+  const running = [ask(), ask('scripted', true)]
+  await until(() => backend.running === 2)
+  const refused = await ask()
+  t.equal(refused.statusCode, 503)
+  t.equal(refused.json().error.code, 'server_overloaded')
+  t.equal(refused.json().error.type, 'server_error')
+  t.equal(refused.headers['retry-after'], '1')
+  t.equal((await ask('other')).statusCode, 200, 'other models are not affected')
+  for (const res of await Promise.all(running)) t.equal(res.statusCode, 200)
+  t.equal((await ask()).statusCode, 200, 'permits come back when generations end')
+
+  // Refusals and failures give the permit back too.
+  const failing = new ScriptedBackend({ id: 'failing', refuse: new ApiError('context_length_exceeded', 'too long') })
+  const test2 = await buildTestApp(t, { backends: [failing], env: { QUEUE_SIZE: '1' } })
+  for (let i = 0; i < 3; i++) {
+    const res = await test2.app.inject({ method: 'POST', url: URL, headers: test2.auth, payload: chatBody({ model: 'failing' }) })
+    t.equal(res.statusCode, 400, `refusal ${i} does not hold a permit`)
+  }
+})

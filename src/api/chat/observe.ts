@@ -1,12 +1,13 @@
 // Counts one generation into the metrics as its events pass through: the
 // active-requests gauge for its whole life, time to first token, tokens, and
-// how it finished. The gauge is released in `finally`, so a request that ends
-// by error, by disconnect or by the consumer stopping early never stays counted.
+// how it finished. The gauge (and `onEnd`, the admission permit) is released in
+// `finally`, so a request that ends by error, by disconnect or by the consumer
+// stopping early never stays counted.
 
 import type { GenerateEvent } from '../../engine/backend.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 
-export async function * observeGeneration (events: AsyncIterable<GenerateEvent>, metrics: Metrics, model: string, startedAt: number): AsyncIterable<GenerateEvent> {
+export async function * observeGeneration (events: AsyncIterable<GenerateEvent>, metrics: Metrics, model: string, startedAt: number, onEnd?: () => void): AsyncIterable<GenerateEvent> {
   const labels = { model }
   metrics.activeRequests.inc(labels)
   let firstText = true
@@ -26,5 +27,6 @@ export async function * observeGeneration (events: AsyncIterable<GenerateEvent>,
     }
   } finally {
     metrics.activeRequests.dec(labels)
+    onEnd?.()
   }
 }

@@ -10,6 +10,7 @@ import { ApiError } from '../../errors.ts'
 import { clientGoneSignal } from '../client-gone.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
+import { Admission } from './admission.ts'
 import { chunkMaker, collect, completionBody, newCompletionMeta, type CompletionMeta } from './completion.ts'
 import { toGenerateRequest } from './generate-request.ts'
 import { observeGeneration } from './observe.ts'
@@ -20,6 +21,8 @@ export interface ChatRouteOptions {
   models: ModelRegistry
   metrics: Metrics
   sseKeepAliveMs: number
+  /** Chat completions per model that may be in progress at once (QUEUE_SIZE). */
+  queueSize: number
 }
 
 /** The model to answer with, or the ApiError saying why none can. */
@@ -34,7 +37,9 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
   return model
 }
 
-export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs }) => {
+export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize }) => {
+  const admission = new Admission(queueSize)
+
   app.post('/chat/completions', {
     schema: {
       tags: ['chat'],
@@ -58,11 +63,18 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const body = request.body
     const model = resolveModel(models, body.model)
     const generateRequest = toGenerateRequest(body)
+    const release = admission.acquire(model.id)
     const signal = clientGoneSignal(reply)
-    const events = observeGeneration(
-      withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
-      metrics, model.id, startedAt,
-    )
+    let events: AsyncIterable<GenerateEvent>
+    try {
+      events = observeGeneration(
+        withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
+        metrics, model.id, startedAt, release,
+      )
+    } catch (err) {
+      release() // a backend whose generate() throws synchronously never starts the observer
+      throw err
+    }
     const meta = newCompletionMeta(model.id, model.fingerprint)
 
     if (!body.stream) {
@@ -134,8 +146,8 @@ async function streamCompletion (
       opts.metrics.errors.inc({ code: apiError.code })
       await sse.data(apiError.toBody())
     } finally {
-      // Closes the backend's generator (and releases the metrics gauge) if we stopped early.
-      await iterator.return?.()
+      // Closes the backend's generator (releasing the gauge and the permit) if we stopped early.
+      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
       sse.end()
     }
   })()

@@ -1,0 +1,36 @@
+// Bounded admission per model (TGI's try-acquire semaphore): at most
+// QUEUE_SIZE chat completions per model may be in progress, generating or
+// waiting for the engine. One more is refused at once with 503
+// server_overloaded and Retry-After, instead of joining an unbounded queue
+// whose wait no client would sit through. The permit lives as long as the
+// generation, streams included.
+
+import { ApiError } from '../../errors.ts'
+
+export class Admission {
+  readonly #limit: number
+  readonly #inFlight = new Map<string, number>()
+
+  constructor (limit: number) {
+    this.#limit = limit
+  }
+
+  inFlight (model: string): number {
+    return this.#inFlight.get(model) ?? 0
+  }
+
+  /** Takes a permit or throws server_overloaded; the returned function gives it back (idempotent). */
+  acquire (model: string): () => void {
+    const count = this.inFlight(model)
+    if (count >= this.#limit) {
+      throw new ApiError('server_overloaded', `The model '${model}' is at capacity (${this.#limit} requests in progress); retry shortly.`, { headers: { 'retry-after': '1' } })
+    }
+    this.#inFlight.set(model, count + 1)
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      this.#inFlight.set(model, this.inFlight(model) - 1)
+    }
+  }
+}
