@@ -103,7 +103,10 @@ export function sendApiError (reply: FastifyReply, error: ApiError): FastifyRepl
 export function installErrorHandling (app: FastifyInstance, metrics: Metrics): void {
   app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const apiError = toApiError(err)
-    if (apiError.status >= 500) request.log.error({ err }, 'request failed')
+    // Unexpected failures get the stack; refusals the API expects (overloaded,
+    // model unavailable, bad input) are one line.
+    if (!(err instanceof ApiError) && apiError.status >= 500) request.log.error({ err }, 'request failed')
+    else if (apiError.status >= 500) request.log.warn({ code: apiError.code }, apiError.message)
     else request.log.info({ code: apiError.code, param: apiError.param }, apiError.message)
     metrics.errors.inc({ code: apiError.code })
     return sendApiError(reply, apiError)

@@ -228,6 +228,7 @@ export type ModelStatus = BackendState['state']
 
 export interface RegistryLogger {
   info: (obj: object, msg: string) => void
+  warn: (obj: object, msg: string) => void
   error: (obj: object, msg: string) => void
 }
 
@@ -317,7 +318,7 @@ export class ModelRegistry {
     this.#loading ??= Promise.all(this.list().map(async model => {
       if (model.backend.state().state === 'unavailable') {
         const state = this.state(model.id) as Extract<BackendState, { state: 'unavailable' }>
-        log?.error({ model: model.id, reason: state.reason, hint: state.hint }, 'model unavailable')
+        log?.warn({ model: model.id, reason: state.reason, hint: state.hint }, 'model unavailable')
         return
       }
       const started = performance.now()

@@ -75,6 +75,15 @@ t.test('convert is wired to the model builder', async t => {
   t.match(await cli(['convert', '--from', '/nonexistent', '--out', join(out, 'x')]), { code: 1, err: /^chatd convert: / })
 })
 
+t.test('pull says where a local model\'s files go', async t => {
+  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: 'm', backend: 'onnx', path: 'weights/m', dtype: 'fp16' }, { id: 'u', backend: 'openai', baseUrl: 'http://x', upstreamModel: 'y' }] }) })
+  process.env.MODELS_FILE = join(dir, 'models.json')
+  t.teardown(() => { delete process.env.MODELS_FILE })
+  t.match(await cli(['pull', 'm']), { code: 1, err: new RegExp(`onnx/model_fp16\\.onnx\\) at ${join(dir, 'weights', 'm')}`) })
+  t.match(await cli(['pull', 'u']), { code: 1, err: /nothing to download/ })
+  t.match(await cli(['pull', 'zz']), { code: 1, err: /no model with id zz/ })
+})
+
 t.test('bad configuration is reported by name', async t => {
   process.env.DATABASE_URL = 'mysql://nope'
   t.teardown(() => { delete process.env.DATABASE_URL })
