@@ -185,10 +185,9 @@ export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => 
     return new UnavailableBackend(entry.id, `model files not found at ${path}`, pullHint(entry.id))
   }
   // Imported on demand so a server without local models never loads onnxruntime.
-  let engine: { createOnnxBackend: (opts: { id: string; path: string; dtype?: string; device?: string; threads?: number }) => Backend }
+  let engine: typeof import('./onnx/backend.ts')
   try {
-    const modulePath = './onnx/backend.ts'
-    engine = await import(modulePath)
+    engine = await import('./onnx/backend.ts')
   } catch (err) {
     return new UnavailableBackend(entry.id, `the local ONNX engine could not be loaded: ${(err as Error).message}`)
   }
