@@ -43,7 +43,7 @@ const REDACTED = [
 
 export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
-  const metrics = opts.metrics ?? new Metrics(models)
+  const metrics = opts.metrics ?? new Metrics()
 
   const app = Fastify({
     logger: opts.logger ?? { level: config.logLevel, redact: REDACTED, ...(opts.logStream ? { stream: opts.logStream } : {}) },

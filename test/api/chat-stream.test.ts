@@ -76,8 +76,12 @@ t.test('include_usage adds a usage chunk with no choices before [DONE]', async t
 
 t.test('keep-alive comments while the first token is slow', async t => {
   const backend = new ScriptedBackend({ firstDelayMs: 350, words: ['Hi'] })
-  const { app, auth } = await buildTestApp(t, { backends: [backend], env: { SSE_KEEPALIVE_MS: '100' } })
-  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ stream: true }) })
+  const { app, auth, metrics } = await buildTestApp(t, { backends: [backend], env: { SSE_KEEPALIVE_MS: '100' } })
+  const pending = app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ stream: true }) })
+  await new Promise(resolve => setTimeout(resolve, 150))
+  t.match(await metrics.registry.getSingleMetricAsString('chatd_queue_length'), /model="scripted"} 1/, 'waiting for its first event counts as queued')
+  const res = await pending
+  t.match(await metrics.registry.getSingleMetricAsString('chatd_queue_length'), /model="scripted"} 0/)
   t.equal(res.statusCode, 200)
   const raw = frames(res.body)
   const comments = raw.filter(f => f === ': keep-alive')
@@ -228,6 +232,7 @@ t.test('QUEUE_SIZE bounds the requests in progress per model: one more gets 503 
   const running = [ask(), ask('scripted', true)]
   await until(() => backend.running === 2)
   const refused = await ask()
+  t.match(await test.metrics.registry.getSingleMetricAsString('chatd_active_requests'), /model="scripted"} 2/)
   t.equal(refused.statusCode, 503)
   t.equal(refused.json().error.code, 'server_overloaded')
   t.equal(refused.json().error.type, 'server_error')

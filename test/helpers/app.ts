@@ -39,7 +39,7 @@ export async function buildTestApp (t: Test, opts: {
   const { key } = await accounts.createKey(account.id, { name: 'test' })
   const backends = opts.backends ?? [new ScriptedBackend()]
   const models = new ModelRegistry(backends.map(b => 'backend' in b ? { id: b.backend.id, backend: b.backend, reasoning: b.reasoning } : { id: b.id, backend: b }))
-  const metrics = new Metrics(models)
+  const metrics = new Metrics()
   const app = await buildApp({ config, accounts, models, metrics, logger: false })
   t.teardown(async () => {
     await app.close()

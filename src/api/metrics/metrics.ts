@@ -3,10 +3,6 @@
 // never share or double-register counters.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import type { ModelRegistry } from '../../engine/registry.ts'
-
-/** Backends may report how many requests wait for a decode slot; the ONNX scheduler does. */
-interface QueueReporting { queueLength?: () => number }
 
 export class Metrics {
   readonly registry = new Registry()
@@ -61,21 +57,14 @@ export class Metrics {
     registers: [this.registry],
   })
 
-  readonly queueLength: Gauge<'model'>
+  readonly queueLength = new Gauge({
+    name: 'chatd_queue_length',
+    help: 'Chat completions admitted but still waiting for their first event from the model (queued or in prompt processing), by model.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+  })
 
-  constructor (models?: ModelRegistry) {
+  constructor () {
     collectDefaultMetrics({ register: this.registry, prefix: 'chatd_' })
-    this.queueLength = new Gauge({
-      name: 'chatd_queue_length',
-      help: 'Requests waiting for the model, by model (for backends that queue).',
-      labelNames: ['model'] as const,
-      registers: [this.registry],
-      collect () {
-        for (const model of models?.list() ?? []) {
-          const backend = model.backend as QueueReporting
-          this.set({ model: model.id }, typeof backend.queueLength === 'function' ? backend.queueLength() : 0)
-        }
-      },
-    })
   }
 }
