@@ -17,6 +17,7 @@ import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
 import type { Config } from './config.ts'
 import type { ModelRegistry } from './engine/registry.ts'
+import { ApiError } from './errors.ts'
 
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'>
@@ -48,6 +49,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: opts.logger ?? { level: config.logLevel, redact: REDACTED, ...(opts.logStream ? { stream: opts.logStream } : {}) },
     bodyLimit: config.bodyLimit,
+    return503OnClosing: false, // see the onRequest hook in step 3
     ajv: {
       customOptions: {
         // Fastify coerces by default ("0.5" -> 0.5); the API promises 400 for a
@@ -70,8 +72,13 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // connections, but a keep-alive connection that was busy (a stream) stays
   // open after its response until keepAliveTimeout (72 s), holding close()
   // back; so while closing, every finished response also closes its connection.
+  // Requests that still arrive on an open connection get the API's own 503
+  // body (instead of Fastify's built-in one) and Connection: close.
   let closing = false
   app.addHook('preClose', async () => { closing = true })
+  app.addHook('onRequest', async () => {
+    if (closing) throw new ApiError('server_overloaded', 'The server is shutting down; retry shortly.', { headers: { 'retry-after': '1' } })
+  })
   app.addHook('onResponse', async request => {
     if (closing) request.raw.socket?.end()
   })

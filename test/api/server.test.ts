@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { writeFileSync } from 'node:fs'
-import type { AddressInfo } from 'node:net'
+import { connect, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import OpenAI from 'openai'
@@ -100,6 +100,31 @@ t.test('closing drains an in-flight stream', async t => {
   t.ok(performance.now() - started < 2000, 'close() returns promptly once the stream has ended (no keep-alive wait)')
   t.equal(text, words.join(''), 'the whole reply arrived')
   t.equal(finish, 'stop')
+})
+
+t.test('while draining, a request on a busy connection gets the API\'s 503 body', async t => {
+  let printed = ''
+  const app = await startServer(setup(t), { print: text => { printed += text }, factories: scripted({ words: ['a', 'b', 'c', 'd', 'e'], delayMs: 40 }), logger: false })
+  const key = /sk-chatd-[A-Za-z0-9]{32}/.exec(printed)![0]
+  const { port } = app.server.address() as AddressInfo
+  const socket = connect(port, '127.0.0.1')
+  let received = ''
+  socket.on('data', chunk => { received += chunk })
+  const body = JSON.stringify({ model: 'stories', messages: [{ role: 'user', content: 'x' }], stream: true })
+  socket.write(`POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+  while (!received.includes('data:')) await new Promise(resolve => setTimeout(resolve, 5))
+  const closing = app.close()
+  await new Promise(resolve => setTimeout(resolve, 20))
+  // A second request on the same, still busy, keep-alive connection.
+  socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
+  await once(socket, 'close')
+  await closing
+  t.match(received, /data: \[DONE\]/, 'the stream finished')
+  const second = received.slice(received.lastIndexOf('HTTP/1.1 '))
+  t.match(second, /^HTTP\/1\.1 503/)
+  t.match(second, /connection: close/i)
+  t.match(second, /"code":"server_overloaded"/)
+  t.match(second, /shutting down/)
 })
 
 t.test('a bad models.json stops start-up with the entry named', async t => {
