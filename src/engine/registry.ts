@@ -12,7 +12,7 @@ import { Type, type Static } from 'typebox'
 import { Compile } from 'typebox/compile'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
-import type { Backend, BackendState, GenerateEvent, GenerateRequest } from './backend.ts'
+import type { Backend, BackendState, GenerateEvent } from './backend.ts'
 
 // ---------------------------------------------------------------------------
 // The file's shape
@@ -151,7 +151,6 @@ export class UnavailableBackend implements Backend {
     throw new Error(this.#reason)
   }
 
-  // eslint-disable-next-line require-yield
   async * generate (): AsyncIterable<GenerateEvent> {
     throw unavailableError(this.id, this.state() as Extract<BackendState, { state: 'unavailable' }>)
   }
@@ -375,4 +374,3 @@ export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>,
   }
 }
 
-export type { GenerateRequest }
