@@ -5,10 +5,12 @@
  * Vocabularies are wide (151,936 logits for Qwen), so nothing here sorts the vocabulary:
  *  - top-k keeps a k-sized min-heap while scanning the logits once;
  *  - without top-k, one pass computes every token's weight exp((l - max) / T) with a fast exp
- *    and, for top-p, a histogram of the mass by weight (bins 1/64 of a bit wide). Walking the bins
- *    from the heaviest finds the bin where the nucleus ends; every token in a heavier bin is in,
- *    and only the few tokens of that boundary bin are ranked exactly (a quickselect on mass).
- * Cost: O(n) for any distribution, ~1 ms for 151,936 logits (see the report in the PR/commit).
+ *    and, for top-p, keeps the few tokens heavy enough to be in the nucleus at all, with a
+ *    histogram of their mass by weight (bins 1/64 of a bit wide). Walking the bins from the
+ *    heaviest finds the bin where the nucleus ends; every token in a heavier bin is in, and only
+ *    the tokens of that boundary bin are ranked exactly (a quickselect on mass).
+ * Cost: O(n) for any distribution; about 1 ms for 151,936 logits at T 0.8, top_p 0.95 on a
+ * 2-vCPU VM (greedy: ~0.2 ms), most of it the one pass of exp.
  * Scratch buffers are reused between calls; the sampler is synchronous, so sharing them is safe.
  */
 import type { Rng } from './rng.ts';
@@ -54,17 +56,17 @@ const STEP_LN = Math.LN2 / STEPS_PER_BIT;
 
 // Reused scratch space, grown on demand.
 let weightScratch = new Float64Array(0);
-let binScratch = new Uint16Array(0);
 let indexScratch = new Int32Array(0);
-let boundaryScratch = new Int32Array(0);
+let candidateScratch = new Int32Array(0);
+let candidateBinScratch = new Uint16Array(0);
 const binMass = new Float64Array(ZERO_BIN + 1);
 
 function ensureScratch(n: number): void {
   if (weightScratch.length < n) {
     weightScratch = new Float64Array(n);
-    binScratch = new Uint16Array(n);
     indexScratch = new Int32Array(n);
-    boundaryScratch = new Int32Array(n);
+    candidateScratch = new Int32Array(n);
+    candidateBinScratch = new Uint16Array(n);
   }
 }
 
@@ -146,8 +148,8 @@ function computeWeights(logits: Float32Array, n: number, max: number, temperatur
  */
 function nucleusOfAll(logits: Float32Array, n: number, max: number, temperature: number, topP: number): number {
   const weights = weightScratch;
-  const candidates = boundaryScratch;
-  const candidateBins = binScratch;
+  const candidates = candidateScratch;
+  const candidateBins = candidateBinScratch;
   // A nucleus member weighs at least (1 - p) * total / n: if it weighed less, it and every token
   // ranked below it (at most n tokens) would weigh less than (1 - p) * total, so the tokens above
   // it would already reach p * total. total >= 1 (the top token weighs 1), so (1 - p) / n is a
@@ -304,8 +306,8 @@ function nucleus(idx: Int32Array, count: number, w: Float64Array, need: number):
     remaining -= equalMass;
     lo = lt; // heavier and equal parts are in; continue with the lighter part
   }
-  // Rounding left a little need unmet: everything that passed the filter is in.
-  return Math.max(lo, Math.min(count, 1));
+  // Only reached when count was 0: every other path returns from inside the loop.
+  return 0;
 }
 
 /** Draws an index in [0, n) with probability weights[i] / total. */
