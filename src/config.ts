@@ -26,6 +26,16 @@ const ConfigSchema = Type.Object({
   BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
   SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'How long SIGTERM waits for in-flight streams.' }),
+  // --- deployment (issue 7): model download and reverse proxy ---
+  MODELS_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Directory relative model paths in models.json are resolved against; default: the directory holding MODELS_FILE.' })),
+  CHATD_AUTO_PULL: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'chatd serve downloads missing files of local models at start.' }),
+  HF_ENDPOINT: Type.String({ pattern: '^https?://.+', default: 'https://huggingface.co', description: 'Hugging Face Hub (or mirror) that chatd pull downloads from.' }),
+  HF_TOKEN: Type.Optional(Type.String({ minLength: 1, description: 'Hugging Face access token, for gated or private repositories.' })),
+  TRUST_PROXY: Type.String({
+    pattern: '^(true|false|[0-9]+|[0-9A-Fa-f.:/]+(,[ ]*[0-9A-Fa-f.:/]+)*)$',
+    default: 'false',
+    description: 'Take the client address from X-Forwarded-For: false, true (any proxy), a hop count, or comma-separated proxy addresses/CIDRs.',
+  }),
 })
 
 type RawConfig = Static<typeof ConfigSchema>
@@ -45,6 +55,13 @@ export interface Config {
   bodyLimit: number
   sseKeepAliveMs: number
   shutdownGraceMs: number
+  /** Base for relative model paths; undefined: the directory holding modelsFile. */
+  modelsDir?: string
+  autoPull: boolean
+  hfEndpoint: string
+  hfToken?: string
+  /** Fastify's trustProxy: which X-Forwarded-* headers to believe. */
+  trustProxy: boolean | number | string[]
 }
 
 export class ConfigError extends Error {
@@ -57,7 +74,7 @@ export class ConfigError extends Error {
 interface AjvError { instancePath: string; message?: string; params: Record<string, unknown> }
 
 /** Values never echoed back in an error message. */
-const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL'])
+const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN'])
 
 /**
  * Reads the settings from `source` (process.env by default) and, when `dotenv`
@@ -99,7 +116,20 @@ export function loadConfig (source: Record<string, string | undefined> = process
     bodyLimit: raw.BODY_LIMIT,
     sseKeepAliveMs: raw.SSE_KEEPALIVE_MS,
     shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
+    modelsDir: raw.MODELS_DIR,
+    autoPull: raw.CHATD_AUTO_PULL === '1' || raw.CHATD_AUTO_PULL === 'true',
+    hfEndpoint: raw.HF_ENDPOINT.replace(/\/+$/, ''),
+    hfToken: raw.HF_TOKEN,
+    trustProxy: parseTrustProxy(raw.TRUST_PROXY),
   }
+}
+
+/** TRUST_PROXY as Fastify's trustProxy: a boolean, a hop count, or the proxies' addresses. */
+export function parseTrustProxy (value: string): boolean | number | string[] {
+  if (value === 'true') return true
+  if (value === 'false') return false
+  if (/^[0-9]+$/.test(value)) return Number(value)
+  return value.split(',').map(v => v.trim())
 }
 
 /** `sqlite://<path>`: the path is everything after the scheme, relative to the working directory or absolute. */
