@@ -2,11 +2,19 @@
 // graph itself: input_ids, attention_mask, optional position_ids and
 // num_logits_to_keep, past_key_values.N.key/value -> logits, present.N.key/value,
 // with float32 or float16 caches and logits.
+import fs from 'node:fs'
 import type { ModelDir } from './model-dir.ts'
 import { ModelDirError } from './model-dir.ts'
 import { createSession, float16BitsToFloat32, ort, type OrtTensor, type SessionSettings } from './ort.ts'
 
 export type CacheType = 'float32' | 'float16'
+
+/**
+ * standard: attention from plain operators; any attention_mask (left padding included) is exact.
+ * gqa: com.microsoft GroupQueryAttention, which derives positions from the mask's row sums and so
+ * computes wrong results for left-padded rows.
+ */
+export type GraphStyle = 'standard' | 'gqa'
 
 /** A sequence batch's key/value cache: one key and one value tensor per layer. */
 export interface KvCache {
@@ -41,12 +49,14 @@ export class DecoderSession {
   readonly cacheType: CacheType
   readonly hasPositionIds: boolean
   readonly hasLogitsToKeep: boolean
+  readonly graphStyle: GraphStyle
   private readonly session: ort.InferenceSession
 
-  private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda') {
+  private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
     this.model = model
     this.session = session
     this.device = device
+    this.graphStyle = graphStyle
     const inputs = new Map(session.inputMetadata.map(m => [m.name, m]))
     const outputs = new Set(session.outputNames)
     const where = model.onnxPath
@@ -87,7 +97,7 @@ export class DecoderSession {
       if (message.startsWith('ONNX_DEVICE')) throw err
       throw new ModelDirError(`${model.onnxPath}: onnxruntime cannot load it: ${message}`)
     }
-    return new DecoderSession(model, loaded.session, loaded.device)
+    return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(model.onnxPath))
   }
 
   /** An empty cache for `batch` rows. */
@@ -137,6 +147,31 @@ export class DecoderSession {
 
   async close (): Promise<void> {
     await this.session.release()
+  }
+}
+
+/**
+ * Finds the attention style by looking for the operator's name in the graph
+ * file. Op types are stored as plain strings in the protobuf; scanning bytes
+ * avoids decoding a graph that may carry gigabytes of inline weights.
+ */
+export function detectGraphStyle (onnxPath: string): GraphStyle {
+  const needle = Buffer.from('GroupQueryAttention')
+  const fd = fs.openSync(onnxPath, 'r')
+  try {
+    const chunk = Buffer.alloc(1 << 22)
+    let position = 0
+    let carry = Buffer.alloc(0)
+    for (;;) {
+      const read = fs.readSync(fd, chunk, 0, chunk.length, position)
+      if (read === 0) return 'standard'
+      const window = Buffer.concat([carry, chunk.subarray(0, read)])
+      if (window.includes(needle)) return 'gqa'
+      carry = window.subarray(Math.max(0, window.length - needle.length + 1))
+      position += read
+    }
+  } finally {
+    fs.closeSync(fd)
   }
 }
 

@@ -1,17 +1,27 @@
 // The local engine, in whichever thread hosts it: a loaded decoder, its
-// tokenizer and chat template, and the loop that steps active sequences.
-// Sequences take turns one step at a time, so a long generation never holds
-// up a newer one, and the loop yields to the event loop between steps so
-// cancellations and new requests are seen within one step.
+// tokenizer and chat template, and the scheduler loop.
+//
+// Scheduling (continuous batching): sequences that are generating share one
+// batched session.run per decode step; a new request's prompt is fed in
+// chunks between those steps, so it never freezes the others for its whole
+// length, and joins the batch as soon as its first token is out. Finished
+// and cancelled sequences leave between steps. The loop yields to the event
+// loop after every run, so cancellations and new requests are seen within
+// one step.
+//
+// Graphs built around com.microsoft GroupQueryAttention derive positions
+// from the attention mask and cannot take left-padded rows; for them every
+// sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises'
 import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { ChatTemplate } from './chat-template.ts'
+import { DecodeBatch } from './decode-batch.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
-import { Sequence } from './sequence.ts'
+import { Sequence, type StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from './tokenizer.ts'
 
 export interface EngineEvents {
@@ -20,33 +30,66 @@ export interface EngineEvents {
   error (id: string, error: ApiError): void
 }
 
+export interface SchedulerSettings {
+  /** Sequences decoding at once; more wait for a free row. */
+  maxBatch: number
+  /** Prompt tokens fed per run while other sequences are decoding. */
+  prefillChunk: number
+}
+
+export interface EngineSettings extends Partial<SchedulerSettings> {
+  modelDir: string
+  dtype: ModelDtype
+  device: DeviceChoice
+  threads: number
+}
+
+export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk: 64 }
+/** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
+const SOLO_PREFILL_CHUNK = 512
+
 export class LocalEngine {
   readonly model: ModelDir
   readonly session: DecoderSession
   readonly tokenizer: TextTokenizer
   readonly template: ChatTemplate
+  readonly scheduler: SchedulerSettings
   private readonly events: EngineEvents
-  private readonly active = new Map<string, Sequence>()
+  /** Admitted sequences whose prompt has not started. */
+  private readonly waiting: Sequence[] = []
+  /** The sequence whose prompt is being fed, chunk by chunk. */
+  private prefilling: Sequence | null = null
+  private readonly batches: DecodeBatch[] = []
   private looping = false
 
-  private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents) {
+  private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents, scheduler: SchedulerSettings) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
     this.template = template
     this.events = events
+    this.scheduler = scheduler
   }
 
-  static async load (opts: { modelDir: string; dtype: ModelDtype; device: DeviceChoice; threads: number }, events: EngineEvents): Promise<LocalEngine> {
+  static async load (opts: EngineSettings, events: EngineEvents): Promise<LocalEngine> {
     const model = readModelDir(opts.modelDir, opts.dtype)
     const tokenizer = await loadTokenizer(opts.modelDir)
     const template = ChatTemplate.fromTokenizerConfig(tokenizer.config, `${opts.modelDir}/tokenizer_config.json`)
     const session = await DecoderSession.load(model, { device: opts.device, threads: opts.threads })
-    return new LocalEngine(model, session, tokenizer, template, events)
+    const scheduler = {
+      maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
+      prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
+    }
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler)
   }
 
   get contextLength (): number {
     return this.model.contextLength
+  }
+
+  /** Rows per decode batch: graphs that cannot take padded rows decode one sequence per run. */
+  private get batchCapacity (): number {
+    return this.session.graphStyle === 'standard' ? this.scheduler.maxBatch : 1
   }
 
   /** The prompt's token ids, exactly as the model will see them. */
@@ -66,7 +109,7 @@ export class LocalEngine {
         `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and max_tokens asks for ${wanted} more.`,
         { param: request.maxTokens !== undefined && room > 0 ? 'max_tokens' : 'messages' })
     }
-    const sequence = new Sequence({
+    this.waiting.push(new Sequence({
       id,
       promptIds,
       maxNewTokens: request.maxTokens ?? room,
@@ -75,33 +118,53 @@ export class LocalEngine {
       eosIds: this.model.eosTokenIds,
       // Logits past the tokenizer's vocabulary are padding in the output layer.
       validVocab: Math.min(this.tokenizer.vocabSize, this.model.vocabSize),
-    })
-    this.active.set(id, sequence)
+    }))
     if (!this.looping) void this.loop()
     return id
   }
 
-  /** Stops a sequence at its next step; it finishes with reason "cancelled". */
+  /** Stops a sequence before its next step; it finishes with reason "cancelled". */
   cancel (id: string): void {
-    const seq = this.active.get(id)
-    if (seq) seq.cancelled = true
+    for (const seq of this.allSequences()) if (seq.id === id) seq.cancelled = true
   }
 
+  /** Sequences admitted and not finished: waiting, prefilling or decoding. */
   get activeCount (): number {
-    return this.active.size
+    return this.waiting.length + (this.prefilling ? 1 : 0) + this.decodingCount
+  }
+
+  private get decodingCount (): number {
+    return this.batches.reduce((n, b) => n + b.size, 0)
+  }
+
+  private * allSequences (): Iterable<Sequence> {
+    yield * this.waiting
+    if (this.prefilling) yield this.prefilling
+    for (const batch of this.batches) yield * batch.rows
   }
 
   private async loop (): Promise<void> {
     this.looping = true
     try {
-      while (this.active.size > 0) {
-        for (const seq of [...this.active.values()]) {
-          if (seq.cancelled) {
-            this.retire(seq, 'cancelled')
-          } else {
-            await this.step(seq)
-          }
+      while (this.activeCount > 0) {
+        this.dropCancelled()
+        if (!this.prefilling && this.waiting.length > 0 && this.decodingCount < this.scheduler.maxBatch) {
+          this.prefilling = this.waiting.shift() as Sequence
+        }
+        if (this.prefilling) {
+          await this.prefillChunk(this.prefilling)
           await yieldToEventLoop()
+          this.dropCancelled()
+        }
+        for (const batch of this.batches) {
+          if (batch.size === 0) continue
+          await this.decodeStep(batch)
+          await yieldToEventLoop()
+          this.dropCancelled()
+        }
+        // Idle GroupQueryAttention batches are dropped; the shared standard batch is kept.
+        for (let i = this.batches.length - 1; i >= 0; i--) {
+          if (this.batches[i].size === 0 && this.batchCapacity === 1) this.batches.splice(i, 1)
         }
       }
     } finally {
@@ -109,41 +172,117 @@ export class LocalEngine {
     }
   }
 
-  private async step (seq: Sequence): Promise<void> {
-    let result
+  /** Feeds the next slice of a prompt; after the last one the first token is sampled and the sequence joins a batch. */
+  private async prefillChunk (seq: Sequence): Promise<void> {
+    const size = this.decodingCount > 0 ? this.scheduler.prefillChunk : SOLO_PREFILL_CHUNK
+    const chunk = seq.nextPromptChunk(size)
+    const start = seq.cachedTokens
+    let result: StepResult | undefined
     try {
       const out = await this.session.forward({
         batch: 1,
-        inputIds: [seq.pending],
-        attentionMask: [new Array(seq.length).fill(1)],
-        positionIds: [seq.pending.map((_, k) => seq.length - seq.pending.length + k)],
+        inputIds: [chunk],
+        attentionMask: [new Array(start + chunk.length).fill(1)],
+        positionIds: [chunk.map((_, k) => start + k)],
         past: seq.cache ?? this.session.emptyCache(1),
         logitsToKeep: 1,
       })
       if (seq.cache) DecoderSession.disposeCache(seq.cache)
       seq.cache = out.present
-      const vocab = this.model.vocabSize
-      result = seq.advance(out.logits.subarray((out.rows - 1) * vocab, out.rows * vocab))
+      seq.cachedTokens += chunk.length
+      if (!seq.prefilling) result = seq.advance(this.lastRow(out.logits, 0))
     } catch (err) {
-      this.active.delete(seq.id)
-      if (seq.cache) DecoderSession.disposeCache(seq.cache)
-      this.events.error(seq.id, new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
+      this.prefilling = null
+      this.fail([seq], err)
       return
     }
+    if (!result) return
+    this.prefilling = null
     if (result.text) this.events.delta(seq.id, result.text)
-    if (result.finish) this.retire(seq, result.finish)
+    if (result.finish) {
+      this.finish(seq, result.finish)
+      return
+    }
+    this.batchWithRoom().join(seq)
   }
 
-  private retire (seq: Sequence, reason: FinishReason): void {
-    this.active.delete(seq.id)
-    if (seq.cache) DecoderSession.disposeCache(seq.cache)
-    seq.cache = null
+  private async decodeStep (batch: DecodeBatch): Promise<void> {
+    let logits: Float32Array
+    try {
+      const out = await this.session.forward(batch.stepInput())
+      batch.advance(out.present)
+      logits = out.logits
+    } catch (err) {
+      const rows = batch.rows
+      batch.leave(new Set(rows))
+      this.fail(rows, err)
+      return
+    }
+    const finished = new Set<Sequence>()
+    batch.rows.forEach((seq, b) => {
+      const result = seq.advance(this.lastRow(logits, b))
+      if (result.text) this.events.delta(seq.id, result.text)
+      if (result.finish) {
+        finished.add(seq)
+        this.finish(seq, result.finish)
+      }
+    })
+    batch.leave(finished)
+  }
+
+  /** Row b's logits (each step keeps one position per row). */
+  private lastRow (logits: Float32Array, b: number): Float32Array {
+    const vocab = this.model.vocabSize
+    return logits.subarray(b * vocab, (b + 1) * vocab)
+  }
+
+  private batchWithRoom (): DecodeBatch {
+    let batch = this.batches.find(b => b.hasRoom)
+    if (!batch) {
+      batch = new DecodeBatch(this.session, this.batchCapacity)
+      this.batches.push(batch)
+    }
+    return batch
+  }
+
+  private dropCancelled (): void {
+    for (let i = this.waiting.length - 1; i >= 0; i--) {
+      const seq = this.waiting[i]
+      if (seq.cancelled) {
+        this.waiting.splice(i, 1)
+        this.finish(seq, 'cancelled')
+      }
+    }
+    const pre = this.prefilling
+    if (pre?.cancelled) {
+      this.prefilling = null
+      if (pre.cache) DecoderSession.disposeCache(pre.cache)
+      pre.cache = null
+      this.finish(pre, 'cancelled')
+    }
+    for (const batch of this.batches) {
+      const gone = new Set(batch.rows.filter(r => r.cancelled))
+      if (gone.size === 0) continue
+      batch.leave(gone)
+      for (const seq of gone) this.finish(seq, 'cancelled')
+    }
+  }
+
+  private finish (seq: Sequence, reason: FinishReason): void {
     const prompt = seq.promptIds.length
     this.events.finish(seq.id, reason, { prompt_tokens: prompt, completion_tokens: seq.generated, total_tokens: prompt + seq.generated })
   }
 
+  private fail (seqs: Sequence[], err: unknown): void {
+    for (const seq of seqs) {
+      if (seq.cache) DecoderSession.disposeCache(seq.cache)
+      seq.cache = null
+      this.events.error(seq.id, new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
+    }
+  }
+
   async close (): Promise<void> {
-    for (const seq of this.active.values()) seq.cancelled = true
+    for (const seq of this.allSequences()) seq.cancelled = true
     while (this.looping) await yieldToEventLoop()
     await this.session.close()
   }

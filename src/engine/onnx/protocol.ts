@@ -9,6 +9,10 @@ export interface WorkerSettings {
   dtype: ModelDtype
   device: DeviceChoice
   threads: number
+  /** Sequences decoding together (continuous batching); default DEFAULT_SCHEDULER.maxBatch. */
+  maxBatch?: number
+  /** Prompt tokens per run while others decode; default DEFAULT_SCHEDULER.prefillChunk. */
+  prefillChunk?: number
 }
 
 export type ToWorker =

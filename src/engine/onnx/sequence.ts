@@ -21,10 +21,12 @@ export class Sequence {
   readonly promptIds: number[]
   /** The most tokens this sequence may generate. */
   readonly maxNewTokens: number
-  /** Tokens to feed at the next step: the prompt first, then the last sampled token. */
-  pending: number[]
-  /** Tokens in the cache so far. */
+  /** The token to feed at the next decode step (the last one sampled). */
+  pending: number[] = []
+  /** This sequence's own cache while it prefills; a DecodeBatch holds it afterwards. */
   cache: KvCache | null = null
+  /** Positions of this sequence in its cache (prompt and generated tokens fed so far). */
+  cachedTokens = 0
   generated = 0
   cancelled = false
   private readonly request: GenerateRequest
@@ -45,7 +47,6 @@ export class Sequence {
   }) {
     this.id = opts.id
     this.promptIds = opts.promptIds
-    this.pending = opts.promptIds
     this.maxNewTokens = opts.maxNewTokens
     this.request = opts.request
     this.rng = createRng(opts.request.seed)
@@ -55,9 +56,14 @@ export class Sequence {
     this.validVocab = opts.validVocab
   }
 
-  /** Total tokens the cache holds after the next step. */
-  get length (): number {
-    return (this.cache?.length ?? 0) + this.pending.length
+  /** Whether prompt tokens remain to be fed. */
+  get prefilling (): boolean {
+    return this.cachedTokens < this.promptIds.length
+  }
+
+  /** The next slice of the prompt to feed, at most `size` tokens. */
+  nextPromptChunk (size: number): number[] {
+    return this.promptIds.slice(this.cachedTokens, this.cachedTokens + size)
   }
 
   /** Samples from this sequence's row of logits and advances its text. */

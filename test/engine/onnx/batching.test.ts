@@ -1,0 +1,114 @@
+// Continuous batching: sequences decoding together in one session.run per
+// step compute exactly what each computes alone, whenever they join or leave.
+import t, { type Test } from 'tap'
+import type { FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
+import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
+import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
+import { DTYPE_OF, randomModelDir, storiesModelDir, type RandomKind } from '../../helpers/models.ts'
+
+interface Outcome { text: string; reason: FinishReason; completion: number }
+
+/** An in-thread engine whose runs are recorded, with a promise per request. */
+async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch = 8) {
+  const texts = new Map<string, string>()
+  const done = new Map<string, (o: Outcome) => void>()
+  const deltaCounts = new Map<string, number>()
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: 'cpu', threads: 1, maxBatch, prefillChunk: 4 }, {
+    delta: (id, content) => {
+      texts.set(id, (texts.get(id) ?? '') + content)
+      deltaCounts.set(id, (deltaCounts.get(id) ?? 0) + 1)
+    },
+    finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens }),
+    error: (id, err) => { throw err },
+  })
+  const runs: number[] = []
+  const forward = engine.session.forward.bind(engine.session)
+  engine.session.forward = (input: ForwardInput) => {
+    runs.push(input.batch)
+    return forward(input)
+  }
+  let n = 0
+  const generate = (request: GenerateRequest): { id: string; result: Promise<Outcome> } => {
+    const id = `r${n++}`
+    const result = new Promise<Outcome>(resolve => done.set(id, resolve))
+    engine.start(request, id)
+    return { id, result }
+  }
+  const deltasOf = (id: string) => deltaCounts.get(id) ?? 0
+  return { engine, generate, runs, deltasOf }
+}
+
+const greedy = (content: string, maxTokens: number): GenerateRequest =>
+  ({ messages: [{ role: 'user', content }], temperature: 0, topP: 1, topK: 0, stop: [], maxTokens })
+
+const until = async (check: () => boolean) => {
+  while (!check()) await new Promise(resolve => setTimeout(resolve, 1))
+}
+
+/** Prompts of different lengths, run alone, then together with staggered starts. */
+async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp16' | 'q4', expectBatches: boolean) {
+  const prompts: Array<[string, number]> = [
+    ['Once upon a time', 40], ['The dog', 12], ['Lily and Tom went to the park to play with a big red ball', 30],
+    ['café 日本', 25], ['A', 50],
+  ]
+  const solo = await engineFor(dir, dtype)
+  const expected: Outcome[] = []
+  for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
+  await solo.engine.close()
+
+  const together = await engineFor(dir, dtype)
+  const pending: Array<Promise<Outcome>> = []
+  // Two start at once; the others join while those are mid-decode, at different steps.
+  const first = together.generate(greedy(...prompts[0]))
+  pending.push(first.result, together.generate(greedy(...prompts[1])).result)
+  await until(() => together.deltasOf(first.id) >= 3)
+  pending.push(together.generate(greedy(...prompts[2])).result)
+  await until(() => together.deltasOf(first.id) >= 8)
+  pending.push(together.generate(greedy(...prompts[3])).result, together.generate(greedy(...prompts[4])).result)
+  const got = await Promise.all(pending)
+  got.forEach((g, i) => t.same(g, expected[i], `prompt ${i} (${JSON.stringify(prompts[i][0])}): same text, reason and count as alone`))
+  const widest = Math.max(...together.runs)
+  if (expectBatches) t.ok(widest >= 3, `decode steps ran up to ${widest} sequences in one run`)
+  else t.equal(widest, 1, 'every run holds one sequence')
+  await together.engine.close()
+}
+
+for (const [name, dirOf, dtype] of [
+  ['stories260k fp32', () => storiesModelDir('fp32'), 'fp32'],
+  ['stories260k fp16 cache', () => storiesModelDir('fp16'), 'fp16'],
+  ['random qwen2 int4', () => randomModelDir('qwen2', 'int4'), 'q4'],
+] as const) {
+  t.test(`${name}: batched greedy output equals unbatched`, async t => {
+    await checkBatchedEqualsSolo(t, dirOf(), dtype, true)
+  })
+}
+
+t.test('a request cancelled mid-batch leaves the others unchanged', async t => {
+  const dir = storiesModelDir()
+  const solo = await engineFor(dir, 'fp32')
+  const a = await solo.generate(greedy('Once upon a time', 40)).result
+  const c = await solo.generate(greedy('The dog', 40)).result
+  await solo.engine.close()
+
+  const batch = await engineFor(dir, 'fp32')
+  const ra = batch.generate(greedy('Once upon a time', 40))
+  const rb = batch.generate(greedy('Lily', 200))
+  const rc = batch.generate(greedy('The dog', 40))
+  await until(() => batch.deltasOf(rb.id) >= 5)
+  batch.engine.cancel(rb.id)
+  const b = await rb.result
+  t.equal(b.reason, 'cancelled')
+  t.ok(b.completion < 200, 'cancelled early')
+  t.same(await ra.result, a, 'the first neighbour is unchanged')
+  t.same(await rc.result, c, 'the second neighbour is unchanged')
+  t.equal(batch.engine.activeCount, 0)
+  await batch.engine.close()
+})
+
+t.test('at most maxBatch sequences decode at once; the rest wait their turn', async t => {
+  const batch = await engineFor(storiesModelDir(), 'fp32', 2)
+  const results = await Promise.all([0, 1, 2, 3].map(i => batch.generate(greedy(`Story ${i}`, 10)).result))
+  t.ok(results.every(r => r.completion === 10), 'every request completes')
+  t.equal(Math.max(...batch.runs), 2, 'never more than 2 rows')
+  await batch.engine.close()
+})
