@@ -341,36 +341,54 @@ export class ModelRegistry {
 
 /**
  * Applies a model's reasoning mode to a backend's events. Backends put thinking
- * in `reasoning` deltas; `separate` passes them on (message.reasoning_content),
- * `hidden` drops them, `inline` puts them back into the content, closing the
- * block with `</think>` as the model wrote it.
+ * in `reasoning` deltas (the ReasoningSplitter in reasoning.ts, or an upstream's
+ * own reasoning field) and the answer in `content` deltas; within one delta the
+ * reasoning comes first.
+ * - `separate`: thinking goes on as reasoning (message.reasoning_content);
+ * - `hidden`: thinking is dropped;
+ * - `inline`: thinking stays in the content as the model wrote it, the block
+ *   closed by `</think>` (R1's template opens it in the prompt, so the text
+ *   starts without `<think>`; one is written only when answer text came first,
+ *   which can only mean the model opened the block itself).
+ * In `separate` and `hidden` the blank lines R1 writes between `</think>` and the
+ * answer are dropped, so `content` starts with the answer itself.
  */
 export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>, mode: ReasoningMode): AsyncIterable<GenerateEvent> {
-  if (mode === 'separate') {
-    yield * events
-    return
-  }
   let thinking = false
+  let contentSeen = false
+  /** After a thinking block, until the answer's first visible character. */
+  let trimAnswer = false
   for await (const event of events) {
     if (event.type !== 'delta') {
       yield event
       continue
     }
-    if (mode === 'hidden') {
-      if (event.content) yield { type: 'delta', content: event.content }
+    const reasoning = event.reasoning ?? ''
+    let content = event.content ?? ''
+    if (mode === 'inline') {
+      let text = ''
+      if (reasoning !== '') {
+        if (!thinking && contentSeen) text += '<think>'
+        thinking = true
+        text += reasoning
+      }
+      if (content !== '') {
+        if (thinking) text += '</think>'
+        thinking = false
+        contentSeen = true
+        text += content
+      }
+      if (text !== '') yield { type: 'delta', content: text }
       continue
     }
-    let text = ''
-    if (event.reasoning) {
-      thinking = true
-      text += event.reasoning
+    if (reasoning !== '') trimAnswer = true
+    if (trimAnswer && content !== '') {
+      content = content.trimStart()
+      if (content !== '') trimAnswer = false
     }
-    if (event.content) {
-      if (thinking) text += '</think>'
-      thinking = false
-      text += event.content
-    }
-    if (text) yield { type: 'delta', content: text }
+    const out: Extract<GenerateEvent, { type: 'delta' }> = { type: 'delta' }
+    if (mode === 'separate' && reasoning !== '') out.reasoning = reasoning
+    if (content !== '') out.content = content
+    if (out.reasoning !== undefined || out.content !== undefined) yield out
   }
 }
-
