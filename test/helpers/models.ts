@@ -57,3 +57,9 @@ export function randomModelDir (kind: RandomKind, weights: WeightFormat = 'fp32'
 
 /** The dtype name a model directory's loader uses for each builder weight format. */
 export const DTYPE_OF: Record<WeightFormat, 'fp32' | 'fp16' | 'q4'> = { fp32: 'fp32', fp16: 'fp16', int4: 'q4' }
+
+/** The tiny random Llama written with com.microsoft GroupQueryAttention (same weights as randomModelDir('llama')). */
+export function randomGqaModelDir (weights: 'fp32' | 'int4' = 'fp32', seed = 7): string {
+  const configPath = path.join(REPO_ROOT, 'test/fixtures', 'tiny-llama.config.json')
+  return cached(`random-llama-gqa-${weights}-${seed}`, out => { convertRandom({ configPath, out, weights, seed, attention: 'gqa' }) })
+}

@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import type { FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
 import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
-import { DTYPE_OF, randomModelDir, storiesModelDir, type RandomKind } from '../../helpers/models.ts'
+import { randomGqaModelDir, randomModelDir, storiesModelDir } from '../../helpers/models.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -82,6 +82,10 @@ for (const [name, dirOf, dtype] of [
     await checkBatchedEqualsSolo(t, dirOf(), dtype, true)
   })
 }
+
+t.test('GroupQueryAttention graph: sequences take turns one per run, output equal to unbatched', async t => {
+  await checkBatchedEqualsSolo(t, randomGqaModelDir('int4'), 'q4', false)
+})
 
 t.test('a request cancelled mid-batch leaves the others unchanged', async t => {
   const dir = storiesModelDir()

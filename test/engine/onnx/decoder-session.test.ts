@@ -9,7 +9,7 @@ import { dequantizeInt4, quantizeInt4 } from '../../../src/engine/onnx/convert/t
 import { RandomWeights } from '../../../src/engine/onnx/convert/weight-sources.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
-import { DTYPE_OF, randomModelDir, type RandomKind } from '../../helpers/models.ts'
+import { DTYPE_OF, randomGqaModelDir, randomModelDir, type RandomKind } from '../../helpers/models.ts'
 
 const TOKENS = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 17]
 
@@ -122,3 +122,28 @@ function argmax (a: Float32Array): number {
   for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i
   return best
 }
+
+t.test('GroupQueryAttention graphs: detected, equal to the standard graph alone, wrong with left padding', async t => {
+  const gqa = await DecoderSession.load(readModelDir(randomGqaModelDir(), 'fp32'), { device: 'cpu', threads: 1 })
+  const std = await load('llama', 'fp32')
+  t.equal(gqa.graphStyle, 'gqa')
+  t.equal(std.graphStyle, 'standard')
+  t.notOk(gqa.hasPositionIds, 'positions come from the mask')
+  const worst = maxAbsDiff(await fullPass(gqa, TOKENS), await fullPass(std, TOKENS))
+  t.ok(worst < 1e-4, `single sequence: max difference ${worst.toExponential(2)}`)
+  // The reason chatd never left-pads such a graph: the padded row comes out wrong.
+  const short = TOKENS.slice(0, 4)
+  const pad = 3
+  const padded = await gqa.forward({
+    batch: 2,
+    inputIds: [[...new Array(pad).fill(0), ...short], TOKENS.slice(0, 7)],
+    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], new Array(7).fill(1)],
+    positionIds: [[], []],
+    past: gqa.emptyCache(2),
+    logitsToKeep: 1,
+  })
+  const paddedError = maxAbsDiff(padded.logits.subarray(0, gqa.model.vocabSize), await fullPass(std, short))
+  t.ok(paddedError > 1e-2, `left-padded row differs by ${paddedError.toFixed(3)}`)
+  await gqa.close()
+  await std.close()
+})

@@ -2,18 +2,21 @@
 //   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
 //   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>]
 import { parseArgs } from 'node:util'
-import type { WeightFormat } from './decoder-graph.ts'
+import type { AttentionStyle, WeightFormat } from './decoder-graph.ts'
 import { convertCheckpoint, convertRandom, type ConvertResult } from './index.ts'
 
 export const CONVERT_USAGE = `Usage:
   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype fp32|fp16|int4] [--tokenizer <dir>]
+  either form also takes --attention standard|gqa (default standard)
 
 Writes an onnx-community-style model directory (config.json, tokenizer files,
 onnx/model.onnx | model_fp16.onnx | model_q4.onnx with external data) from a
 Llama or Qwen2 safetensors checkpoint, or from seeded random weights in the
 shape a config.json describes. Without --tokenizer a random model gets a small
-byte-level tokenizer. The default dtype is int4 (onnx dtype q4).`
+byte-level tokenizer. The default dtype is int4 (onnx dtype q4). --attention gqa writes attention as
+com.microsoft GroupQueryAttention (the onnxruntime-genai style; fp32 and int4),
+which chatd decodes one sequence per run because it cannot take padded rows.`
 
 const FORMATS: WeightFormat[] = ['fp32', 'fp16', 'int4']
 
@@ -31,6 +34,7 @@ export function runConvert (args: string[]): ConvertResult {
         dtype: { type: 'string', default: 'int4' },
         seed: { type: 'string', default: '0' },
         tokenizer: { type: 'string' },
+        attention: { type: 'string', default: 'standard' },
       },
       strict: true,
     }).values
@@ -39,13 +43,15 @@ export function runConvert (args: string[]): ConvertResult {
   }
   const weights = (values.dtype === 'q4' ? 'int4' : values.dtype) as WeightFormat
   if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
+  const attention = values.attention as AttentionStyle
+  if (attention !== 'standard' && attention !== 'gqa') throw new ConvertUsageError(`--attention must be standard or gqa (got ${values.attention})`)
   if (!values.out) throw new ConvertUsageError('--out is required')
   if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
   if (values.from) {
     if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
-    return convertCheckpoint({ from: values.from, out: values.out, weights })
+    return convertCheckpoint({ from: values.from, out: values.out, weights, attention })
   }
   const seed = Number(values.seed)
   if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
-  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer })
+  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention })
 }

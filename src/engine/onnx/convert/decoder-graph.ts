@@ -18,6 +18,7 @@ import { DataType } from './onnx-proto.ts'
 import { concat1d, concatRows, INT4_BLOCK_SIZE, quantizeInt4, toFloat16Bytes, toFloat32Bytes, transpose2d, type Tensor } from './tensors.ts'
 
 export type WeightFormat = 'fp32' | 'fp16' | 'int4'
+export type AttentionStyle = 'standard' | 'gqa'
 
 export interface WeightSource {
   has (name: string): boolean
@@ -29,19 +30,29 @@ export interface DecoderGraphOptions {
   weights: WeightFormat
   /** MatMulNBits accuracy_level: 4 computes with int8 activations (much faster on CPU). */
   int4AccuracyLevel?: number
+  /**
+   * standard (default): attention from plain operators, exact under any mask.
+   * gqa: com.microsoft GroupQueryAttention with built-in rotary, the style of
+   * onnxruntime-genai exports (no position_ids; fp32/int4 only). Written so
+   * chatd can test that it detects such graphs and batches them safely.
+   */
+  attention?: AttentionStyle
 }
 
 const MS_DOMAIN = 'com.microsoft'
 
 export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: WeightSource, opts: DecoderGraphOptions): void {
   const ioType = opts.weights === 'fp16' ? DataType.FLOAT16 : DataType.FLOAT
+  if (opts.attention === 'gqa' && opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
   const accuracyLevel = opts.int4AccuracyLevel ?? 4
 
   // ---- inputs -------------------------------------------------------------
   const inputIds = g.input('input_ids', DataType.INT64, ['batch_size', 'sequence_length'])
   const attentionMask = g.input('attention_mask', DataType.INT64, ['batch_size', 'total_sequence_length'])
-  const positionIds = g.input('position_ids', DataType.INT64, ['batch_size', 'sequence_length'])
+  // GroupQueryAttention graphs derive positions from the mask, as the graphs
+  // onnxruntime's generator builds do, and take no position_ids.
+  const positionIds = opts.attention === 'gqa' ? null : g.input('position_ids', DataType.INT64, ['batch_size', 'sequence_length'])
   const past: Array<{ key: string; value: string }> = []
   for (let i = 0; i < cfg.numLayers; i++) {
     past.push({
@@ -94,39 +105,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   const biasOf = (names: string[], enabled: boolean): Float32Array | null =>
     enabled ? concat1d(names.map(n => src.get(n).data)) : null
 
-  // ---- shared per-step tensors: mask bias and rotary tables ---------------
-  const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
-  const totalLen = g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([1], true)], { axis: attr.i(0) })
-  const pastLen = g.op('Sub', [totalLen, seqLen])
-  const one = g.int64([1], true)
-  const queryPos = g.op('Range', [pastLen, totalLen, one])
-  const keyPos = g.op('Range', [g.int64([0], true), totalLen, one])
-  // causal[s, t] = key t is not after query s
-  const causal = g.op('LessOrEqual', [
-    g.op('Unsqueeze', [keyPos, g.int64([0])]),
-    g.op('Unsqueeze', [queryPos, g.int64([1])]),
-  ])
-  const keyPresent = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: attr.i(DataType.BOOL) }), g.int64([1, 2])])
-  const allowed = g.op('And', [causal, keyPresent]) // [B, 1, S, T]
-  // The most negative float rather than -inf: a row with no allowed key (a
-  // padding query) then softmaxes to a uniform row instead of NaN.
-  const maskBias = g.op('Where', [allowed, g.float([0], true), g.float([-3.4028234663852886e38], true)])
-
-  const invFreq = new Float32Array(hd / 2)
-  for (let i = 0; i < hd / 2; i++) invFreq[i] = 1 / Math.pow(cfg.ropeTheta, (2 * i) / hd)
-  const posF = g.op('Unsqueeze', [g.op('Cast', [positionIds], { to: attr.i(DataType.FLOAT) }), g.int64([2])])
-  const freqs = g.op('Mul', [posF, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(invFreq))])
-  const angles = g.op('Concat', [freqs, freqs], { axis: attr.i(-1) })
-  const cos = g.op('Unsqueeze', [g.op('Cos', [angles]), g.int64([1])]) // [B, 1, S, hd]
-  const sin = g.op('Unsqueeze', [g.op('Sin', [angles]), g.int64([1])])
-  const halfSplit = g.int64([hd / 2, hd / 2])
-  const rotary = (t: string): string => {
-    const [first, second] = g.node('Split', [t, halfSplit], { axis: attr.i(-1) }, { outputs: 2 })
-    const rotated = g.op('Concat', [g.op('Neg', [second]), first], { axis: attr.i(-1) })
-    return g.op('Add', [g.op('Mul', [t, cos]), g.op('Mul', [rotated, sin])])
-  }
-  const toHeads = (t: string, heads: number): string =>
-    g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
+  // ---- attention ------------------------------------------------------------
+  const attention = opts.attention === 'gqa'
+    ? groupQueryAttention(g, cfg, attentionMask)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -140,7 +122,6 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   }
 
   // ---- layers -------------------------------------------------------------
-  const qScale = g.float([1 / Math.sqrt(hd)], true)
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}`
     const a = `${p}.self_attn`
@@ -149,39 +130,9 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
       biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
     const [qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
-    const q = rotary(toHeads(qFlat, nH))
-    let k = rotary(toHeads(kFlat, nKv))
-    let v = toHeads(vFlat, nKv)
-
-    // The cache holds rotated keys. With an fp16 cache the new entries are
-    // rounded before use, so cached and uncached runs see the same values.
-    let keys: string
-    let values: string
-    if (ioType === DataType.FLOAT16) {
-      k = g.op('Cast', [k], { to: attr.i(DataType.FLOAT16) })
-      v = g.op('Cast', [v], { to: attr.i(DataType.FLOAT16) })
-      const presentK = g.op('Concat', [past[i].key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
-      const presentV = g.op('Concat', [past[i].value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
-      keys = g.op('Cast', [presentK], { to: attr.i(DataType.FLOAT) })
-      values = g.op('Cast', [presentV], { to: attr.i(DataType.FLOAT) })
-    } else {
-      keys = g.op('Concat', [past[i].key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
-      values = g.op('Concat', [past[i].value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
-    }
+    const merged = attention(i, qFlat, kFlat, vFlat, past[i])
     g.output(`present.${i}.key`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
     g.output(`present.${i}.value`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
-
-    // Grouped-query attention without copying the cache per query head:
-    // the query heads that share a kv head are folded into its row axis.
-    const qGrouped = g.op('Reshape', [g.op('Mul', [q, qScale]), g.int64([0, nKv, -1, hd])]) // [B, nKv, rep*S, hd]
-    const scores = g.op('MatMul', [qGrouped, g.op('Transpose', [keys], { perm: attr.ints([0, 1, 3, 2]) })])
-    const scoresPerHead = g.op('Reshape', [scores, g.int64([0, nH, -1, 0])]) // [B, nH, S, T]
-    const probs = g.op('Softmax', [g.op('Add', [scoresPerHead, maskBias])], { axis: attr.i(-1) })
-    const context = g.op('MatMul', [g.op('Reshape', [probs, g.int64([0, nKv, -1, 0])]), values]) // [B, nKv, rep*S, hd]
-    const merged = g.op('Reshape', [
-      g.op('Transpose', [g.op('Reshape', [context, g.int64([0, nH, -1, hd])])], { perm: attr.ints([0, 2, 1, 3]) }),
-      g.int64([0, 0, nH * hd]),
-    ])
     const attnOut = linear(merged, `${a}.o_proj`, [src.get(`${a}.o_proj.weight`)], biasOf([`${a}.o_proj.bias`], cfg.oBias))
     hidden = g.op('Add', [hidden, attnOut])
 
@@ -212,6 +163,109 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     g.op('Identity', [logits], {}, { output: 'logits' })
   }
   g.output('logits', ioType, ['batch_size', 'logits_length', cfg.vocabSize])
+}
+
+type PastPair = { key: string; value: string }
+/** Builds one layer's attention: flat q/k/v [B, S, heads*hd] in, merged heads [B, S, nH*hd] out, present.i.* written. */
+type AttentionBuilder = (layer: number, q: string, k: string, v: string, past: PastPair) => string
+
+function inverseFrequencies (cfg: DecoderConfig): Float32Array {
+  const hd = cfg.headDim
+  const inv = new Float32Array(hd / 2)
+  for (let i = 0; i < hd / 2; i++) inv[i] = 1 / Math.pow(cfg.ropeTheta, (2 * i) / hd)
+  return inv
+}
+
+function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number): AttentionBuilder {
+  const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
+  // ---- shared per-step tensors: mask bias and rotary tables ---------------
+  const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
+  const totalLen = g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([1], true)], { axis: attr.i(0) })
+  const pastLen = g.op('Sub', [totalLen, seqLen])
+  const one = g.int64([1], true)
+  const queryPos = g.op('Range', [pastLen, totalLen, one])
+  const keyPos = g.op('Range', [g.int64([0], true), totalLen, one])
+  // causal[s, t] = key t is not after query s
+  const causal = g.op('LessOrEqual', [
+    g.op('Unsqueeze', [keyPos, g.int64([0])]),
+    g.op('Unsqueeze', [queryPos, g.int64([1])]),
+  ])
+  const keyPresent = g.op('Unsqueeze', [g.op('Cast', [attentionMask], { to: attr.i(DataType.BOOL) }), g.int64([1, 2])])
+  const allowed = g.op('And', [causal, keyPresent]) // [B, 1, S, T]
+  // The most negative float rather than -inf: a row with no allowed key (a
+  // padding query) then softmaxes to a uniform row instead of NaN.
+  const maskBias = g.op('Where', [allowed, g.float([0], true), g.float([-3.4028234663852886e38], true)])
+
+  const posF = g.op('Unsqueeze', [g.op('Cast', [positionIds], { to: attr.i(DataType.FLOAT) }), g.int64([2])])
+  const freqs = g.op('Mul', [posF, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
+  const angles = g.op('Concat', [freqs, freqs], { axis: attr.i(-1) })
+  const cos = g.op('Unsqueeze', [g.op('Cos', [angles]), g.int64([1])]) // [B, 1, S, hd]
+  const sin = g.op('Unsqueeze', [g.op('Sin', [angles]), g.int64([1])])
+  const halfSplit = g.int64([hd / 2, hd / 2])
+  const rotary = (t: string): string => {
+    const [first, second] = g.node('Split', [t, halfSplit], { axis: attr.i(-1) }, { outputs: 2 })
+    const rotated = g.op('Concat', [g.op('Neg', [second]), first], { axis: attr.i(-1) })
+    return g.op('Add', [g.op('Mul', [t, cos]), g.op('Mul', [rotated, sin])])
+  }
+  const toHeads = (t: string, heads: number): string =>
+    g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
+  const qScale = g.float([1 / Math.sqrt(hd)], true)
+
+  return (i, qFlat, kFlat, vFlat, past) => {
+    const q = rotary(toHeads(qFlat, nH))
+    let k = rotary(toHeads(kFlat, nKv))
+    let v = toHeads(vFlat, nKv)
+    // The cache holds rotated keys. With an fp16 cache the new entries are
+    // rounded before use, so cached and uncached runs see the same values.
+    let keys: string
+    let values: string
+    if (ioType === DataType.FLOAT16) {
+      k = g.op('Cast', [k], { to: attr.i(DataType.FLOAT16) })
+      v = g.op('Cast', [v], { to: attr.i(DataType.FLOAT16) })
+      const presentK = g.op('Concat', [past.key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
+      const presentV = g.op('Concat', [past.value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
+      keys = g.op('Cast', [presentK], { to: attr.i(DataType.FLOAT) })
+      values = g.op('Cast', [presentV], { to: attr.i(DataType.FLOAT) })
+    } else {
+      keys = g.op('Concat', [past.key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
+      values = g.op('Concat', [past.value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
+    }
+    // Grouped-query attention without copying the cache per query head:
+    // the query heads that share a kv head are folded into its row axis.
+    const qGrouped = g.op('Reshape', [g.op('Mul', [q, qScale]), g.int64([0, nKv, -1, hd])]) // [B, nKv, rep*S, hd]
+    const scores = g.op('MatMul', [qGrouped, g.op('Transpose', [keys], { perm: attr.ints([0, 1, 3, 2]) })])
+    const scoresPerHead = g.op('Reshape', [scores, g.int64([0, nH, -1, 0])]) // [B, nH, S, T]
+    const probs = g.op('Softmax', [g.op('Add', [scoresPerHead, maskBias])], { axis: attr.i(-1) })
+    const context = g.op('MatMul', [g.op('Reshape', [probs, g.int64([0, nKv, -1, 0])]), values]) // [B, nKv, rep*S, hd]
+    return g.op('Reshape', [
+      g.op('Transpose', [g.op('Reshape', [context, g.int64([0, nH, -1, hd])])], { perm: attr.ints([0, 2, 1, 3]) }),
+      g.int64([0, 0, nH * hd]),
+    ])
+  }
+}
+
+function groupQueryAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string): AttentionBuilder {
+  const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
+  // The operator's view of positions: each row's last position is its mask's sum minus one.
+  const seqlensK = g.op('Cast', [g.op('Sub', [
+    g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), g.int64([1], true),
+  ])], { to: attr.i(DataType.INT32) })
+  const totalLen = g.op('Cast', [g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([1], true)], { axis: attr.i(0) })], { to: attr.i(DataType.INT32) })
+  const inv = inverseFrequencies(cfg)
+  const cosTable = new Float32Array(cfg.maxPositions * (hd / 2))
+  const sinTable = new Float32Array(cfg.maxPositions * (hd / 2))
+  for (let p = 0; p < cfg.maxPositions; p++) {
+    for (let j = 0; j < hd / 2; j++) {
+      const angle = Math.fround(p * inv[j])
+      cosTable[p * (hd / 2) + j] = Math.cos(angle)
+      sinTable[p * (hd / 2) + j] = Math.sin(angle)
+    }
+  }
+  const cos = g.initializer('rotary.cos_cache', DataType.FLOAT, [cfg.maxPositions, hd / 2], toFloat32Bytes(cosTable))
+  const sin = g.initializer('rotary.sin_cache', DataType.FLOAT, [cfg.maxPositions, hd / 2], toFloat32Bytes(sinTable))
+  return (i, q, k, v, past) => g.node('GroupQueryAttention', [q, k, v, past.key, past.value, seqlensK, totalLen, cos, sin], {
+    num_heads: attr.i(nH), kv_num_heads: attr.i(nKv), scale: attr.f(1 / Math.sqrt(hd)), do_rotary: attr.i(1), rotary_interleaved: attr.i(0),
+  }, { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
 }
 
 export const DECODER_OPSETS = [{ domain: '', version: 17 }, { domain: MS_DOMAIN, version: 1 }]

@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
 import { parseDecoderConfig } from './decoder-config.ts'
-import { buildDecoderGraph, DECODER_OPSETS, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { buildDecoderGraph, DECODER_OPSETS, type AttentionStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { CheckpointWeights, RandomWeights } from './weight-sources.ts'
@@ -25,7 +25,7 @@ export interface ConvertResult {
   seconds: number
 }
 
-export function convertCheckpoint (opts: { from: string; out: string; weights: WeightFormat }): ConvertResult {
+export function convertCheckpoint (opts: { from: string; out: string; weights: WeightFormat; attention?: AttentionStyle }): ConvertResult {
   const started = performance.now()
   const rawConfig = readJson(path.join(opts.from, 'config.json'))
   const cfg = parseDecoderConfig(rawConfig, path.join(opts.from, 'config.json'))
@@ -42,14 +42,14 @@ export function convertCheckpoint (opts: { from: string; out: string; weights: W
     if (!fs.existsSync(path.join(opts.out, 'generation_config.json'))) {
       writeJson(path.join(opts.out, 'generation_config.json'), { bos_token_id: rawConfig.bos_token_id, eos_token_id: rawConfig.eos_token_id })
     }
-    const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'checkpoint' })
+    const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'checkpoint' }, opts.attention)
     return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
   } finally {
     source.close()
   }
 }
 
-export function convertRandom (opts: { configPath: string; out: string; weights: WeightFormat; seed: number; tokenizerDir?: string }): ConvertResult {
+export function convertRandom (opts: { configPath: string; out: string; weights: WeightFormat; seed: number; tokenizerDir?: string; attention?: AttentionStyle }): ConvertResult {
   const started = performance.now()
   const rawConfig = readJson(opts.configPath)
   fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
@@ -80,12 +80,12 @@ export function convertRandom (opts: { configPath: string; out: string; weights:
   writeJson(path.join(opts.out, 'config.json'), config)
   writeJson(path.join(opts.out, 'generation_config.json'), { bos_token_id: bos, eos_token_id: eos })
   const source = new RandomWeights(cfg, opts.seed, typeof rawConfig.initializer_range === 'number' ? rawConfig.initializer_range : 0.02)
-  const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'random', seed: String(opts.seed) })
+  const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'random', seed: String(opts.seed) }, opts.attention)
   return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
 }
 
 /** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
-export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, weights: WeightFormat, meta: Record<string, string>): string {
+export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, weights: WeightFormat, meta: Record<string, string>, attention: AttentionStyle = 'standard'): string {
   const fileName = ONNX_FILE_BY_FORMAT[weights]
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
@@ -94,8 +94,8 @@ export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfi
   let bytes: Uint8Array
   try {
     const g = new GraphBuilder(external)
-    buildDecoderGraph(g, cfg, source, { weights })
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, ...prefixKeys(meta) }))
+    buildDecoderGraph(g, cfg, source, { weights, attention })
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }
