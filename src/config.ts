@@ -22,6 +22,8 @@ const ConfigSchema = Type.Object({
   CHATD_ADMIN_EMAIL: Type.String({ minLength: 3, default: 'admin@localhost' }),
   ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto' }),
   ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: '0 lets onnxruntime choose.' }),
+  MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: 8, description: 'Sequences per model that decode together in one batched step (continuous batching).' }),
+  PREFILL_CHUNK: Type.Integer({ minimum: 1, maximum: 4096, default: 64, description: 'Prompt tokens fed per step while other sequences decode, so a long prompt never freezes them.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model in progress (generating or waiting) before 503 server_overloaded.' }),
   BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
   SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
@@ -51,6 +53,8 @@ export interface Config {
   adminEmail: string
   onnxDevice: RawConfig['ONNX_DEVICE']
   onnxThreads: number
+  maxBatch: number
+  prefillChunk: number
   queueSize: number
   bodyLimit: number
   sseKeepAliveMs: number
@@ -112,6 +116,8 @@ export function loadConfig (source: Record<string, string | undefined> = process
     adminEmail: raw.CHATD_ADMIN_EMAIL,
     onnxDevice: raw.ONNX_DEVICE,
     onnxThreads: raw.ONNX_THREADS,
+    maxBatch: raw.MAX_BATCH,
+    prefillChunk: raw.PREFILL_CHUNK,
     queueSize: raw.QUEUE_SIZE,
     bodyLimit: raw.BODY_LIMIT,
     sseKeepAliveMs: raw.SSE_KEEPALIVE_MS,

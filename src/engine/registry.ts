@@ -167,7 +167,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk'>>
   /** Directory that relative model paths are resolved against (the one holding models.json). */
   baseDir: string
 }
@@ -197,6 +197,8 @@ export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => 
     dtype: entry.dtype,
     device: entry.device ?? ctx.config.onnxDevice,
     threads: threads === 0 ? undefined : threads,
+    maxBatch: ctx.config.maxBatch,
+    prefillChunk: ctx.config.prefillChunk,
   })
 }
 

@@ -16,6 +16,10 @@ export interface OnnxBackendOptions {
   dtype?: string
   device?: string
   threads?: number
+  /** Sequences decoding together; see SchedulerSettings. */
+  maxBatch?: number
+  /** Prompt tokens per run while others decode. */
+  prefillChunk?: number
 }
 
 export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
@@ -42,7 +46,7 @@ export class OnnxBackend implements Backend {
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
-    this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0 }
+    this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0, maxBatch: opts.maxBatch, prefillChunk: opts.prefillChunk }
   }
 
   state (): BackendState {
