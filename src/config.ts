@@ -4,6 +4,8 @@
 
 import envSchema from 'env-schema'
 import { Type, type Static } from 'typebox'
+import type { UpstreamSettings } from './engine/upstream/settings.ts'
+import type { SearchSettings } from './search/web-search.ts'
 
 const ConfigSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'TCP port to listen on (0 = any free port).' }),
@@ -38,6 +40,21 @@ const ConfigSchema = Type.Object({
     default: 'false',
     description: 'Take the client address from X-Forwarded-For: false, true (any proxy), a hop count, or comma-separated proxy addresses/CIDRs.',
   }),
+  // --- upstream models and web search (issue 8) ---
+  UPSTREAM_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 10000, description: 'Connecting to an upstream model server, per attempt.' }),
+  UPSTREAM_FIRST_BYTE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'Waiting for an upstream\'s response headers, per attempt.' }),
+  UPSTREAM_IDLE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'Longest silence inside an upstream\'s reply before it counts as stalled.' }),
+  UPSTREAM_RETRIES: Type.Integer({ minimum: 0, maximum: 10, default: 2, description: 'Extra attempts when an upstream fails before sending anything.' }),
+  SEARCH_PROVIDER: Type.Enum(['', 'searxng', 'google', 'brave'], { default: '', description: 'Web search for googleSearchStatus; empty: none (such requests get 400 search_unavailable).' }),
+  SEARXNG_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Base URL of a SearXNG instance with the json format enabled.' })),
+  GOOGLE_CSE_KEY: Type.Optional(Type.String({ minLength: 1, description: 'Google Programmable Search (Custom Search JSON API) key.' })),
+  GOOGLE_CSE_ID: Type.Optional(Type.String({ minLength: 1, description: 'Google Programmable Search engine id (cx).' })),
+  GOOGLE_CSE_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Custom Search JSON API endpoint; set only for a proxy or a test double.' })),
+  BRAVE_API_KEY: Type.Optional(Type.String({ minLength: 1, description: 'Brave Search API subscription token.' })),
+  BRAVE_SEARCH_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Brave web search endpoint; set only for a proxy or a test double.' })),
+  SEARCH_RESULTS: Type.Integer({ minimum: 1, maximum: 10, default: 5, description: 'Search results put in the prompt.' }),
+  SEARCH_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 8000, description: 'Whole web search, before 502 search_failed.' }),
+  SEARCH_CACHE_TTL_MS: Type.Integer({ minimum: 0, default: 300000, description: 'How long a query\'s results are reused; 0: no cache.' }),
 })
 
 type RawConfig = Static<typeof ConfigSchema>
@@ -66,6 +83,10 @@ export interface Config {
   hfToken?: string
   /** Fastify's trustProxy: which X-Forwarded-* headers to believe. */
   trustProxy: boolean | number | string[]
+  /** Timeouts and retries for backend "openai" models. */
+  upstream: UpstreamSettings
+  /** The web search provider; undefined when SEARCH_PROVIDER is empty. */
+  search?: SearchSettings
 }
 
 export class ConfigError extends Error {
@@ -78,7 +99,7 @@ export class ConfigError extends Error {
 interface AjvError { instancePath: string; message?: string; params: Record<string, unknown> }
 
 /** Values never echoed back in an error message. */
-const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN'])
+const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY'])
 
 /**
  * Reads the settings from `source` (process.env by default) and, when `dotenv`
@@ -127,6 +148,36 @@ export function loadConfig (source: Record<string, string | undefined> = process
     hfEndpoint: raw.HF_ENDPOINT.replace(/\/+$/, ''),
     hfToken: raw.HF_TOKEN,
     trustProxy: parseTrustProxy(raw.TRUST_PROXY),
+    upstream: {
+      connectTimeoutMs: raw.UPSTREAM_CONNECT_TIMEOUT_MS,
+      firstByteTimeoutMs: raw.UPSTREAM_FIRST_BYTE_TIMEOUT_MS,
+      idleTimeoutMs: raw.UPSTREAM_IDLE_TIMEOUT_MS,
+      retries: raw.UPSTREAM_RETRIES,
+    },
+    search: parseSearch(raw),
+  }
+}
+
+/** SEARCH_PROVIDER and the settings the chosen provider needs; a missing one is named. */
+function parseSearch (raw: RawConfig): SearchSettings | undefined {
+  const common = { results: raw.SEARCH_RESULTS, timeoutMs: raw.SEARCH_TIMEOUT_MS, cacheTtlMs: raw.SEARCH_CACHE_TTL_MS }
+  const require = (names: Array<keyof RawConfig>): void => {
+    const missing = names.filter(n => raw[n] === undefined || raw[n] === '')
+    if (missing.length > 0) {
+      throw new ConfigError(`Invalid configuration:\n${missing.map(n => `  ${n}: required when SEARCH_PROVIDER=${raw.SEARCH_PROVIDER}`).join('\n')}`)
+    }
+  }
+  switch (raw.SEARCH_PROVIDER) {
+    case '': return undefined
+    case 'searxng':
+      require(['SEARXNG_URL'])
+      return { provider: 'searxng', url: raw.SEARXNG_URL!, ...common }
+    case 'google':
+      require(['GOOGLE_CSE_KEY', 'GOOGLE_CSE_ID'])
+      return { provider: 'google', key: raw.GOOGLE_CSE_KEY!, engineId: raw.GOOGLE_CSE_ID!, endpoint: raw.GOOGLE_CSE_URL, ...common }
+    case 'brave':
+      require(['BRAVE_API_KEY'])
+      return { provider: 'brave', key: raw.BRAVE_API_KEY!, endpoint: raw.BRAVE_SEARCH_URL, ...common }
   }
 }
 
