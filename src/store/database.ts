@@ -1,4 +1,6 @@
-// Opens the database named by DATABASE_URL and brings its schema up to date.
+// Opens the database named by DATABASE_URL (a SQLite file, or PostgreSQL for
+// several replicas) and brings its schema up to date. On PostgreSQL, Kysely's
+// migrator holds an advisory lock, so replicas starting together migrate once.
 
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
@@ -6,14 +8,14 @@ import { Kysely, Migrator, SqliteDialect, type MigrationProvider } from 'kysely'
 import type { Config } from '../config.ts'
 import { migrations } from './migrations/index.ts'
 import { NodeSqliteDatabase } from './node-sqlite.ts'
+import { postgresDialect } from './postgres.ts'
 import type { Database } from './schema.ts'
 
 export type Db = Kysely<Database>
 
 export function openDatabase (database: Config['database']): Db {
   if (database.kind === 'postgres') {
-    // The pg dialect is the scale-out issue's job; refuse clearly rather than half-work.
-    throw new Error('DATABASE_URL: postgres:// is not supported yet in this build; use sqlite://<path>')
+    return new Kysely<Database>({ dialect: postgresDialect(database.url) })
   }
   if (database.path !== ':memory:') mkdirSync(dirname(database.path), { recursive: true })
   return new Kysely<Database>({

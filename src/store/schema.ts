@@ -9,7 +9,7 @@ export interface AccountsTable {
   tier: Generated<string>
   /** SQLite hands booleans back as 0/1; read through Boolean(). */
   is_admin: Generated<boolean | number>
-  /** Set by the dashboard issue (password log-in); null for API-only accounts. */
+  /** Argon2id PHC string for dashboard log-in; null for accounts made without a password (CLI, first start). */
   password_hash: string | null
   created_at: string
 }
@@ -27,11 +27,48 @@ export interface ApiKeysTable {
   revoked_at: string | null
 }
 
+export interface SessionsTable {
+  id: Generated<number>
+  account_id: number
+  /** Hex SHA-256 of the cookie's token; the token itself is only ever in the cookie. */
+  token_hash: string
+  created_at: string
+  expires_at: string
+}
+
+export type UsageStatus = 'completed' | 'cancelled' | 'failed'
+
+export interface UsageRecordsTable {
+  id: Generated<number>
+  account_id: number
+  key_prefix: string
+  model: string
+  prompt_tokens: number
+  completion_tokens: number
+  status: UsageStatus
+  /** The API error code of a failed request; null otherwise. */
+  error_code: string | null
+  latency_ms: number
+  /** When the request ended. */
+  created_at: string
+}
+
+export interface SettingsTable {
+  name: string
+  value: string
+}
+
 export interface Database {
   accounts: AccountsTable
   api_keys: ApiKeysTable
+  sessions: SessionsTable
+  usage_records: UsageRecordsTable
+  settings: SettingsTable
 }
 
 export type AccountRow = Selectable<AccountsTable>
 export type NewAccountRow = Insertable<AccountsTable>
 export type ApiKeyRow = Selectable<ApiKeysTable>
+export type SessionRow = Selectable<SessionsTable>
+export type UsageRecordRow = Selectable<UsageRecordsTable>
+export type NewUsageRecordRow = Insertable<UsageRecordsTable>

@@ -4,7 +4,9 @@
 
 import type { Migration } from 'kysely'
 import { accountsAndKeys } from './001-accounts-and-keys.ts'
+import { sessionsUsageSettings } from './002-sessions-usage-settings.ts'
 
 export const migrations: Record<string, Migration> = {
   '001-accounts-and-keys': accountsAndKeys,
+  '002-sessions-usage-settings': sessionsUsageSettings,
 }
