@@ -13,6 +13,7 @@ import { Compile } from 'typebox/compile'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import type { Backend, BackendState, GenerateEvent } from './backend.ts'
+import type { DownloadState, PullingBackend } from '../pull/pulling-backend.ts'
 
 // ---------------------------------------------------------------------------
 // The file's shape
@@ -32,6 +33,10 @@ const OnnxEntry = Type.Object({
   /** Overrides ONNX_DEVICE / ONNX_THREADS for this model. */
   device: Type.Optional(Type.Enum(['auto', 'cpu', 'cuda'])),
   threads: Type.Optional(Type.Integer({ minimum: 0 })),
+  /** Hugging Face repository ("owner/name") that `chatd pull` and auto-pull fetch the files from. */
+  hubRepo: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$' })),
+  /** Branch, tag or commit of hubRepo; "main" by default. */
+  hubRevision: Type.Optional(Type.String({ minLength: 1 })),
 })
 
 const OpenAiEntry = Type.Object({
@@ -168,7 +173,8 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 
 export interface FactoryContext {
   config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk'>>
-  /** Directory that relative model paths are resolved against (the one holding models.json). */
+    & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
+  /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
   baseDir: string
 }
 
@@ -178,11 +184,27 @@ export function pullHint (id: string): string {
   return `run: npx chatd pull ${id}`
 }
 
+/** A local model's directory: its path from models.json, relative to `baseDir` unless absolute. */
+export function modelPath (entry: OnnxModelEntry, baseDir: string): string {
+  return isAbsolute(entry.path) ? entry.path : resolve(baseDir, entry.path)
+}
+
 export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => {
-  const path = isAbsolute(entry.path) ? entry.path : resolve(ctx.baseDir, entry.path)
+  const path = modelPath(entry, ctx.baseDir)
+  if (entry.hubRepo && ctx.config.autoPull) {
+    // Imported on demand: only a server that has files to fetch loads the downloader.
+    const autoPull = await import('../pull/auto-pull.ts')
+    if (autoPull.modelFilesMissing(path, entry.dtype)) {
+      return autoPull.createPullingBackend(entry, path, ctx.config, () => openOnnx(entry, path, ctx))
+    }
+  }
   if (!existsSync(path)) {
     return new UnavailableBackend(entry.id, `model files not found at ${path}`, pullHint(entry.id))
   }
+  return openOnnx(entry, path, ctx)
+}
+
+async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContext): Promise<Backend> {
   // Imported on demand so a server without local models never loads onnxruntime.
   let engine: typeof import('./onnx/backend.ts')
   try {
@@ -222,6 +244,13 @@ export interface RegisteredModel {
   /** Changes whenever the model's configuration or chatd's version changes. */
   fingerprint: string
   reasoning: ReasoningMode
+  /** For local models: the execution provider asked for (ONNX_DEVICE or the entry's device). */
+  requestedDevice?: 'auto' | 'cpu' | 'cuda'
+}
+
+/** A backend still fetching its files (CHATD_AUTO_PULL); see src/pull/pulling-backend.ts. */
+function asPulling (backend: Backend): PullingBackend | undefined {
+  return typeof (backend as Partial<PullingBackend>).download === 'function' ? backend as PullingBackend : undefined
 }
 
 export type ModelStatus = BackendState['state']
@@ -259,6 +288,7 @@ export class ModelRegistry {
         created: m.created ?? created,
         fingerprint: m.fingerprint ?? fingerprintOf({ id: m.id }),
         reasoning: m.reasoning ?? 'separate',
+        requestedDevice: m.requestedDevice,
       })
     }
   }
@@ -273,7 +303,7 @@ export class ModelRegistry {
     }
     const parsed = parseModelsFile(text, opts.env ?? process.env, file)
     const factories = { ...defaultFactories, ...opts.factories }
-    const ctx: FactoryContext = { config: opts.config, baseDir: dirname(resolve(file)) }
+    const ctx: FactoryContext = { config: opts.config, baseDir: resolve(opts.config.modelsDir ?? dirname(resolve(file))) }
     const models = []
     for (const { entry, missingVariables } of parsed) {
       let backend: Backend
@@ -286,7 +316,13 @@ export class ModelRegistry {
           backend = new UnavailableBackend(entry.id, (err as Error).message)
         }
       }
-      models.push({ id: entry.id, backend, fingerprint: fingerprintOf(entry), reasoning: entry.reasoning ?? 'separate' })
+      models.push({
+        id: entry.id,
+        backend,
+        fingerprint: fingerprintOf(entry),
+        reasoning: entry.reasoning ?? 'separate',
+        requestedDevice: entry.backend === 'onnx' ? entry.device ?? opts.config.onnxDevice : undefined,
+      })
     }
     return new ModelRegistry(models)
   }
@@ -308,15 +344,25 @@ export class ModelRegistry {
     return state
   }
 
-  /** Ready when every model that can be used has loaded; unavailable ones do not hold readiness back. */
+  /** Ready when every model that can be used has loaded; unavailable ones do not hold readiness back, downloading ones do. */
   ready (): boolean {
-    return this.list().every(m => this.state(m.id).state !== 'loading')
+    return this.list().every(m => this.state(m.id).state !== 'loading' && asPulling(m.backend)?.download()?.state !== 'downloading')
+  }
+
+  /** Downloads of model files started by the server (auto-pull), running or failed, by model id. */
+  downloads (): Record<string, DownloadState> {
+    return Object.fromEntries(this.list().flatMap(m => {
+      const download = asPulling(m.backend)?.download()
+      return download ? [[m.id, download]] : []
+    }))
   }
 
   /** Starts loading every usable model in the background; resolves when all have settled. */
   loadAll (log?: RegistryLogger): Promise<void> {
     this.#loading ??= Promise.all(this.list().map(async model => {
-      if (model.backend.state().state === 'unavailable') {
+      const pulling = asPulling(model.backend)
+      if (pulling && log) pulling.attachLog(log)
+      if (model.backend.state().state === 'unavailable' && !pulling) {
         const state = this.state(model.id) as Extract<BackendState, { state: 'unavailable' }>
         log?.warn({ model: model.id, reason: state.reason, hint: state.hint }, 'model unavailable')
         return
@@ -324,7 +370,12 @@ export class ModelRegistry {
       const started = performance.now()
       try {
         await model.backend.load()
-        log?.info({ model: model.id, ms: Math.round(performance.now() - started) }, 'model ready')
+        // Which execution provider the engine settled on (local models report it), said once at start.
+        const device = (model.backend as { device?: string }).device
+        log?.info({ model: model.id, ms: Math.round(performance.now() - started), ...(device ? { device } : {}) }, 'model ready')
+        if (device === 'cpu' && model.requestedDevice === 'auto') {
+          log?.info({ model: model.id, device }, 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so the model runs on the CPU')
+        }
       } catch (err) {
         this.#loadErrors.set(model.id, `loading failed: ${(err as Error).message}`)
         log?.error({ model: model.id, err }, 'model failed to load')

@@ -1,0 +1,122 @@
+// A local model whose files are not on disk yet, while `chatd serve` fetches
+// them (CHATD_AUTO_PULL). Until the download completes, requests get 503
+// model_unavailable with the progress, and readiness waits; then the real
+// backend is built and loaded and every call goes to it. When the hub cannot
+// be reached the model stays unavailable, and the message gives the exact
+// pull command to run by hand.
+
+import type { Backend, BackendState, GenerateEvent, GenerateRequest } from '../engine/backend.ts'
+import { ApiError } from '../errors.ts'
+import { lineReporter, PullTracker, type PullStatus } from './progress.ts'
+import type { PullEvent } from './pull.ts'
+
+export interface PullLog {
+  info: (obj: object, msg: string) => void
+  error: (obj: object, msg: string) => void
+}
+
+export interface PullingBackendOptions {
+  id: string
+  /** Where the files come from, for messages: "https://huggingface.co/org/repo". */
+  source: string
+  /** The command that does the same by hand. */
+  pullCommand: string
+  /** Downloads the files, reporting events; rejects with the reason it could not. */
+  pull: (onEvent: (event: PullEvent) => void, signal: AbortSignal) => Promise<void>
+  /** Builds the real backend once the files are complete. */
+  open: () => Promise<Backend>
+}
+
+export type DownloadState =
+  | ({ state: 'downloading' } & PullStatus)
+  | { state: 'failed'; error: string; hint: string }
+
+export class PullingBackend implements Backend {
+  readonly id: string
+  readonly #opts: PullingBackendOptions
+  readonly #tracker = new PullTracker()
+  readonly #abort = new AbortController()
+  #log?: PullLog
+  #failure?: string
+  #inner?: Backend
+  #running?: Promise<void>
+
+  constructor (opts: PullingBackendOptions) {
+    this.id = opts.id
+    this.#opts = opts
+  }
+
+  get contextLength (): number | undefined {
+    return this.#inner?.contextLength
+  }
+
+  /** The execution provider of the loaded model, once there is one. */
+  get device (): string | undefined {
+    return (this.#inner as { device?: string } | undefined)?.device
+  }
+
+  /** The download while it runs or after it failed; undefined once the files are complete. */
+  download (): DownloadState | undefined {
+    if (this.#failure !== undefined) return { state: 'failed', error: this.#failure, hint: this.#opts.pullCommand }
+    if (this.#inner) return undefined
+    return { state: 'downloading', ...this.#tracker.status }
+  }
+
+  /** Where progress lines go (the server's log); set before load(). */
+  attachLog (log: PullLog): void {
+    this.#log = log
+  }
+
+  state (): BackendState {
+    if (this.#inner) return this.#inner.state()
+    if (this.#failure !== undefined) {
+      return { state: 'unavailable', reason: `its files could not be downloaded: ${this.#failure}`, hint: `run: ${this.#opts.pullCommand}` }
+    }
+    return {
+      state: 'unavailable',
+      reason: `its files are being downloaded from ${this.#opts.source}: ${this.#tracker.describe()}`,
+      hint: 'it loads by itself when the download completes; GET /readyz shows the progress',
+    }
+  }
+
+  load (): Promise<void> {
+    this.#running ??= this.#run()
+    return this.#running
+  }
+
+  async #run (): Promise<void> {
+    const log = this.#log
+    const lines = lineReporter(line => log?.info({ model: this.id }, `pull: ${line}`))
+    log?.info({ model: this.id, source: this.#opts.source }, 'model files missing: downloading them (CHATD_AUTO_PULL=0 turns this off)')
+    try {
+      await this.#opts.pull(event => {
+        this.#tracker.onEvent(event)
+        lines(event)
+      }, this.#abort.signal)
+    } catch (err) {
+      this.#failure = (err as Error).message
+      log?.error({ model: this.id, error: this.#failure, hint: this.#opts.pullCommand }, `model download failed; to retry by hand run: ${this.#opts.pullCommand}`)
+      throw new Error(`download failed: ${this.#failure}`, { cause: err })
+    }
+    this.#inner = await this.#opts.open()
+    await this.#inner.load()
+  }
+
+  async * generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent> {
+    if (this.#inner) {
+      yield * this.#inner.generate(request, signal)
+      return
+    }
+    const state = this.state() as Extract<BackendState, { state: 'unavailable' }>
+    throw new ApiError('model_unavailable', `The model '${this.id}' is unavailable: ${state.reason} (${state.hint})`, {
+      param: 'model',
+      headers: this.#failure === undefined ? { 'retry-after': '30' } : {},
+    })
+  }
+
+  async close (): Promise<void> {
+    this.#abort.abort()
+    await this.#running?.catch(() => {})
+    await this.#inner?.close()
+  }
+}
