@@ -20,7 +20,7 @@ import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'>
+  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -42,6 +42,11 @@ const REDACTED = [
   'apiKey',
 ]
 
+/** A hop count as the function Fastify applies to numbers itself (its types accept only the other forms). */
+function trustProxyOption (value: boolean | number | string[]): boolean | string[] | ((address: string, hop: number) => boolean) {
+  return typeof value === 'number' ? (_address, hop) => hop < value : value
+}
+
 export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
   const metrics = opts.metrics ?? new Metrics()
@@ -49,6 +54,9 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     logger: opts.logger ?? { level: config.logLevel, redact: REDACTED, ...(opts.logStream ? { stream: opts.logStream } : {}) },
     bodyLimit: config.bodyLimit,
+    // TRUST_PROXY: behind a reverse proxy, request.ip (logs, rate limits) is the
+    // client from X-Forwarded-For rather than the proxy's own address.
+    trustProxy: trustProxyOption(config.trustProxy ?? false),
     return503OnClosing: false, // see the onRequest hook in step 3
     ajv: {
       customOptions: {

@@ -1,6 +1,8 @@
 // GET /healthz: the process answers (liveness). GET /readyz: every model that
 // can be used has loaded (readiness); 503 until then, so a load balancer keeps
-// traffic away from a server still loading weights. Neither needs a key.
+// traffic away from a server still loading (or downloading) weights; while the
+// server fetches a model's files, `downloads` says how far it has got.
+// Neither needs a key.
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
@@ -8,9 +10,24 @@ import type { ModelRegistry } from '../../engine/registry.ts'
 
 const Health = Type.Object({ status: Type.Literal('ok') })
 
+/** A model's files being fetched by the server at start (CHATD_AUTO_PULL), or why that failed. */
+const Download = Type.Union([
+  Type.Object({
+    state: Type.Literal('downloading'),
+    file: Type.Optional(Type.String()),
+    downloadedBytes: Type.Integer(),
+    totalBytes: Type.Integer(),
+    percent: Type.Number(),
+    bytesPerSecond: Type.Integer(),
+    etaSeconds: Type.Optional(Type.Integer()),
+  }),
+  Type.Object({ state: Type.Literal('failed'), error: Type.String(), hint: Type.String() }),
+])
+
 const Readiness = Type.Object({
   status: Type.Enum(['ready', 'loading']),
   models: Type.Record(Type.String(), Type.Enum(['ready', 'loading', 'unavailable'])),
+  downloads: Type.Optional(Type.Record(Type.String(), Download, { description: 'Model files being downloaded at start, by model id; absent when there are none.' })),
 })
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> = async (app, { models }) => {
@@ -23,6 +40,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> 
   }, async (_request, reply) => {
     const states = Object.fromEntries(models.list().map(m => [m.id, models.state(m.id).state]))
     const ready = models.ready()
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'loading', models: states })
+    const downloads = models.downloads()
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'loading', models: states, ...(Object.keys(downloads).length > 0 ? { downloads } : {}) })
   })
 }
