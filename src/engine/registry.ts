@@ -13,6 +13,7 @@ import { Compile } from 'typebox/compile'
 import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import type { Backend, BackendState, GenerateEvent } from './backend.ts'
+import { UpstreamBackend } from './upstream/backend.ts'
 import type { DownloadState, PullingBackend } from '../pull/pulling-backend.ts'
 
 // ---------------------------------------------------------------------------
@@ -22,6 +23,9 @@ const ModelId = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$' 
 
 /** How a reasoning model's thinking reaches the client (DESIGN.md "Reasoning"). */
 const ReasoningMode = Type.Enum(['separate', 'inline', 'hidden'])
+
+/** Tokens of thinking allowed on top of the answer when `wordcount` sets the token budget (0: the model does not reason). */
+const ThinkingBudget = Type.Integer({ minimum: 0, maximum: 1000000 })
 
 const OnnxEntry = Type.Object({
   id: ModelId,
@@ -37,6 +41,7 @@ const OnnxEntry = Type.Object({
   hubRepo: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$' })),
   /** Branch, tag or commit of hubRepo; "main" by default. */
   hubRevision: Type.Optional(Type.String({ minLength: 1 })),
+  thinkingBudget: Type.Optional(ThinkingBudget),
 })
 
 const OpenAiEntry = Type.Object({
@@ -46,6 +51,13 @@ const OpenAiEntry = Type.Object({
   apiKey: Type.Optional(Type.String()),
   upstreamModel: Type.String({ minLength: 1 }),
   reasoning: Type.Optional(ReasoningMode),
+  /** Send top_k upstream (vLLM, llama.cpp, Ollama accept it; OpenAI's API rejects it). Default false. */
+  passTopK: Type.Optional(Type.Boolean()),
+  /** The upstream's template leaves the prompt inside an open <think> (R1 served without a reasoning parser). Default false. */
+  startsInReasoning: Type.Optional(Type.Boolean()),
+  /** The upstream model's context window in tokens, when known (caps wordcount's token budget). */
+  contextLength: Type.Optional(Type.Integer({ minimum: 1 })),
+  thinkingBudget: Type.Optional(ThinkingBudget),
 })
 
 const Entry = Type.Union([OnnxEntry, OpenAiEntry])
@@ -114,12 +126,17 @@ export function parseModelsFile (text: string, env: Record<string, string | unde
   })
 }
 
-/** Replaces `${NAME}` in every string value; records names the environment lacks. */
+/**
+ * Replaces `${NAME}` in every string value; records names the environment lacks.
+ * `${NAME:-fallback}` uses the fallback (possibly empty) instead, for optional
+ * values such as an upstream key that a local Ollama does not need.
+ */
 function interpolate (value: unknown, env: Record<string, string | undefined>, missing: string[]): unknown {
   if (typeof value === 'string') {
-    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+    return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}/g, (_, name: string, hasFallback?: string, fallback?: string) => {
       const found = env[name]
       if (found === undefined || found === '') {
+        if (hasFallback !== undefined) return fallback ?? ''
         missing.push(name)
         return ''
       }
@@ -174,6 +191,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 export interface FactoryContext {
   config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
+    & Partial<Pick<Config, 'upstream'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
   baseDir: string
 }
@@ -224,9 +242,18 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
   })
 }
 
-export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry) => {
-  // The upstream (OpenAI-compatible) backend is a later issue.
-  return new UnavailableBackend(entry.id, 'the openai (upstream) backend is not implemented in this build yet')
+export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx) => {
+  // A bad baseUrl throws here (the message never echoes it) and the model is listed as unavailable.
+  return new UpstreamBackend({
+    id: entry.id,
+    baseUrl: entry.baseUrl,
+    apiKey: entry.apiKey,
+    upstreamModel: entry.upstreamModel,
+    passTopK: entry.passTopK,
+    startsInReasoning: entry.startsInReasoning,
+    contextLength: entry.contextLength,
+    settings: ctx.config.upstream,
+  })
 }
 
 export type BackendFactories = { onnx: BackendFactory<OnnxModelEntry>; openai: BackendFactory<OpenAiModelEntry> }
@@ -244,6 +271,8 @@ export interface RegisteredModel {
   /** Changes whenever the model's configuration or chatd's version changes. */
   fingerprint: string
   reasoning: ReasoningMode
+  /** Thinking tokens added to a wordcount's token budget (models.json `thinkingBudget`; 0 by default). */
+  thinkingBudget?: number
   /** For local models: the execution provider asked for (ONNX_DEVICE or the entry's device). */
   requestedDevice?: 'auto' | 'cpu' | 'cuda'
 }
@@ -288,6 +317,7 @@ export class ModelRegistry {
         created: m.created ?? created,
         fingerprint: m.fingerprint ?? fingerprintOf({ id: m.id }),
         reasoning: m.reasoning ?? 'separate',
+        thinkingBudget: m.thinkingBudget ?? 0,
         requestedDevice: m.requestedDevice,
       })
     }
@@ -321,6 +351,7 @@ export class ModelRegistry {
         backend,
         fingerprint: fingerprintOf(entry),
         reasoning: entry.reasoning ?? 'separate',
+        thinkingBudget: entry.thinkingBudget,
         requestedDevice: entry.backend === 'onnx' ? entry.device ?? opts.config.onnxDevice : undefined,
       })
     }

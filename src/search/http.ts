@@ -3,6 +3,7 @@
 // carries Google's key in its query string and a SearXNG's private address).
 
 import { request } from 'undici'
+import { networkCause } from '../engine/upstream/failures.ts'
 import { SearchProviderError } from './provider.ts'
 
 /** Larger replies are not search results pages. */
@@ -40,20 +41,6 @@ export async function getJson (provider: string, url: URL, headers: Record<strin
     throw new SearchProviderError('unreachable', `${provider} broke off its reply (${networkCause(err)})`)
   } finally {
     body.destroy()
-  }
-}
-
-/** A short, address-free name for a network failure. */
-export function networkCause (err: unknown): string {
-  const code = (err as { code?: string })?.code
-  switch (code) {
-    case 'ECONNREFUSED': return 'connection refused'
-    case 'ECONNRESET': case 'UND_ERR_SOCKET': return 'connection reset'
-    case 'ENOTFOUND': case 'EAI_AGAIN': return 'host not found'
-    case 'UND_ERR_CONNECT_TIMEOUT': return 'connect timeout'
-    case 'UND_ERR_HEADERS_TIMEOUT': case 'UND_ERR_BODY_TIMEOUT': return 'timed out'
-    case 'CERT_HAS_EXPIRED': case 'DEPTH_ZERO_SELF_SIGNED_CERT': case 'UNABLE_TO_VERIFY_LEAF_SIGNATURE': return 'TLS certificate rejected'
-    default: return code ? code.toLowerCase().replace(/^und_err_/, '').replaceAll('_', ' ') : 'network error'
   }
 }
 

@@ -37,9 +37,13 @@ t.test('${ENV} interpolation; unset variables are reported, not fatal', async t 
     missingVariables: [],
   }])
   t.same(parseModelsFile(text, { BASE: 'http://h:1' })[0].missingVariables, ['KEY', 'SIZE'])
+  // ${NAME:-fallback}: optional values (an upstream key Ollama does not need).
+  const optional = JSON.stringify({ models: [{ id: 'u', backend: 'openai', baseUrl: '${BASE:-http://127.0.0.1:11434}/v1', apiKey: '${KEY:-}', upstreamModel: 'm' }] })
+  t.same(parseModelsFile(optional, {}), [{ entry: { id: 'u', backend: 'openai', baseUrl: 'http://127.0.0.1:11434/v1', apiKey: '', upstreamModel: 'm' }, missingVariables: [] }])
+  t.match(parseModelsFile(optional, { KEY: 'k' })[0].entry, { apiKey: 'k' }, 'a set variable wins over the fallback')
 })
 
-t.test('fromFile: missing files, unset variables and the upstream backend are unavailable; others work', async t => {
+t.test('fromFile: missing files, unset variables and a bad upstream baseUrl are unavailable; others work', async t => {
   const dir = t.testdir({ 'present-model': { 'config.json': '{}' } })
   const file = join(dir, 'models.json')
   writeFileSync(file, JSON.stringify({
@@ -47,7 +51,8 @@ t.test('fromFile: missing files, unset variables and the upstream backend are un
       { id: 'local', backend: 'onnx', path: 'present-model', dtype: 'fp32', reasoning: 'hidden' },
       { id: 'absent', backend: 'onnx', path: 'not-downloaded' },
       { id: 'upstream', backend: 'openai', baseUrl: '${UPSTREAM_BASE_URL}', apiKey: 'x', upstreamModel: 'm' },
-      { id: 'upstream2', backend: 'openai', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'm' },
+      { id: 'upstream2', backend: 'openai', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'm', thinkingBudget: 512 },
+      { id: 'upstream3', backend: 'openai', baseUrl: 'ftp://secret-host/v1', upstreamModel: 'm' },
     ],
   }))
   const seen: Array<{ id: string; path: string; device?: string }> = []
@@ -66,13 +71,16 @@ t.test('fromFile: missing files, unset variables and the upstream backend are un
       },
     },
   })
-  t.same(registry.list().map(m => m.id), ['local', 'absent', 'upstream', 'upstream2'])
+  t.same(registry.list().map(m => m.id), ['local', 'absent', 'upstream', 'upstream2', 'upstream3'])
   t.same(seen, [{ id: 'local', path: join(dir, 'present-model') }], 'relative paths resolve against the models.json directory')
   t.equal(registry.get('local')?.reasoning, 'hidden')
   t.same(registry.state('local'), { state: 'ready' })
   t.same(registry.state('absent'), { state: 'unavailable', reason: `model files not found at ${join(dir, 'not-downloaded')}`, hint: 'run: npx chatd pull absent' })
   t.same(registry.state('upstream'), { state: 'unavailable', reason: 'environment variable UPSTREAM_BASE_URL not set', hint: 'set UPSTREAM_BASE_URL in the environment or .env' })
-  t.match(registry.state('upstream2'), { state: 'unavailable', reason: /not implemented/ })
+  t.same(registry.state('upstream2'), { state: 'ready' }, 'an upstream is ready at once; whether it answers is found out per request')
+  t.equal(registry.get('upstream2')?.thinkingBudget, 512)
+  t.equal(registry.get('local')?.thinkingBudget, 0)
+  t.same(registry.state('upstream3'), { state: 'unavailable', reason: 'baseUrl must start with http:// or https://' }, 'the reason does not echo the URL')
   t.match(registry.get('local')!.fingerprint, /^fp_[0-9a-f]{12}$/)
   t.not(registry.get('local')!.fingerprint, registry.get('absent')!.fingerprint)
   await registry.loadAll()

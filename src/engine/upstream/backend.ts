@@ -1,0 +1,274 @@
+// An OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API, another
+// chatd) as a Backend: models.json entries with `"backend": "openai"`.
+//
+// One generation is one POST to <baseUrl>/chat/completions under the upstream's
+// own model name and key, always streamed (see request-body.ts). Its chunks
+// become chatd's events, so clients see chatd's ids and frame sequence whatever
+// the upstream. Failures before the upstream has sent anything (refused or
+// timed-out connections, 408/429/5xx) are retried a bounded number of times;
+// after that nothing is, because part of the reply may already be on its way to
+// the client. The client going away aborts the upstream request.
+
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createParser } from 'eventsource-parser'
+import { Agent, request, type Dispatcher } from 'undici'
+import { ApiError } from '../../errors.ts'
+import type { Backend, BackendState, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
+import { ReasoningSplitter } from '../reasoning.ts'
+import { cutOff, networkCause, refused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
+import { readChunk, readCompletion, type ReplyPiece } from './reply.ts'
+import { upstreamBody, type UpstreamModel } from './request-body.ts'
+import { DEFAULT_UPSTREAM_SETTINGS, type UpstreamSettings } from './settings.ts'
+import { estimatePromptTokens, estimateTokens } from './usage.ts'
+
+export interface UpstreamBackendOptions {
+  id: string
+  /** The API root as OpenAI clients take it, e.g. http://127.0.0.1:8000/v1. */
+  baseUrl: string
+  /** Sent as a Bearer token; empty or absent sends none. */
+  apiKey?: string
+  upstreamModel: string
+  passTopK?: boolean
+  /** The upstream's chat template leaves the prompt inside an open `<think>` (R1 served without a reasoning parser). */
+  startsInReasoning?: boolean
+  contextLength?: number
+  settings?: UpstreamSettings
+}
+
+/** An error body is read only this far; a non-streamed reply, a bit further. */
+const MAX_ERROR_BYTES = 64 * 1024
+const MAX_REPLY_BYTES = 16 * 1024 * 1024
+/** One SSE event larger than this is no chat chunk. */
+const MAX_EVENT_BYTES = 1024 * 1024
+const BACKOFF_MS = 200
+const MAX_BACKOFF_MS = 2000
+
+/** <baseUrl>/chat/completions. Throws (without echoing the URL, which may be private) when baseUrl is no http(s) URL. */
+export function chatCompletionsUrl (baseUrl: string): URL {
+  let url: URL
+  try {
+    url = new URL(baseUrl)
+  } catch {
+    throw new Error('baseUrl is not a valid URL')
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('baseUrl must start with http:// or https://')
+  const path = url.pathname.replace(/\/+$/, '')
+  url.pathname = path.endsWith('/chat/completions') ? path : `${path}/chat/completions`
+  return url
+}
+
+export class UpstreamBackend implements Backend {
+  readonly id: string
+  readonly contextLength?: number
+  readonly #endpoint: URL
+  readonly #headers: Record<string, string>
+  readonly #model: UpstreamModel
+  readonly #startsInReasoning: boolean
+  readonly #settings: UpstreamSettings
+  readonly #agent: Agent
+  #closed = false
+
+  constructor (opts: UpstreamBackendOptions) {
+    this.id = opts.id
+    this.contextLength = opts.contextLength
+    this.#endpoint = chatCompletionsUrl(opts.baseUrl)
+    this.#headers = {
+      'content-type': 'application/json',
+      accept: 'text/event-stream, application/json',
+      'user-agent': 'chatd',
+      ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}),
+    }
+    this.#model = { upstreamModel: opts.upstreamModel, passTopK: opts.passTopK ?? false }
+    this.#startsInReasoning = opts.startsInReasoning ?? false
+    this.#settings = opts.settings ?? DEFAULT_UPSTREAM_SETTINGS
+    this.#agent = new Agent({
+      connect: { timeout: this.#settings.connectTimeoutMs },
+      headersTimeout: this.#settings.firstByteTimeoutMs,
+      bodyTimeout: this.#settings.idleTimeoutMs,
+    })
+  }
+
+  state (): BackendState {
+    // Nothing to load: whether the upstream is up is found out per request
+    // (and answered with 502/504), so it may come and go without a restart.
+    return this.#closed ? { state: 'unavailable', reason: 'closed' } : { state: 'ready' }
+  }
+
+  async load (): Promise<void> {}
+
+  async * generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
+    const payload = JSON.stringify(upstreamBody(request, this.#model))
+    // Aborted when the client goes away and when the consumer stops reading.
+    const controller = new AbortController()
+    const abort = (): void => controller.abort()
+    signal.addEventListener('abort', abort, { once: true })
+    if (signal.aborted) abort()
+
+    let textDeltas = 0
+    let allText = ''
+    let whole = false
+    let reportedUsage: Usage | undefined
+    const usage = (): Usage => {
+      if (reportedUsage) return reportedUsage
+      const prompt = estimatePromptTokens(request.messages)
+      const completion = whole ? estimateTokens(allText) : textDeltas
+      return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
+    }
+
+    let body: Dispatcher.ResponseData['body'] | undefined
+    try {
+      const response = await this.#send(payload, controller.signal)
+      body = response.body
+      const contentType = String(response.headers['content-type'] ?? '').toLowerCase()
+      const progress = { done: false }
+      let pieces: AsyncIterable<ReplyPiece>
+      if (contentType.startsWith('text/event-stream')) {
+        pieces = streamedPieces(body, progress)
+      } else if (contentType.includes('json')) {
+        whole = true
+        pieces = wholePiece(body, progress)
+      } else {
+        throw unreadable('neither an event stream nor JSON')
+      }
+
+      let finishReason: string | undefined
+      // Decided by the first piece with text: an upstream that separates the
+      // reasoning itself gets no splitter; otherwise `<think>` in its content is split here.
+      let splitter: ReasoningSplitter | null | undefined
+      for await (const piece of pieces) {
+        if (piece.usage) reportedUsage = piece.usage
+        if (piece.finishReason !== undefined) finishReason = piece.finishReason
+        if (piece.content === '' && piece.reasoning === '') continue
+        textDeltas++
+        allText += piece.reasoning + piece.content
+        splitter ??= piece.reasoning !== '' ? null : new ReasoningSplitter(this.#startsInReasoning)
+        const split = splitter === null ? { reasoning: '', content: piece.content } : splitter.push(piece.content)
+        const event = delta(piece.reasoning + split.reasoning, split.content)
+        if (event) yield event
+      }
+      if (splitter) {
+        const rest = splitter.flush()
+        const event = delta(rest.reasoning, rest.content)
+        if (event) yield event
+      }
+      if (!progress.done && finishReason === undefined) throw cutOff()
+      yield { type: 'finish', reason: finishReasonOf(finishReason), usage: usage() }
+    } catch (err) {
+      if (signal.aborted) {
+        yield { type: 'finish', reason: 'cancelled', usage: usage() }
+        return
+      }
+      throw bodyFailure(err, this.#settings)
+    } finally {
+      signal.removeEventListener('abort', abort)
+      controller.abort()
+      body?.destroy()
+    }
+  }
+
+  /** POSTs the request, retrying failures that happen before the upstream sends anything. */
+  async #send (payload: string, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
+    for (let attempt = 0; ; attempt++) {
+      let failure: ApiError
+      try {
+        const response = await request(this.#endpoint, { method: 'POST', headers: this.#headers, body: payload, signal, dispatcher: this.#agent })
+        if (response.statusCode >= 200 && response.statusCode <= 299) return response
+        const text = await readText(response.body, MAX_ERROR_BYTES).catch(() => '')
+        failure = refused(response.statusCode, response.statusCode === 400 && saysContextOverflow(parseJson(text)))
+        if (!retryableStatus(response.statusCode)) throw failure
+      } catch (err) {
+        if (signal.aborted || err instanceof ApiError) throw err
+        failure = connectFailure(err, this.#settings)
+      }
+      if (attempt >= this.#settings.retries) throw failure
+      await sleep(Math.min(BACKOFF_MS * 2 ** attempt, MAX_BACKOFF_MS), undefined, { signal })
+    }
+  }
+
+  async close (): Promise<void> {
+    this.#closed = true
+    await this.#agent.destroy()
+  }
+}
+
+function delta (reasoning: string, content: string): GenerateEvent | undefined {
+  if (reasoning === '' && content === '') return undefined
+  const event: Extract<GenerateEvent, { type: 'delta' }> = { type: 'delta' }
+  if (reasoning !== '') event.reasoning = reasoning
+  if (content !== '') event.content = content
+  return event
+}
+
+/** `length` stays `length`; every other reason (stop, eos, content_filter, tool_calls) ended the reply normally. */
+function finishReasonOf (reason: string | undefined): FinishReason {
+  return reason === 'length' ? 'length' : 'stop'
+}
+
+/** The pieces of an SSE reply; sets `progress.done` at `data: [DONE]`. */
+async function * streamedPieces (body: AsyncIterable<Buffer | string>, progress: { done: boolean }): AsyncGenerator<ReplyPiece> {
+  const frames: Array<{ event?: string; data: string }> = []
+  let oversized = false
+  const parser = createParser({
+    onEvent: event => { frames.push(event) },
+    onError: error => { if (error.type === 'max-buffer-size-exceeded') oversized = true },
+    maxBufferSize: MAX_EVENT_BYTES,
+  })
+  const decoder = new TextDecoder()
+  for await (const chunk of body) {
+    parser.feed(typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true }))
+    if (oversized) throw unreadable(`an event larger than ${MAX_EVENT_BYTES} bytes`)
+    for (let frame = frames.shift(); frame !== undefined; frame = frames.shift()) {
+      if (frame.data.trim() === '[DONE]') {
+        progress.done = true
+        return
+      }
+      // Named events other than "error" (pings, vendor extras) are not part of the reply.
+      if (frame.event !== undefined && frame.event !== 'message' && frame.event !== 'error') continue
+      if (frame.data.trim() === '') continue
+      yield readChunk(frame.data)
+    }
+  }
+}
+
+/** A reply that came as one JSON chat.completion. */
+async function * wholePiece (body: AsyncIterable<Buffer | string>, progress: { done: boolean }): AsyncGenerator<ReplyPiece> {
+  const text = await readText(body, MAX_REPLY_BYTES)
+  const piece = readCompletion(text)
+  progress.done = true
+  yield piece
+}
+
+async function readText (body: AsyncIterable<Buffer | string>, limit: number): Promise<string> {
+  const parts: Buffer[] = []
+  let size = 0
+  for await (const chunk of body) {
+    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+    size += buffer.length
+    if (size > limit) throw unreadable(`a body larger than ${limit} bytes`)
+    parts.push(buffer)
+  }
+  return Buffer.concat(parts).toString('utf8')
+}
+
+function parseJson (text: string): unknown {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
+}
+
+/** A failure before any response: worth a retry. */
+function connectFailure (err: unknown, settings: UpstreamSettings): ApiError {
+  const code = (err as { code?: string })?.code
+  if (code === 'UND_ERR_CONNECT_TIMEOUT') return timedOut('connect', settings.connectTimeoutMs)
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return timedOut('first byte', settings.firstByteTimeoutMs)
+  return unreachable(networkCause(err))
+}
+
+/** A failure once the reply had begun. */
+function bodyFailure (err: unknown, settings: UpstreamSettings): ApiError {
+  if (err instanceof ApiError) return err
+  if ((err as { code?: string })?.code === 'UND_ERR_BODY_TIMEOUT') return timedOut('idle', settings.idleTimeoutMs)
+  return cutOff()
+}

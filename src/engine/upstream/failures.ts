@@ -1,0 +1,77 @@
+// Everything that can go wrong with an upstream, as the API's errors. The
+// messages are chatd's own words: they never carry the upstream's address or
+// key, nor text the upstream sent (which may echo either).
+
+import { ApiError } from '../../errors.ts'
+
+const WHO = 'The upstream model server'
+
+export function unreachable (cause: string): ApiError {
+  return new ApiError('upstream_error', `${WHO} could not be reached (${cause}).`)
+}
+
+export function timedOut (phase: 'connect' | 'first byte' | 'idle', ms: number): ApiError {
+  const what = phase === 'connect'
+    ? `did not accept a connection within ${ms} ms`
+    : phase === 'first byte'
+      ? `did not start its reply within ${ms} ms`
+      : `stopped sending for ${ms} ms in the middle of its reply`
+  return new ApiError('upstream_timeout', `${WHO} ${what}.`)
+}
+
+/** A non-2xx answer. A context overflow is the client's problem and says so; the rest is the server's. */
+export function refused (status: number, contextOverflow: boolean): ApiError {
+  if (contextOverflow) {
+    return new ApiError('context_length_exceeded', 'The conversation plus max_tokens is longer than the model\'s context window.', { param: 'messages' })
+  }
+  const why = status === 401 || status === 403
+    ? `refused chatd's credentials (HTTP ${status}); the operator should check the model's apiKey`
+    : status === 404
+      ? `does not serve the configured model (HTTP ${status})`
+      : status === 429
+        ? `is rate-limiting chatd (HTTP ${status})`
+        : status >= 400 && status < 500
+          ? `rejected the request (HTTP ${status})`
+          : `failed (HTTP ${status})`
+  return new ApiError('upstream_error', `${WHO} ${why}.`)
+}
+
+export function unreadable (what: string): ApiError {
+  return new ApiError('upstream_error', `${WHO} sent a reply chatd could not read (${what}).`)
+}
+
+export function cutOff (): ApiError {
+  return new ApiError('upstream_error', `${WHO} closed the connection before the reply was complete.`)
+}
+
+export function reportedError (): ApiError {
+  return new ApiError('upstream_error', `${WHO} reported an error in the middle of its reply.`)
+}
+
+/** Statuses worth another attempt: the request itself was fine, the server was not. */
+export function retryableStatus (status: number): boolean {
+  return status === 408 || status === 429 || status === 500 || status === 502 || status === 503 || status === 504
+}
+
+/** Does an upstream's 400 body say the prompt was too long? (vLLM, llama.cpp, OpenAI and Ollama word it differently.) */
+export function saysContextOverflow (body: unknown): boolean {
+  const error = (body as { error?: unknown })?.error
+  const code = typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined
+  if (code === 'context_length_exceeded') return true
+  const message = typeof error === 'string' ? error : typeof error === 'object' && error !== null ? (error as { message?: unknown }).message : undefined
+  return typeof message === 'string' && /context length|context window|maximum context|context size|too many tokens|prompt is too long|exceeds the available context/i.test(message)
+}
+
+/** A short, address-free name for a network failure. */
+export function networkCause (err: unknown): string {
+  const code = (err as { code?: string })?.code
+  switch (code) {
+    case 'ECONNREFUSED': return 'connection refused'
+    case 'ECONNRESET': case 'UND_ERR_SOCKET': return 'connection reset'
+    case 'ENOTFOUND': case 'EAI_AGAIN': return 'host not found'
+    case 'UND_ERR_CONNECT_TIMEOUT': return 'connect timeout'
+    case 'UND_ERR_HEADERS_TIMEOUT': case 'UND_ERR_BODY_TIMEOUT': return 'timed out'
+    case 'CERT_HAS_EXPIRED': case 'DEPTH_ZERO_SELF_SIGNED_CERT': case 'UNABLE_TO_VERIFY_LEAF_SIGNATURE': return 'TLS certificate rejected'
+    default: return code ? code.toLowerCase().replace(/^und_err_/, '').replaceAll('_', ' ') : 'network error'
+  }
+}

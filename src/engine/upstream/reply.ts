@@ -1,0 +1,86 @@
+// Reading an OpenAI-compatible reply: the pieces of a streamed one (each SSE
+// `data:` frame is a chat.completion.chunk), or a whole chat.completion when
+// the upstream answers with JSON although chatd asked for a stream. Anything
+// of the wrong shape throws, so a confused upstream gives a clean 502 instead
+// of a half-understood answer.
+
+import type { Usage } from '../backend.ts'
+import { reportedError, unreadable } from './failures.ts'
+
+/** What one chunk (or a whole completion) contributes. */
+export interface ReplyPiece {
+  content: string
+  /** From `reasoning_content` (DeepSeek, vLLM) or `reasoning` (Ollama, OpenRouter, newer vLLM). */
+  reasoning: string
+  /** Present once the upstream says why it stopped. */
+  finishReason?: string
+  usage?: Usage
+}
+
+type Json = Record<string, unknown>
+
+function isObject (value: unknown): value is Json {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+function optionalText (value: unknown, field: string): string {
+  if (value === undefined || value === null) return ''
+  if (typeof value !== 'string') throw unreadable(`"${field}" is not text`)
+  return value
+}
+
+function readUsage (value: unknown): Usage | undefined {
+  if (!isObject(value)) return undefined
+  const prompt = value.prompt_tokens
+  const completion = value.completion_tokens
+  if (!Number.isInteger(prompt) || !Number.isInteger(completion)) return undefined
+  const total = Number.isInteger(value.total_tokens) ? value.total_tokens as number : (prompt as number) + (completion as number)
+  return { prompt_tokens: prompt as number, completion_tokens: completion as number, total_tokens: total }
+}
+
+/** One piece from `choices[0]` and `usage` of a chunk or completion; `part` is `delta` or `message`. */
+function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
+  if (!isObject(json)) throw unreadable('a JSON value that is not an object')
+  if (json.error !== undefined && json.error !== null) throw reportedError()
+  const choices = json.choices
+  if (!Array.isArray(choices)) throw unreadable('no "choices" list')
+  const piece: ReplyPiece = { content: '', reasoning: '', usage: readUsage(json.usage) }
+  const choice = choices[0]
+  if (choice === undefined) return piece // usage-only chunk
+  if (!isObject(choice)) throw unreadable('a choice that is not an object')
+  const body = choice[part]
+  if (body !== undefined && body !== null) {
+    if (!isObject(body)) throw unreadable(`"${part}" is not an object`)
+    piece.content = optionalText(body.content, 'content')
+    piece.reasoning = optionalText(body.reasoning_content, 'reasoning_content') || optionalText(body.reasoning, 'reasoning')
+  }
+  if (choice.finish_reason !== undefined && choice.finish_reason !== null) {
+    if (typeof choice.finish_reason !== 'string') throw unreadable('"finish_reason" is not text')
+    piece.finishReason = choice.finish_reason
+  }
+  return piece
+}
+
+/** One SSE data frame of a streamed reply. */
+export function readChunk (data: string): ReplyPiece {
+  let json: unknown
+  try {
+    json = JSON.parse(data)
+  } catch {
+    throw unreadable('an event that is not JSON')
+  }
+  return readPiece(json, 'delta')
+}
+
+/** A whole, non-streamed reply. */
+export function readCompletion (text: string): ReplyPiece {
+  let json: unknown
+  try {
+    json = JSON.parse(text)
+  } catch {
+    throw unreadable('a body that is not JSON')
+  }
+  const piece = readPiece(json, 'message')
+  if (((json as Json).choices as unknown[]).length === 0) throw unreadable('no choice in the reply')
+  return { ...piece, finishReason: piece.finishReason ?? 'stop' }
+}
