@@ -7,6 +7,7 @@
 //   chatd keys create --email E [--name N]     prints only the key
 //   chatd keys list --email E
 //   chatd keys revoke <prefix>
+//   chatd pull [<model id>...]                 download local models' files (src/pull/)
 //   chatd convert ...                          build an ONNX model directory (see --help)
 
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
@@ -22,8 +23,8 @@ const USAGE = `Usage: chatd <command>
   keys create --email E [--name N]               create an API key; prints only the key
   keys list --email E                            list an account's keys (prefixes only)
   keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
-  pull <model id>                                fetch a local model's files (not in this build yet:
-                                                 says where the files go)
+  pull [<model id>...]                           download local models' files from the Hugging Face Hub
+                                                 (HF_ENDPOINT, HF_TOKEN); all of them when none is named
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
   convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
 
@@ -119,21 +120,24 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
     out(`revoked ${prefix}`)
   },
 
-  async pull (args) {
-    const { positionals } = parse(args, {}, 1)
-    const id = required(positionals[0], '<model id>')
+  async pull (args, out) {
+    const { positionals } = parse(args, {}, Infinity)
     const config = loadConfig(process.env, { dotenv: true })
-    const { parseModelsFile } = await import('./engine/registry.ts')
-    const { readFileSync } = await import('node:fs')
-    const { dirname, resolve, isAbsolute } = await import('node:path')
-    const entry = parseModelsFile(readFileSync(config.modelsFile, 'utf8'), process.env, config.modelsFile).find(p => p.entry.id === id)?.entry
-    if (!entry) throw new CommandError(`no model with id ${id} in ${config.modelsFile}`)
-    if (entry.backend !== 'onnx') throw new CommandError(`${id} is served by an upstream server; there is nothing to download`)
-    const path = isAbsolute(entry.path) ? entry.path : resolve(dirname(resolve(config.modelsFile)), entry.path)
-    const { ONNX_FILES_BY_DTYPE } = await import('./engine/onnx/model-dir.ts')
-    const onnxFiles = (ONNX_FILES_BY_DTYPE[(entry.dtype ?? 'q4') as keyof typeof ONNX_FILES_BY_DTYPE] ?? ['model*.onnx']).map(f => `onnx/${f}`).join(' or ')
-    // Downloading from the Hugging Face Hub is a later issue; until then say exactly where the files go.
-    throw new CommandError(`downloading is not available in this build yet. Put the model directory (Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ${onnxFiles}) at ${path}`)
+    // The downloader lives in src/pull/; loaded on demand.
+    const { runPullCommand } = await import('./pull/command.ts')
+    const { PullError } = await import('./pull/errors.ts')
+    // Ctrl-C stops the download cleanly: what arrived stays as .partial and the next pull resumes.
+    const stop = new AbortController()
+    const onSigint = (): void => stop.abort()
+    process.once('SIGINT', onSigint)
+    try {
+      await runPullCommand(positionals, config, { out, tty: process.stderr.isTTY ? process.stderr : undefined, signal: stop.signal })
+    } catch (err) {
+      if (err instanceof PullError) throw new CommandError(err.message, { cause: err })
+      throw err
+    } finally {
+      process.off('SIGINT', onSigint)
+    }
   },
 
   async convert (args, out) {

@@ -1,0 +1,60 @@
+// `chatd pull [<model id>...]`: fetch the files of local models from the hub
+// named by their "hubRepo" in models.json, into the directory their "path"
+// names. Bars on a terminal, plain lines otherwise (docker logs, CI).
+
+import { readFileSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
+import type { Config } from '../config.ts'
+import { ONNX_FILES_BY_DTYPE, type ModelDtype } from '../engine/onnx/model-dir.ts'
+import { modelPath, parseModelsFile, type OnnxModelEntry } from '../engine/registry.ts'
+import { PullError } from './errors.ts'
+import { hubLocation } from './model-source.ts'
+import { formatBytes, lineReporter, terminalReporter } from './progress.ts'
+import { pullModel, type PullEvent } from './pull.ts'
+
+export interface PullCommandOptions {
+  out: (line: string) => void
+  /** A terminal to draw bars on; plain lines to `out` when absent. */
+  tty?: NodeJS.WriteStream
+  signal?: AbortSignal
+}
+
+/** Pulls each model named (every local model with a hubRepo when none is). */
+export async function runPullCommand (ids: string[], config: Config, opts: PullCommandOptions): Promise<void> {
+  const entries = parseModelsFile(readFileSync(config.modelsFile, 'utf8'), process.env, config.modelsFile).map(p => p.entry)
+  const baseDir = resolve(config.modelsDir ?? dirname(resolve(config.modelsFile)))
+  const targets = ids.length > 0
+    ? ids.map(id => {
+      const entry = entries.find(e => e.id === id)
+      if (!entry) throw new PullError(`no model with id ${id} in ${config.modelsFile}`)
+      if (entry.backend !== 'onnx') throw new PullError(`${id} is served by an upstream server; there is nothing to download`)
+      return entry
+    })
+    : entries.filter((e): e is OnnxModelEntry => e.backend === 'onnx' && e.hubRepo !== undefined)
+  if (targets.length === 0) throw new PullError(`${config.modelsFile} has no local model with a "hubRepo" to pull`)
+
+  for (const entry of targets) {
+    const dir = modelPath(entry, baseDir)
+    const dtype = (entry.dtype ?? 'q4') as ModelDtype
+    if (!entry.hubRepo) {
+      const onnxFiles = (ONNX_FILES_BY_DTYPE[dtype] ?? ['model*.onnx']).map(f => `onnx/${f}`).join(' or ')
+      throw new PullError(`${entry.id} has no "hubRepo" in ${config.modelsFile}, so there is nowhere to download it from: add one, or put the model directory (Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ${onnxFiles}) at ${dir}`)
+    }
+    const hub = hubLocation({ ...entry, hubRepo: entry.hubRepo }, config)
+    opts.out(`pulling ${entry.id} from ${hub.endpoint}/${hub.repo} (${hub.revision}, dtype ${dtype}) into ${dir}`)
+    const bars = opts.tty ? terminalReporter(opts.tty) : undefined
+    const lines = lineReporter(opts.out)
+    const onEvent = (event: PullEvent): void => {
+      if (!bars) return lines(event)
+      bars.onEvent(event)
+      if (event.type === 'plan' || event.type === 'done') lines(event)
+    }
+    try {
+      const result = await pullModel({ hub, dir, dtype, onEvent, signal: opts.signal })
+      bars?.stop()
+      opts.out(`${entry.id} is ready: ${result.files.length} files, ${formatBytes(result.totalBytes)} in ${dir}`)
+    } finally {
+      bars?.stop()
+    }
+  }
+}
