@@ -18,9 +18,10 @@ import { modelsRoute } from './api/models/route.ts'
 import type { Config } from './config.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
+import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy'>>
+  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -112,7 +113,13 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     api.removeContentTypeParser('text/plain')
     api.decorateRequest('account', null)
     api.addHook('onRequest', bearerAuth(accounts))
-    await api.register(chatRoute, { models, metrics, sseKeepAliveMs: config.sseKeepAliveMs, queueSize: config.queueSize })
+    await api.register(chatRoute, {
+      models,
+      metrics,
+      sseKeepAliveMs: config.sseKeepAliveMs,
+      queueSize: config.queueSize,
+      search: config.search ? WebSearch.fromSettings(config.search) : undefined,
+    })
     await api.register(modelsRoute, { models })
   }, { prefix: '/api/v1' })
 

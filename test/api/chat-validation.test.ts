@@ -127,11 +127,14 @@ t.test('defaults reach the backend and the conversation is passed as sent', asyn
   t.equal(res.statusCode, 200)
   t.same(backend.lastRequest, { messages, maxTokens: undefined, temperature: 1, topP: 1, topK: 0, seed: undefined, stop: [] })
 
-  // Non-default controls are accepted and validated; they add nothing to the
-  // conversation yet (prompt shaping is a later issue).
+  // Non-default controls become one instruction after the client's system
+  // message (test/prompt/controls.test.ts has every combination).
   const withControls = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', messages, language: 'French', tone: 'Formal', wordcount: 300 } })
   t.equal(withControls.statusCode, 200)
-  t.same(backend.lastRequest?.messages, messages)
+  t.same(backend.lastRequest?.messages, [
+    { role: 'system', content: 'Be brief.\n\nAnswer in French. Write in a formal tone, without slang or contractions. Keep the answer to about 300 words.' },
+    ...messages.slice(1),
+  ])
 })
 
 t.test('accepted extras', async t => {

@@ -4,21 +4,25 @@
 import { randomBytes } from 'node:crypto'
 import type { FinishReason, GenerateEvent, Usage } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
-import type { ChatCompletion, ChatCompletionChunk } from './schema.ts'
+import type { SearchResult } from '../../search/provider.ts'
+import type { ChatCompletion, ChatCompletionChunk, SearchResultItem } from './schema.ts'
 
 export interface CompletionMeta {
   id: string
   created: number
   model: string
   systemFingerprint: string
+  /** The web search results the model was given; sent as `search_results` (body, or the stream's first chunk). */
+  searchResults?: SearchResultItem[]
 }
 
-export function newCompletionMeta (model: string, systemFingerprint: string): CompletionMeta {
+export function newCompletionMeta (model: string, systemFingerprint: string, searchResults?: SearchResult[]): CompletionMeta {
   return {
     id: 'chatcmpl-' + randomBytes(18).toString('base64url'),
     created: Math.floor(Date.now() / 1000),
     model,
     systemFingerprint,
+    ...(searchResults ? { searchResults: searchResults.map((r, i) => ({ index: i + 1, title: r.title, url: r.url, snippet: r.snippet })) } : {}),
   }
 }
 
@@ -62,6 +66,7 @@ export function completionBody (meta: CompletionMeta, done: CollectedCompletion 
       finish_reason: done.finishReason,
     }],
     usage: done.usage,
+    ...(meta.searchResults ? { search_results: meta.searchResults } : {}),
   }
 }
 
@@ -77,7 +82,10 @@ export function chunkMaker (meta: CompletionMeta, withUsageField: boolean) {
     ...(withUsageField ? { usage: null } : {}),
   })
   return {
-    role: () => base([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]),
+    role: () => ({
+      ...base([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }]),
+      ...(meta.searchResults ? { search_results: meta.searchResults } : {}),
+    }),
     delta: (event: Extract<GenerateEvent, { type: 'delta' }>) => {
       const delta: ChatCompletionChunk['choices'][number]['delta'] = {}
       if (event.reasoning) delta.reasoning_content = event.reasoning

@@ -1,30 +1,64 @@
 // Turns a validated request body into what a backend sees. Checks that the
-// schema cannot express (n, search) live here too, so the route stays a wiring
-// diagram.
+// schema cannot express (n, the controls' values, search availability) live
+// here too, so the route stays a wiring diagram. The prompt shaping itself
+// (controls -> instruction, sources, earlier thinking) is src/prompt's.
 
-import type { GenerateRequest } from '../../engine/backend.ts'
+import type { ChatMessage, GenerateRequest } from '../../engine/backend.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
+import { wordcountBudget } from '../../prompt/budget.ts'
+import { controlInstruction } from '../../prompt/controls.ts'
+import { sourcesBlock } from '../../prompt/search-context.ts'
+import { shapeConversation } from '../../prompt/shape.ts'
+import type { SearchResult } from '../../search/provider.ts'
+import { searchQuery } from '../../search/query.ts'
+import type { WebSearch } from '../../search/web-search.ts'
 import { DEFAULTS, type ChatCompletionRequest } from './schema.ts'
 
-export function toGenerateRequest (body: ChatCompletionRequest): GenerateRequest {
+/** A web search done for one request: what was asked and what came back, in prompt order. */
+export interface SearchDone {
+  query: string
+  results: SearchResult[]
+}
+
+export interface ShapingContext {
+  /** Thinking tokens added to a wordcount budget (models.json `thinkingBudget`). */
+  thinkingBudget?: number
+  /** The model's context window, when known: caps the wordcount budget. */
+  contextLength?: number
+  search?: SearchDone
+}
+
+/**
+ * Everything about a request that can be refused before any work starts:
+ * n, language, tone (400 naming the field), and googleSearchStatus without a
+ * search provider (400 search_unavailable rather than an answer without search).
+ */
+export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigured: boolean }): void {
   if (body.n !== undefined && body.n !== null && body.n !== 1) {
     throw invalidParam('n', 'Only n=1 is supported.')
   }
-  if (body.googleSearchStatus) {
-    // Search providers are configured by a later issue; until one is, refuse
-    // rather than silently answer without search (DESIGN.md "Request controls").
+  controlInstruction(controlsOf(body))
+  if (body.googleSearchStatus && !opts.searchConfigured) {
     throw new ApiError('search_unavailable', 'googleSearchStatus is true but no search provider is configured on this server.', { param: 'googleSearchStatus' })
   }
+}
 
-  // The model sees exactly the client's conversation. language, tone and
-  // wordcount are validated by the schema; turning non-default values into a
-  // system instruction is the prompt-shaping issue's job (src/prompt/).
-  const messages = body.messages.map(m => ({
-    role: m.role,
-    content: typeof m.content === 'string' ? m.content : m.content.map(part => part.text).join(''),
-  }))
+/** Runs the request's web search (googleSearchStatus): the query comes from the last user message. */
+export async function searchFor (body: ChatCompletionRequest, search: WebSearch, signal: AbortSignal): Promise<SearchDone> {
+  const query = searchQuery(clientMessages(body))
+  return { query, results: await search.search(query, signal) }
+}
 
-  const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
+/** The backend's request: the shaped conversation and the sampling settings. Run checkRequest first. */
+export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingContext = {}): GenerateRequest {
+  const instruction = controlInstruction(controlsOf(body))
+  const sources = ctx.search ? sourcesBlock(ctx.search.query, ctx.search.results) : ''
+  const messages = shapeConversation(clientMessages(body), [instruction, sources])
+
+  let maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
+  if (maxTokens === undefined && typeof body.wordcount === 'number') {
+    maxTokens = wordcountBudget({ wordcount: body.wordcount, thinkingBudget: ctx.thinkingBudget ?? 0, contextLength: ctx.contextLength, messages })
+  }
   const stop = body.stop === undefined || body.stop === null ? [] : typeof body.stop === 'string' ? [body.stop] : body.stop
   return {
     messages,
@@ -36,4 +70,16 @@ export function toGenerateRequest (body: ChatCompletionRequest): GenerateRequest
     seed: body.seed ?? undefined,
     stop,
   }
+}
+
+function controlsOf (body: ChatCompletionRequest) {
+  return { language: body.language, tone: body.tone, wordcount: body.wordcount }
+}
+
+/** The client's messages with text-part arrays joined. */
+function clientMessages (body: ChatCompletionRequest): ChatMessage[] {
+  return body.messages.map(m => ({
+    role: m.role,
+    content: typeof m.content === 'string' ? m.content : m.content.map(part => part.text).join(''),
+  }))
 }

@@ -1,6 +1,7 @@
 // POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
 // validation (done by Fastify before this handler) -> model lookup -> request
-// shaping -> backend.generate(request, signal) -> JSON or SSE.
+// checks -> web search (googleSearchStatus) -> prompt shaping ->
+// backend.generate(request, signal) -> JSON or SSE.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
@@ -12,10 +13,11 @@ import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
 import { chunkMaker, collect, completionBody, newCompletionMeta, type CompletionMeta } from './completion.ts'
-import { toGenerateRequest } from './generate-request.ts'
+import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { observeGeneration } from './observe.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from './schema.ts'
 import { SSE_HEADERS, SseBody } from './sse.ts'
+import type { WebSearch } from '../../search/web-search.ts'
 
 export interface ChatRouteOptions {
   models: ModelRegistry
@@ -23,6 +25,8 @@ export interface ChatRouteOptions {
   sseKeepAliveMs: number
   /** Chat completions per model that may be in progress at once (QUEUE_SIZE). */
   queueSize: number
+  /** The web search for googleSearchStatus; absent when SEARCH_PROVIDER is not set. */
+  search?: WebSearch
 }
 
 /** The model to answer with, or the ApiError saying why none can. */
@@ -37,7 +41,7 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
   return model
 }
 
-export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize }) => {
+export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, search }) => {
   const admission = new Admission(queueSize)
 
   app.post('/chat/completions', {
@@ -62,9 +66,19 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const startedAt = performance.now()
     const body = request.body
     const model = resolveModel(models, body.model)
-    const generateRequest = toGenerateRequest(body)
-    const release = admission.acquire(model.id)
+    checkRequest(body, { searchConfigured: search !== undefined })
     const signal = clientGoneSignal(reply)
+    let searched: SearchDone | undefined
+    if (body.googleSearchStatus && search) {
+      try {
+        searched = await searchFor(body, search, signal)
+      } catch (err) {
+        if (signal.aborted) return reply // the client left while the search ran
+        throw err
+      }
+    }
+    const generateRequest = toGenerateRequest(body, { thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, search: searched })
+    const release = admission.acquire(model.id)
     let events: AsyncIterable<GenerateEvent>
     try {
       events = observeGeneration(
@@ -75,7 +89,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       release() // a backend whose generate() throws synchronously never starts the observer
       throw err
     }
-    const meta = newCompletionMeta(model.id, model.fingerprint)
+    const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results)
 
     if (!body.stream) {
       const done = await collect(events)

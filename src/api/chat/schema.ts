@@ -75,6 +75,18 @@ export const Usage = Type.Object({
   total_tokens: Type.Integer(),
 })
 
+/** One web search result given to the model (googleSearchStatus); `index` is the number the answer cites, [1] first. */
+export const SearchResultItem = Type.Object({
+  index: Type.Integer({ minimum: 1 }),
+  title: Type.String(),
+  url: Type.String(),
+  snippet: Type.String(),
+})
+
+export type SearchResultItem = Static<typeof SearchResultItem>
+
+const SearchResults = Type.Array(SearchResultItem, { description: 'The web search results the model was given, numbered as it cites them (googleSearchStatus only).' })
+
 const FinishReason = Type.Enum(['stop', 'length'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out.' })
 
 export const ChatCompletion = Type.Object({
@@ -93,6 +105,7 @@ export const ChatCompletion = Type.Object({
     finish_reason: FinishReason,
   })),
   usage: Usage,
+  search_results: Type.Optional(SearchResults),
 })
 
 export type ChatCompletion = Static<typeof ChatCompletion>
@@ -113,8 +126,9 @@ export const ChatCompletionChunk = Type.Object({
     finish_reason: Type.Union([FinishReason, Type.Null()]),
   }), { description: 'Empty in the final usage chunk.' }),
   usage: Type.Optional(Type.Union([Usage, Type.Null()])),
+  search_results: Type.Optional(SearchResults),
 }, {
-  description: 'One `data:` frame of the stream. Order: a role chunk, content deltas, a chunk with finish_reason, a usage chunk (stream_options.include_usage), then `data: [DONE]`.',
+  description: 'One `data:` frame of the stream. Order: a role chunk (carrying `search_results` when the request searched the web), content deltas, a chunk with finish_reason, a usage chunk (stream_options.include_usage), then `data: [DONE]`.',
 })
 
 export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>
