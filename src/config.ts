@@ -40,6 +40,14 @@ const ConfigSchema = Type.Object({
     default: 'false',
     description: 'Take the client address from X-Forwarded-For: false, true (any proxy), a hop count, or comma-separated proxy addresses/CIDRs.',
   }),
+  // --- accounts, tiers, limits and the dashboard (issue 4) ---
+  TIERS_FILE: Type.String({ minLength: 1, default: 'tiers.json', description: 'Tiers and their limits (JSON).' }),
+  REGISTRATION: Type.Enum(['open', 'closed'], { default: 'open', description: 'open: anyone may register at /api/register; closed: accounts come from the CLI.' }),
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://.+', description: 'Keep rate limits and allowances in Redis, shared by every replica.' })),
+  REDIS_PREFIX: Type.String({ default: 'chatd:', description: 'Prefix of chatd\'s Redis keys.' }),
+  SESSION_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'Signs the dashboard\'s CSRF cookie; default: a random secret kept in the database.' })),
+  COOKIE_SECURE: Type.Enum(['auto', 'true', 'false'], { default: 'auto', description: 'Secure flag of dashboard cookies; auto: when the request came over HTTPS.' }),
+  LOGIN_ATTEMPTS_PER_MINUTE: Type.Integer({ minimum: 1, default: 10, description: 'Log-in and registration attempts per client address per minute.' }),
   // --- upstream models and web search (issue 8) ---
   UPSTREAM_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 10000, description: 'Connecting to an upstream model server, per attempt.' }),
   UPSTREAM_FIRST_BYTE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'Waiting for an upstream\'s response headers, per attempt.' }),
@@ -87,6 +95,15 @@ export interface Config {
   upstream: UpstreamSettings
   /** The web search provider; undefined when SEARCH_PROVIDER is empty. */
   search?: SearchSettings
+  tiersFile: string
+  registration: 'open' | 'closed'
+  /** Set: limits live in Redis (several replicas); unset: in-process. */
+  redisUrl?: string
+  redisPrefix: string
+  sessionSecret?: string
+  /** 'auto': Secure when the request came over HTTPS (directly, or per X-Forwarded-Proto with TRUST_PROXY). */
+  cookieSecure: 'auto' | boolean
+  loginAttemptsPerMinute: number
 }
 
 export class ConfigError extends Error {
@@ -99,7 +116,7 @@ export class ConfigError extends Error {
 interface AjvError { instancePath: string; message?: string; params: Record<string, unknown> }
 
 /** Values never echoed back in an error message. */
-const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY'])
+const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY', 'REDIS_URL', 'SESSION_SECRET'])
 
 /**
  * Reads the settings from `source` (process.env by default) and, when `dotenv`
@@ -155,6 +172,13 @@ export function loadConfig (source: Record<string, string | undefined> = process
       retries: raw.UPSTREAM_RETRIES,
     },
     search: parseSearch(raw),
+    tiersFile: raw.TIERS_FILE,
+    registration: raw.REGISTRATION,
+    redisUrl: raw.REDIS_URL,
+    redisPrefix: raw.REDIS_PREFIX,
+    sessionSecret: raw.SESSION_SECRET,
+    cookieSecure: raw.COOKIE_SECURE === 'auto' ? 'auto' : raw.COOKIE_SECURE === 'true',
+    loginAttemptsPerMinute: raw.LOGIN_ATTEMPTS_PER_MINUTE,
   }
 }
 
