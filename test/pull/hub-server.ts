@@ -18,6 +18,8 @@ export interface HubRepo {
   cutOnce?: Map<string, number>
   /** Paths served with one byte flipped (the listing keeps the true hash). */
   corrupt?: Set<string>
+  /** path -> the next download of that file sends `bytes`, then waits for `release` before sending the rest (once). */
+  holdOnce?: Map<string, { bytes: number; release: Promise<void> }>
 }
 
 export interface HubRequest {
@@ -159,6 +161,13 @@ function serveContent (req: IncomingMessage, res: ServerResponse, repo: HubRepo,
     repo.cutOnce!.delete(path)
     // Send part of the body, then drop the connection, as a network failure would.
     res.write(content.subarray(start, cutAt), () => { setTimeout(() => req.socket.destroy(), 20) })
+    return
+  }
+  const hold = repo.holdOnce?.get(path)
+  if (hold !== undefined && hold.bytes > start) {
+    repo.holdOnce!.delete(path)
+    res.write(content.subarray(start, hold.bytes))
+    void hold.release.then(() => res.end(content.subarray(hold.bytes)))
     return
   }
   res.end(content.subarray(start))

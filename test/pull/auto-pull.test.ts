@@ -1,0 +1,124 @@
+// `chatd serve` on a fresh machine: a configured local model whose files are
+// missing is downloaded by the server itself. The server answers at once;
+// /readyz and the model say 503 with the download's progress until the files
+// are complete, then the model loads and answers. An unreachable hub leaves the
+// model unavailable with an error that names the hub and the pull command.
+
+import { join } from 'node:path'
+import { Writable } from 'node:stream'
+import t, { type Test } from 'tap'
+import { loadConfig } from '../../src/config.ts'
+import { startServer } from '../../src/server.ts'
+import { storiesModelDir } from '../helpers/models.ts'
+import { repoFromDir, startHub } from './hub-server.ts'
+
+const REPO = 'test-org/stories260k-ONNX'
+const KEY = `sk-chatd-${'autoPull'.repeat(4)}`
+const source = storiesModelDir('int4')
+
+/** A server on a temp database whose one model (id "stories") must come from `endpoint`. */
+async function serve (t: Test, endpoint: string, env: Record<string, string> = {}) {
+  const dir = t.testdir({
+    'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: 'stories', dtype: 'q4', device: 'cpu', hubRepo: REPO }] }),
+  })
+  const config = loadConfig({
+    PORT: '0',
+    DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
+    MODELS_FILE: join(dir, 'models.json'),
+    CHATD_ADMIN_KEY: KEY,
+    HF_ENDPOINT: endpoint,
+    ...env,
+  })
+  const logs: Array<Record<string, unknown>> = []
+  const stream = new Writable({
+    write (chunk, _enc, done) {
+      for (const line of String(chunk).split('\n').filter(Boolean)) logs.push(JSON.parse(line))
+      done()
+    },
+  })
+  const app = await startServer(config, { print: () => {}, logger: { level: 'info', stream } })
+  t.teardown(() => app.close())
+  const chat = () => app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${KEY}` }, payload: { model: 'stories', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 8, temperature: 0 } })
+  return { app, dir, logs, chat }
+}
+
+async function until<T> (what: string, probe: () => Promise<T | undefined>, ms = 30000): Promise<T> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const value = await probe()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise(resolve => setTimeout(resolve, 20))
+  }
+}
+
+t.test('missing files are fetched at start; 503 model_unavailable with progress until then, then the model answers', async t => {
+  const repo = repoFromDir(source)
+  const data = 'onnx/model_q4.onnx_data'
+  const dataSize = repo.files.get(data)!.length
+  let release!: () => void
+  repo.holdOnce = new Map([[data, { bytes: Math.floor(dataSize / 2), release: new Promise<void>(resolve => { release = resolve }) }]])
+  const hub = await startHub({ [REPO]: repo })
+  t.teardown(hub.close)
+  const { app, logs, chat } = await serve(t, hub.url)
+
+  t.equal((await app.inject({ url: '/healthz' })).statusCode, 200, 'the server answers at once')
+
+  // The hub holds the data file half-sent: the download is in progress.
+  const during = await until('the download to reach the data file', async () => {
+    const res = await app.inject({ url: '/readyz' })
+    const body = res.json()
+    return body.downloads?.stories?.file === data && body.downloads.stories.downloadedBytes > 0 ? res : undefined
+  })
+  t.equal(during.statusCode, 503)
+  const body = during.json()
+  t.equal(body.status, 'loading')
+  t.equal(body.models.stories, 'unavailable')
+  t.match(body.downloads.stories, { state: 'downloading', file: data, totalBytes: [...repo.files.entries()].filter(([p]) => !p.startsWith('onnx/') || p.startsWith('onnx/model_q4.onnx')).reduce((s, [, c]) => s + c.length, 0) })
+  t.ok(body.downloads.stories.percent > 0 && body.downloads.stories.percent < 100, `progress ${body.downloads.stories.percent}%`)
+
+  const refused = await chat()
+  t.equal(refused.statusCode, 503)
+  t.match(refused.json(), { error: { type: 'server_error', code: 'model_unavailable', param: 'model' } })
+  t.match(refused.json().error.message, new RegExp(`^The model 'stories' is unavailable: its files are being downloaded from ${hub.url}/${REPO}: \\d+\\.\\d% \\([\\d.]+ KiB of [\\d.]+ KiB`))
+  const listed = await app.inject({ url: '/api/v1/models/stories', headers: { authorization: `Bearer ${KEY}` } })
+  t.match(listed.json(), { status: 'unavailable', status_reason: /being downloaded/ })
+
+  release()
+  await until('readiness', async () => (await app.inject({ url: '/readyz' })).statusCode === 200 ? true : undefined)
+  const ready = (await app.inject({ url: '/readyz' })).json()
+  t.same(ready, { status: 'ready', models: { stories: 'ready' } }, 'no downloads listed once complete')
+  const answered = await chat()
+  t.equal(answered.statusCode, 200, answered.body)
+  t.equal(answered.json().usage.completion_tokens > 0, true)
+
+  const messages = logs.map(l => l.msg)
+  t.ok(messages.includes('model files missing: downloading them (CHATD_AUTO_PULL=0 turns this off)'))
+  t.ok(messages.some(m => typeof m === 'string' && /^pull: complete: 7 files, [\d.]+ KiB, verified$/.test(m)))
+  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'cpu' }, 'the execution provider is logged')
+})
+
+t.test('an unreachable hub: the model is unavailable, and the error names the hub and the exact pull command', async t => {
+  const hub = await startHub({})
+  await hub.close()
+  const { app, logs, chat } = await serve(t, hub.url)
+  await until('the download to fail', async () => (await app.inject({ url: '/readyz' })).json().downloads?.stories?.state === 'failed' ? true : undefined)
+  const readyz = await app.inject({ url: '/readyz' })
+  t.match(readyz.json().downloads.stories, { state: 'failed', error: new RegExp(`^could not reach the Hugging Face Hub at ${hub.url}: .*ECONNREFUSED`), hint: 'npx chatd pull stories' })
+  const res = await chat()
+  t.equal(res.statusCode, 503)
+  t.match(res.json().error, {
+    code: 'model_unavailable',
+    message: new RegExp(`^The model 'stories' is unavailable: its files could not be downloaded: could not reach the Hugging Face Hub at ${hub.url}: .*\\(run: npx chatd pull stories\\)$`),
+  })
+  t.match(logs.find(l => l.msg === 'model download failed; to retry by hand run: npx chatd pull stories'), { level: 50, model: 'stories' })
+})
+
+t.test('CHATD_AUTO_PULL=0: nothing is fetched, the model says how to pull it', async t => {
+  const hub = await startHub({ [REPO]: repoFromDir(source) })
+  t.teardown(hub.close)
+  const { app, dir, chat } = await serve(t, hub.url, { CHATD_AUTO_PULL: '0' })
+  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+  t.match((await chat()).json().error, { code: 'model_unavailable', message: `The model 'stories' is unavailable: model files not found at ${join(dir, 'stories')} (run: npx chatd pull stories)` })
+  t.equal(hub.requests.length, 0, 'the hub was never asked')
+})
