@@ -140,7 +140,11 @@ export class OnnxBackend implements Backend {
     if (!stream) return
     switch (message.type) {
       case 'delta':
-        stream.push({ type: 'delta', content: message.content } satisfies GenerateEvent)
+        stream.push({
+          type: 'delta',
+          ...(message.reasoning !== '' ? { reasoning: message.reasoning } : {}),
+          ...(message.content !== '' ? { content: message.content } : {}),
+        } satisfies GenerateEvent)
         break
       case 'finish':
         stream.push({ type: 'finish', reason: message.reason, usage: message.usage } satisfies GenerateEvent)

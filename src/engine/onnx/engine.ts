@@ -25,7 +25,7 @@ import { Sequence, type StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from './tokenizer.ts'
 
 export interface EngineEvents {
-  delta (id: string, content: string): void
+  delta (id: string, text: { content: string; reasoning: string }): void
   finish (id: string, reason: FinishReason, usage: Usage): void
   error (id: string, error: ApiError): void
 }
@@ -94,14 +94,19 @@ export class LocalEngine {
 
   /** The prompt's token ids, exactly as the model will see them. */
   encodePrompt (request: Pick<GenerateRequest, 'messages'>): number[] {
+    return this.renderPrompt(request).ids
+  }
+
+  /** The prompt's ids, and whether the template left it inside an open <think> block. */
+  renderPrompt (request: Pick<GenerateRequest, 'messages'>): { ids: number[]; endsInThink: boolean } {
     const rendered = this.template.render(request.messages.map(m => ({ role: m.role, content: m.content })))
     // The template writes BOS itself; letting the tokenizer add one would double it.
-    return this.tokenizer.encode(rendered.text, { addSpecialTokens: false })
+    return { ids: this.tokenizer.encode(rendered.text, { addSpecialTokens: false }), endsInThink: rendered.endsInThink }
   }
 
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
-    const promptIds = this.encodePrompt(request)
+    const { ids: promptIds, endsInThink } = this.renderPrompt(request)
     const room = this.contextLength - promptIds.length
     if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
       const wanted = request.maxTokens ?? 1
@@ -118,6 +123,7 @@ export class LocalEngine {
       eosIds: this.model.eosTokenIds,
       // Logits past the tokenizer's vocabulary are padding in the output layer.
       validVocab: Math.min(this.tokenizer.vocabSize, this.model.vocabSize),
+      startsInReasoning: endsInThink,
     }))
     if (!this.looping) void this.loop()
     return id
@@ -198,7 +204,7 @@ export class LocalEngine {
     }
     if (!result) return
     this.prefilling = null
-    if (result.text) this.events.delta(seq.id, result.text)
+    this.emit(seq, result)
     if (result.finish) {
       this.finish(seq, result.finish)
       return
@@ -221,13 +227,17 @@ export class LocalEngine {
     const finished = new Set<Sequence>()
     batch.rows.forEach((seq, b) => {
       const result = seq.advance(this.lastRow(logits, b))
-      if (result.text) this.events.delta(seq.id, result.text)
+      this.emit(seq, result)
       if (result.finish) {
         finished.add(seq)
         this.finish(seq, result.finish)
       }
     })
     batch.leave(finished)
+  }
+
+  private emit (seq: Sequence, result: StepResult): void {
+    if (result.content !== '' || result.reasoning !== '') this.events.delta(seq.id, { content: result.content, reasoning: result.reasoning })
   }
 
   /** Row b's logits (each step keeps one position per row). */

@@ -23,7 +23,7 @@ export type ToWorker =
 export type FromWorker =
   | { type: 'ready'; contextLength: number; device: 'cpu' | 'cuda' }
   | { type: 'load_error'; message: string }
-  | { type: 'delta'; id: string; content: string }
+  | { type: 'delta'; id: string; content: string; reasoning: string }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage }
   | { type: 'error'; id: string; code: ErrorCode; message: string; param: string | null }
   | { type: 'closed' }

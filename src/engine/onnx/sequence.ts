@@ -7,11 +7,14 @@ import { IncrementalDetokenizer } from './detokenizer.ts'
 import { createRng, type Rng } from './rng.ts'
 import { sample } from './sampler.ts'
 import { StopStringMatcher } from './stop-strings.ts'
+import { ReasoningSplitter, type SplitText } from '../reasoning.ts'
 import type { TextTokenizer } from './tokenizer.ts'
 
 export interface StepResult {
-  /** Text that became final with this token ('' when none). */
-  text: string
+  /** Answer text that became final with this token ('' when none). */
+  content: string
+  /** Thinking text that became final with this token ('' when none). */
+  reasoning: string
   /** Set when the sequence is done. */
   finish?: Exclude<FinishReason, 'cancelled'>
 }
@@ -33,6 +36,7 @@ export class Sequence {
   private readonly rng: Rng
   private readonly detokenizer: IncrementalDetokenizer
   private readonly stops: StopStringMatcher
+  private readonly reasoning: ReasoningSplitter
   private readonly eosIds: Set<number>
   private readonly validVocab: number
 
@@ -44,6 +48,8 @@ export class Sequence {
     tokenizer: TextTokenizer
     eosIds: number[]
     validVocab: number
+    /** The rendered prompt ends inside an open <think> block: output starts as thinking. */
+    startsInReasoning: boolean
   }) {
     this.id = opts.id
     this.promptIds = opts.promptIds
@@ -52,6 +58,7 @@ export class Sequence {
     this.rng = createRng(opts.request.seed)
     this.detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
     this.stops = new StopStringMatcher(opts.request.stop)
+    this.reasoning = new ReasoningSplitter(opts.startsInReasoning)
     this.eosIds = new Set(opts.eosIds)
     this.validVocab = opts.validVocab
   }
@@ -66,23 +73,36 @@ export class Sequence {
     return this.promptIds.slice(this.cachedTokens, this.cachedTokens + size)
   }
 
-  /** Samples from this sequence's row of logits and advances its text. */
+  /**
+   * Samples from this sequence's row of logits and advances its text:
+   * incremental detokenizer, then stop strings (on the text as generated),
+   * then the split of thinking from answer.
+   */
   advance (logits: Float32Array): StepResult {
     const id = sample(logits, this.request, this.rng, this.validVocab)
-    if (this.eosIds.has(id)) return { text: this.finishText(), finish: 'stop' }
+    if (this.eosIds.has(id)) return { ...this.finishText(), finish: 'stop' }
     this.generated++
     this.pending = [id]
     const piece = this.stops.push(this.detokenizer.push(id))
-    if (piece.stopped) return { text: piece.emit, finish: 'stop' }
+    if (piece.stopped) return { ...this.split(piece.emit, true), finish: 'stop' }
     if (this.generated >= this.maxNewTokens) {
-      return { text: piece.emit + this.finishText(), finish: 'length' }
+      const now = this.split(piece.emit, false)
+      const rest = this.finishText()
+      return { content: now.content + rest.content, reasoning: now.reasoning + rest.reasoning, finish: 'length' }
     }
-    return { text: piece.emit }
+    return this.split(piece.emit, false)
   }
 
-  /** Releases whatever text the detokenizer and stop matcher still hold. */
-  private finishText (): string {
+  /** Releases whatever text the detokenizer, stop matcher and splitter still hold. */
+  private finishText (): SplitText {
     const tail = this.stops.push(this.detokenizer.flush())
-    return tail.stopped ? tail.emit : tail.emit + this.stops.flush()
+    return this.split(tail.stopped ? tail.emit : tail.emit + this.stops.flush(), true)
+  }
+
+  private split (text: string, final: boolean): SplitText {
+    const now = this.reasoning.push(text)
+    if (!final) return now
+    const rest = this.reasoning.flush()
+    return { content: now.content + rest.content, reasoning: now.reasoning + rest.reasoning }
   }
 }

@@ -13,7 +13,7 @@ const settings = workerData as WorkerSettings
 
 try {
   const engine = await LocalEngine.load(settings, {
-    delta: (id, content) => send({ type: 'delta', id, content }),
+    delta: (id, text) => send({ type: 'delta', id, ...text }),
     finish: (id, reason, usage) => send({ type: 'finish', id, reason, usage }),
     error: (id, err) => send({ type: 'error', id, code: err.code, message: err.message, param: err.param }),
   })

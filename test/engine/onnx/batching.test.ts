@@ -14,8 +14,8 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
   const done = new Map<string, (o: Outcome) => void>()
   const deltaCounts = new Map<string, number>()
   const engine = await LocalEngine.load({ modelDir: dir, dtype, device: 'cpu', threads: 1, maxBatch, prefillChunk: 4 }, {
-    delta: (id, content) => {
-      texts.set(id, (texts.get(id) ?? '') + content)
+    delta: (id, text) => {
+      texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
       deltaCounts.set(id, (deltaCounts.get(id) ?? 0) + 1)
     },
     finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens }),

@@ -128,6 +128,33 @@ t.test('sampling: same seed repeats, different seeds differ, top_k 1 is greedy',
   t.equal(await sampled(9, { topK: 1 }), greedy, 'top_k = 1 equals greedy')
 })
 
+t.test('a prompt left inside <think> makes the output reasoning until the model closes it', async t => {
+  const dir = t.testdir({})
+  fs.cpSync(storiesModelDir(), dir, { recursive: true })
+  const configPath = path.join(dir, 'tokenizer_config.json')
+  const config = JSON.parse(fs.readFileSync(configPath, 'utf8'))
+  // The stories template with an R1-style opening of the thinking block at the end.
+  fs.writeFileSync(configPath, JSON.stringify({ ...config, chat_template: config.chat_template + "{{- ' <think>' -}}" }))
+  const backend = await startBackend(t, dir)
+  const reasoning: string[] = []
+  const content: string[] = []
+  let finish: GenerateEvent | undefined
+  for await (const e of backend.generate({ ...GREEDY, messages: [{ role: 'user', content: 'Once upon a time' }], maxTokens: 30 }, never)) {
+    if (e.type === 'delta') {
+      if (e.reasoning) reasoning.push(e.reasoning)
+      if (e.content) content.push(e.content)
+    } else finish = e
+  }
+  t.ok(reasoning.join('').length > 20, 'the text came as reasoning')
+  t.same(content, [], 'no answer: the model never closed the block')
+  t.match(finish, { type: 'finish', reason: 'length' }, 'finish_reason says why it ended')
+  // The unchanged model directory is unaffected: a model that never reasons writes content.
+  const plain = await startBackend(t, storiesModelDir())
+  const events = []
+  for await (const e of plain.generate({ ...GREEDY, messages: [{ role: 'user', content: 'Once upon a time' }], maxTokens: 10 }, never)) events.push(e)
+  t.notOk(events.some(e => e.type === 'delta' && e.reasoning), 'stories260k writes no reasoning')
+})
+
 t.test('context length is checked before any work', async t => {
   const backend = await startBackend(t, storiesModelDir())
   const request: GenerateRequest = { ...GREEDY, messages: [{ role: 'user', content: 'Once upon a time' }], maxTokens: 600 }
