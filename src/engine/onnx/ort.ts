@@ -35,6 +35,12 @@ export interface LoadedSession {
   device: 'cpu' | 'cuda'
 }
 
+/** What a machine needs for the CUDA execution provider; part of the error when it is missing. */
+export const CUDA_REQUIREMENTS = 'A CUDA host needs an NVIDIA GPU and driver, the CUDA 12 and cuDNN 9 runtime libraries, ' +
+  'and onnxruntime-node\'s CUDA 12 provider libraries, which its install step fetches only when asked ' +
+  '(ONNXRUNTIME_NODE_INSTALL=cuda12 node node_modules/onnxruntime-node/script/install.js; the GPU Docker image does this). ' +
+  'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+
 export async function createSession (modelPath: string, settings: SessionSettings): Promise<LoadedSession> {
   const base: ort.InferenceSession.SessionOptions = {
     graphOptimizationLevel: 'all',
@@ -54,7 +60,7 @@ export async function createSession (modelPath: string, settings: SessionSetting
     return { session, device: 'cuda' }
   } catch (err) {
     if (settings.device === 'cuda') {
-      throw new Error(`ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded: ${(err as Error).message}`)
+      throw new Error(`ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded (${(err as Error).message}). ${CUDA_REQUIREMENTS}`)
     }
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }

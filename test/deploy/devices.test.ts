@@ -1,0 +1,52 @@
+// ONNX_DEVICE at start: `cuda` on a machine without the CUDA execution provider
+// fails that model's load with a message saying what a CUDA host needs; `auto`
+// falls back to the CPU and says so in the log.
+
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import { Writable } from 'node:stream'
+import t, { type Test } from 'tap'
+import { loadConfig } from '../../src/config.ts'
+import { startServer } from '../../src/server.ts'
+import { storiesModelDir } from '../helpers/models.ts'
+
+const modelDir = storiesModelDir('int4')
+const KEY = `sk-chatd-${'devices0'.repeat(4)}`
+const ORT_BIN = new URL('../../node_modules/onnxruntime-node/bin/napi-v6/linux/x64/', import.meta.url).pathname
+const hasCudaProvider = existsSync(join(ORT_BIN, 'libonnxruntime_providers_cuda.so'))
+
+async function serve (t: Test, device: string) {
+  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: modelDir, dtype: 'q4' }] }) })
+  const logs: Array<Record<string, any>> = []
+  const stream = new Writable({
+    write (chunk, _enc, done) {
+      for (const line of String(chunk).split('\n').filter(Boolean)) logs.push(JSON.parse(line))
+      done()
+    },
+  })
+  const config = loadConfig({ PORT: '0', DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json'), CHATD_ADMIN_KEY: KEY, ONNX_DEVICE: device, ONNX_THREADS: '1' })
+  const app = await startServer(config, { print: () => {}, logger: { level: 'info', stream } })
+  t.teardown(() => app.close())
+  const deadline = Date.now() + 60000
+  while (!logs.some(l => l.msg === 'model ready' || l.msg === 'model failed to load')) {
+    if (Date.now() > deadline) throw new Error('the model neither loaded nor failed')
+    await new Promise(resolve => setTimeout(resolve, 20))
+  }
+  return { app, logs }
+}
+
+t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying what a CUDA host needs', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+  const { app, logs } = await serve(t, 'cuda')
+  const failed = logs.find(l => l.msg === 'model failed to load')
+  t.match(failed, { level: 50, model: 'stories', err: { message: /^ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded \(.+\)\. A CUDA host needs an NVIDIA GPU and driver, the CUDA 12 and cuDNN 9 runtime libraries, and onnxruntime-node's CUDA 12 provider libraries.*ONNXRUNTIME_NODE_INSTALL=cuda12.*Or set ONNX_DEVICE=auto/ } })
+  const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${KEY}` }, payload: { model: 'stories', messages: [{ role: 'user', content: 'hi' }] } })
+  t.equal(res.statusCode, 503)
+  t.match(res.json().error, { code: 'model_unavailable', message: /ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded/ })
+})
+
+t.test('ONNX_DEVICE=auto without CUDA: the model runs on the CPU and the log says so', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+  const { app, logs } = await serve(t, 'auto')
+  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'cpu' })
+  t.ok(logs.some(l => l.msg === 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so the model runs on the CPU'))
+  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+})
