@@ -58,3 +58,10 @@ t.test('streamed replies tell proxies not to buffer them', async t => {
   t.match(res.headers['cache-control'], /no-transform/)
   t.match(res.body, /data: \[DONE\]/)
 })
+
+t.test('deployment settings: defaults', async t => {
+  t.match(loadConfig({}), { modelsDir: undefined, autoPull: true, hfEndpoint: 'https://huggingface.co', hfToken: undefined, trustProxy: false })
+  t.match(loadConfig({ CHATD_AUTO_PULL: '0', HF_ENDPOINT: 'https://hf-mirror.example/', MODELS_DIR: '/models' }), { autoPull: false, hfEndpoint: 'https://hf-mirror.example', modelsDir: '/models' })
+  const err = (() => { try { loadConfig({ HF_TOKEN: '', HF_ENDPOINT: 'ftp://x' }) } catch (e) { return e as Error } })()
+  t.match(err?.message, /HF_ENDPOINT/)
+})
