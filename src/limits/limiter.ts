@@ -1,0 +1,166 @@
+// The limits policy for one chat completion, checked before any generation:
+// model access (403), the per-request token cap (400), then requests and
+// tokens per minute and the monthly allowance (429), all in one atomic step
+// of the store. An admitted request gets a Permit; when the request ends the
+// Permit settles the real token count and, for a request that failed without
+// a completion, gives its call of the allowance back.
+
+import { randomUUID } from 'node:crypto'
+import type { Account } from '../accounts/accounts.ts'
+import type { Tier, Tiers } from '../accounts/tiers.ts'
+import type { UsageRecords } from '../accounts/usage-records.ts'
+import { ApiError } from '../errors.ts'
+import { monthOf, type Month } from './calendar.ts'
+import { rateLimitHeaders, retryAfterHeaders } from './headers.ts'
+import type { LimitStore, Rules, Usage } from './store.ts'
+
+export interface CompletionAsk {
+  model: string
+  /** max_tokens / max_completion_tokens as sent; undefined when absent. */
+  maxTokens?: number
+  /** Which of the two fields carried it, for the error's `param`. */
+  maxTokensParam?: string
+  /** The prompt's estimated tokens (request-cost.ts). */
+  promptTokens: number
+  /** The model's context window, when known. */
+  contextLength?: number
+}
+
+export interface AccountLimits {
+  tier: Tier
+  usage: Usage
+  month: Month
+  /** Calls left this month; null when the tier has no allowance. */
+  callsRemaining: number | null
+  headers: Record<string, string>
+}
+
+const rulesOf = (tier: Tier): Rules => ({
+  requestsPerMinute: tier.requestsPerMinute,
+  tokensPerMinute: tier.tokensPerMinute,
+  callsPerMonth: tier.callsPerMonth,
+})
+
+export class Permit {
+  /** x-ratelimit-* as of this request's admission. */
+  readonly headers: Record<string, string>
+  /** The max_tokens the backend gets: the request's, or the tier's cap when it sent none. */
+  readonly maxTokens: number | undefined
+  readonly #settle: (tokens: number | null, refundCall: boolean) => Promise<void>
+  #settled = false
+
+  constructor (headers: Record<string, string>, maxTokens: number | undefined, settle: (tokens: number | null, refundCall: boolean) => Promise<void>) {
+    this.headers = headers
+    this.maxTokens = maxTokens
+    this.#settle = settle
+  }
+
+  /**
+   * Called once when the request ends. `tokens` is the real prompt +
+   * completion count, or null when it is unknown (the reservation stands).
+   * `failed`: no completion came of it, so the month's call is given back.
+   */
+  async settle (tokens: number | null, failed: boolean): Promise<void> {
+    if (this.#settled) return
+    this.#settled = true
+    await this.#settle(tokens, failed)
+  }
+}
+
+export class Limiter {
+  readonly tiers: Tiers
+  readonly store: LimitStore
+  readonly #usage: UsageRecords
+  readonly #now: () => number
+
+  constructor (opts: { tiers: Tiers; store: LimitStore; usage: UsageRecords; now?: () => number }) {
+    this.tiers = opts.tiers
+    this.store = opts.store
+    this.#usage = opts.usage
+    this.#now = opts.now ?? Date.now
+  }
+
+  tierOf (account: Account): Tier {
+    return this.tiers.resolve(account.tier)
+  }
+
+  /** Checks every limit for one chat completion; throws the refusal as an ApiError with its headers. */
+  async admit (account: Account, ask: CompletionAsk): Promise<Permit> {
+    const tier = this.tierOf(account)
+    if (!this.tiers.allowsModel(tier, ask.model)) {
+      throw new ApiError('model_not_allowed', `The ${tier.name} tier may not use the model '${ask.model}'.`, { param: 'model' })
+    }
+    const cap = tier.maxTokensPerRequest
+    const param = ask.maxTokensParam ?? 'max_tokens'
+    if (ask.maxTokens !== undefined && cap !== null && ask.maxTokens > cap) {
+      throw new ApiError('invalid_parameter', `${param} is ${ask.maxTokens}; the ${tier.name} tier allows at most ${cap} tokens per request.`, { param })
+    }
+    // Without max_tokens the tier's cap bounds the reply, unless the model's
+    // own context is the tighter bound anyway (then the model stops there).
+    const maxTokens = ask.maxTokens ?? (cap !== null && (ask.contextLength === undefined || cap < ask.contextLength) ? cap : undefined)
+    const reserve = ask.promptTokens + (maxTokens ?? 0)
+    if (tier.tokensPerMinute !== null && reserve > tier.tokensPerMinute) {
+      throw new ApiError('invalid_parameter',
+        `This request reserves ${reserve} tokens (about ${ask.promptTokens} of prompt plus ${maxTokens ?? 0} of ${param}), more than the ${tier.name} tier's ${tier.tokensPerMinute} tokens per minute; lower ${param} or shorten the prompt.`,
+        { param: ask.maxTokens !== undefined || ask.promptTokens <= tier.tokensPerMinute ? param : 'messages' })
+    }
+
+    const month = monthOf(this.#now())
+    const requestId = randomUUID()
+    const request = { accountId: account.id, requestId, tokens: reserve, rules: rulesOf(tier), month }
+    let result = await this.store.admit(request)
+    if (result.outcome === 'needs-seed') {
+      // The month's counter does not exist yet (new month, restart, flushed Redis): start it from the records.
+      const monthSeed = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
+      result = await this.store.admit({ ...request, monthSeed })
+      if (result.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
+    }
+
+    const headers = rateLimitHeaders(tier, result.usage)
+    if (result.outcome === 'refused') {
+      const refusalHeaders = { ...headers, ...retryAfterHeaders(result.retryAfterMs) }
+      if (result.limit === 'allowance') {
+        throw new ApiError('allowance_exhausted',
+          `This account has used its ${tier.callsPerMonth} calls for this month (${tier.name} tier); the allowance renews on ${new Date(month.endMs).toISOString().slice(0, 10)} (UTC).`,
+          { headers: refusalHeaders })
+      }
+      const what = result.limit === 'requests'
+        ? `${tier.requestsPerMinute} requests per minute`
+        : `${tier.tokensPerMinute} tokens per minute (this request reserves ${reserve})`
+      throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
+    }
+
+    const monthCounted = tier.callsPerMonth !== null
+    return new Permit(headers, maxTokens, async (tokens, failed) => {
+      await this.store.settle({
+        accountId: account.id,
+        requestId,
+        tokens: tokens ?? reserve,
+        refundCall: failed && monthCounted,
+        month,
+      })
+    })
+  }
+
+  /** The x-ratelimit-* headers for a response that counts nothing (models, usage, refusals before the limits). */
+  async headersFor (account: Account): Promise<Record<string, string>> {
+    const tier = this.tierOf(account)
+    if (tier.requestsPerMinute === null && tier.tokensPerMinute === null) return {}
+    return rateLimitHeaders(tier, await this.store.peek(account.id, monthOf(this.#now())))
+  }
+
+  /** The account's tier, what it has used and what is left, without counting anything. */
+  async limitsOf (account: Account): Promise<AccountLimits> {
+    const tier = this.tierOf(account)
+    const month = monthOf(this.#now())
+    const usage = await this.store.peek(account.id, month)
+    if (usage.calls === null) usage.calls = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
+    return {
+      tier,
+      usage,
+      month,
+      callsRemaining: tier.callsPerMonth === null ? null : Math.max(0, tier.callsPerMonth - usage.calls),
+      headers: rateLimitHeaders(tier, usage),
+    }
+  }
+}
