@@ -1,9 +1,11 @@
 // Accounts and their API keys over the store: create, look up, list, revoke,
-// and authenticate a presented key. Everything the CLI and the auth hook need.
+// and authenticate a presented key; passwords and tiers for the dashboard.
+// Everything the CLI, the auth hook and the dashboard need.
 
 import type { Db } from '../store/database.ts'
 import type { AccountRow, ApiKeyRow } from '../store/schema.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, isWellFormedApiKey, sameHash } from './api-key-format.ts'
+import { hashPassword, passwordProblem, verifyPassword } from './passwords.ts'
 
 export interface Account {
   id: number
@@ -23,7 +25,7 @@ export interface ApiKeyInfo {
 }
 
 export type Authentication =
-  | { ok: true; account: Account; keyId: number }
+  | { ok: true; account: Account; keyId: number; keyPrefix: string }
   | { ok: false; reason: 'malformed' | 'unknown' | 'revoked' }
 
 export class AccountError extends Error {
@@ -33,7 +35,7 @@ export class AccountError extends Error {
   }
 }
 
-function toAccount (row: AccountRow): Account {
+export function toAccount (row: AccountRow): Account {
   return { id: row.id, email: row.email, tier: row.tier, isAdmin: Boolean(row.is_admin), createdAt: row.created_at }
 }
 
@@ -68,6 +70,47 @@ export class Accounts {
       .returningAll()
       .executeTakeFirstOrThrow()
     return toAccount(row)
+  }
+
+  /** Registration from the dashboard: an account with a password, on the default tier. */
+  async register (opts: { email: string; password: string; tier?: string }): Promise<Account> {
+    const problem = passwordProblem(opts.password)
+    if (problem) throw new AccountError(problem)
+    const account = await this.create({ email: opts.email, tier: opts.tier })
+    await this.setPassword(account.id, opts.password)
+    return account
+  }
+
+  async setPassword (accountId: number, password: string): Promise<void> {
+    const problem = passwordProblem(password)
+    if (problem) throw new AccountError(problem)
+    await this.#db.updateTable('accounts').set({ password_hash: await hashPassword(password) }).where('id', '=', accountId).execute()
+  }
+
+  /**
+   * The account whose email and password these are, or undefined. Unknown
+   * emails and accounts without a password take as long as a wrong password,
+   * so the answer's timing does not tell which emails exist.
+   */
+  async verifyLogin (email: string, password: string): Promise<Account | undefined> {
+    const row = await this.#db.selectFrom('accounts').selectAll().where('email', '=', normalizeEmail(email)).executeTakeFirst()
+    const ok = await verifyPassword(row?.password_hash ?? null, password)
+    return ok && row ? toAccount(row) : undefined
+  }
+
+  async setTier (accountId: number, tier: string): Promise<void> {
+    await this.#db.updateTable('accounts').set({ tier }).where('id', '=', accountId).execute()
+  }
+
+  async findById (id: number): Promise<Account | undefined> {
+    const row = await this.#db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirst()
+    return row && toAccount(row)
+  }
+
+  /** Every account, oldest first, for the admin page and `chatd accounts list`. */
+  async list (): Promise<Account[]> {
+    const rows = await this.#db.selectFrom('accounts').selectAll().orderBy('id').execute()
+    return rows.map(toAccount)
   }
 
   async findByEmail (email: string): Promise<Account | undefined> {
@@ -109,13 +152,18 @@ export class Accounts {
     return rows.map(toKeyInfo)
   }
 
-  /** Revokes by display prefix; returns false when no active key has it. */
-  async revokeKey (prefix: string): Promise<boolean> {
-    const result = await this.#db.updateTable('api_keys')
+  /**
+   * Revokes by display prefix; returns false when no active key has it. With
+   * `accountId` (the dashboard), only that account's keys can match, so one
+   * account can never revoke another's key by guessing its prefix.
+   */
+  async revokeKey (prefix: string, opts: { accountId?: number } = {}): Promise<boolean> {
+    let query = this.#db.updateTable('api_keys')
       .set({ revoked_at: now() })
       .where('prefix', '=', prefix)
       .where('revoked_at', 'is', null)
-      .executeTakeFirst()
+    if (opts.accountId !== undefined) query = query.where('account_id', '=', opts.accountId)
+    const result = await query.executeTakeFirst()
     return Number(result.numUpdatedRows) > 0
   }
 
@@ -130,6 +178,6 @@ export class Accounts {
     if (!row || !sameHash(row.hash, hashApiKey(key))) return { ok: false, reason: 'unknown' }
     if (row.revoked_at !== null) return { ok: false, reason: 'revoked' }
     await this.#db.updateTable('api_keys').set({ last_used_at: now() }).where('id', '=', row.keyId).execute()
-    return { ok: true, account: toAccount(row), keyId: row.keyId }
+    return { ok: true, account: toAccount(row), keyId: row.keyId, keyPrefix: apiKeyPrefix(key) }
   }
 }

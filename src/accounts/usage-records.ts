@@ -1,0 +1,130 @@
+// One row per API request that reached a model (completed, cancelled by the
+// client going away, or failed), written when the request ends. Read back as
+// daily totals for GET /api/v1/usage and the dashboard chart, as the recent
+// list on the dashboard, and as the month's call count that seeds the
+// allowance counter after a restart.
+
+import type { Db } from '../store/database.ts'
+import type { UsageStatus } from '../store/schema.ts'
+
+export interface UsageRecord {
+  accountId: number
+  keyPrefix: string
+  model: string
+  promptTokens: number
+  completionTokens: number
+  status: UsageStatus
+  errorCode: string | null
+  latencyMs: number
+  /** When the request ended; now by default. */
+  at?: Date
+}
+
+export interface DailyUsage {
+  /** UTC day, YYYY-MM-DD. */
+  date: string
+  calls: number
+  prompt_tokens: number
+  completion_tokens: number
+  total_tokens: number
+}
+
+export interface RecentUsage {
+  at: string
+  keyPrefix: string
+  model: string
+  promptTokens: number
+  completionTokens: number
+  status: UsageStatus
+  errorCode: string | null
+  latencyMs: number
+}
+
+const DAY_MS = 24 * 3600 * 1000
+
+/** Statuses that used a call of the monthly allowance: the model ran for them. */
+export const BILLABLE_STATUSES: UsageStatus[] = ['completed', 'cancelled']
+
+export class UsageRecords {
+  readonly #db: Db
+
+  constructor (db: Db) {
+    this.#db = db
+  }
+
+  async record (r: UsageRecord): Promise<void> {
+    await this.#db.insertInto('usage_records').values({
+      account_id: r.accountId,
+      key_prefix: r.keyPrefix,
+      model: r.model,
+      prompt_tokens: r.promptTokens,
+      completion_tokens: r.completionTokens,
+      status: r.status,
+      error_code: r.errorCode,
+      latency_ms: Math.round(r.latencyMs),
+      created_at: (r.at ?? new Date()).toISOString(),
+    }).execute()
+  }
+
+  /** Billable calls since `since` (the start of the month): what the allowance counter starts from. */
+  async billableCallsSince (accountId: number, since: Date): Promise<number> {
+    const { n } = await this.#db.selectFrom('usage_records')
+      .select(eb => eb.fn.countAll<number>().as('n'))
+      .where('account_id', '=', accountId)
+      .where('created_at', '>=', since.toISOString())
+      .where('status', 'in', BILLABLE_STATUSES)
+      .executeTakeFirstOrThrow()
+    return Number(n)
+  }
+
+  /**
+   * Totals per UTC day for the last `days` days, today included, oldest first,
+   * with zero rows for days without calls so a chart has every day.
+   */
+  async daily (accountId: number, days = 30, now = new Date()): Promise<DailyUsage[]> {
+    const today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate())
+    const first = new Date(today - (days - 1) * DAY_MS)
+    // Timestamps are ISO text on both databases, so the day is the first 10 characters.
+    const rows = await this.#db.selectFrom('usage_records')
+      .select(eb => [
+        eb.fn<string>('substr', ['created_at', eb.val(1), eb.val(10)]).as('day'),
+        eb.fn.countAll<number>().as('calls'),
+        eb.fn.sum<number>('prompt_tokens').as('prompt'),
+        eb.fn.sum<number>('completion_tokens').as('completion'),
+      ])
+      .where('account_id', '=', accountId)
+      .where('created_at', '>=', first.toISOString())
+      .groupBy('day')
+      .execute()
+    const byDay = new Map(rows.map(r => [r.day, r]))
+    const out: DailyUsage[] = []
+    for (let i = 0; i < days; i++) {
+      const date = new Date(first.getTime() + i * DAY_MS).toISOString().slice(0, 10)
+      const row = byDay.get(date)
+      const prompt = Number(row?.prompt ?? 0)
+      const completion = Number(row?.completion ?? 0)
+      out.push({ date, calls: Number(row?.calls ?? 0), prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion })
+    }
+    return out
+  }
+
+  /** The account's latest requests, newest first. */
+  async recent (accountId: number, limit = 20): Promise<RecentUsage[]> {
+    const rows = await this.#db.selectFrom('usage_records').selectAll()
+      .where('account_id', '=', accountId)
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .execute()
+    return rows.map(r => ({
+      at: r.created_at,
+      keyPrefix: r.key_prefix,
+      model: r.model,
+      promptTokens: r.prompt_tokens,
+      completionTokens: r.completion_tokens,
+      status: r.status,
+      errorCode: r.error_code,
+      latencyMs: r.latency_ms,
+    }))
+  }
+}

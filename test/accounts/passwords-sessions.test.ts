@@ -1,0 +1,98 @@
+// Dashboard accounts on both databases: registration with a password hashed by
+// Argon2id, log-in checks, tiers, sessions that expire and end, and key
+// revocation that can never reach another account's keys.
+
+import t from 'tap'
+import { AccountError, Accounts } from '../../src/accounts/accounts.ts'
+import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
+import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
+import { hashPassword, passwordProblem, verifyPassword } from '../../src/accounts/passwords.ts'
+import { Sessions } from '../../src/accounts/sessions.ts'
+import { onEachDatabase } from '../helpers/databases.ts'
+
+t.test('passwords: Argon2id PHC strings, rules, wrong and absent hashes', async t => {
+  const hash = await hashPassword('correct horse')
+  t.match(hash, /^\$argon2id\$v=19\$m=19456,t=2,p=1\$/)
+  t.not(await hashPassword('correct horse'), hash, 'salted: the same password hashes differently')
+  t.ok(await verifyPassword(hash, 'correct horse'))
+  t.notOk(await verifyPassword(hash, 'correct horsE'))
+  t.notOk(await verifyPassword(null, 'anything'), 'no hash: false, after as much work')
+  t.notOk(await verifyPassword('not a phc string', 'x'), 'a corrupt hash is a mismatch, not a crash')
+  t.match(passwordProblem('short'), /at least 8/)
+  t.match(passwordProblem('x'.repeat(257)), /at most 256/)
+  t.equal(passwordProblem('long enough'), null)
+})
+
+onEachDatabase(t, 'register, log in, change the password, set the tier', async (t, db) => {
+  const accounts = new Accounts(db)
+  const a = await accounts.register({ email: 'Ann@Example.com', password: 'first password' })
+  t.match(a, { email: 'ann@example.com', tier: 'free', isAdmin: false })
+  const row = await db.selectFrom('accounts').select('password_hash').where('id', '=', a.id).executeTakeFirstOrThrow()
+  t.match(row.password_hash, /^\$argon2id\$/, 'only the hash is stored')
+  await t.rejects(accounts.register({ email: 'bob@example.com', password: 'short' }), AccountError)
+  t.equal(await accounts.findByEmail('bob@example.com'), undefined, 'a refused registration leaves no account')
+  await t.rejects(accounts.register({ email: 'ANN@example.com', password: 'whatever123' }), /already exists/)
+
+  t.match(await accounts.verifyLogin('ann@example.com', 'first password'), { id: a.id })
+  t.equal(await accounts.verifyLogin('ann@example.com', 'wrong password'), undefined)
+  t.equal(await accounts.verifyLogin('nobody@example.com', 'first password'), undefined)
+  const cliAccount = await accounts.create({ email: 'cli@example.com' })
+  t.equal(await accounts.verifyLogin('cli@example.com', ''), undefined, 'an account without a password cannot log in')
+
+  await accounts.setPassword(a.id, 'second password')
+  t.equal(await accounts.verifyLogin('ann@example.com', 'first password'), undefined)
+  t.ok(await accounts.verifyLogin('ann@example.com', 'second password'))
+
+  await accounts.setTier(cliAccount.id, 'pro')
+  t.equal((await accounts.findById(cliAccount.id))!.tier, 'pro')
+  t.same((await accounts.list()).map(x => x.email), ['ann@example.com', 'cli@example.com'])
+})
+
+onEachDatabase(t, 'sessions: the token works until it ends or expires; only its hash is stored', async (t, db) => {
+  const accounts = new Accounts(db)
+  const a = await accounts.register({ email: 'a@example.com', password: 'password a' })
+  const sessions = new Sessions(db)
+  const token = await sessions.create(a.id)
+  t.match(token, /^[A-Za-z0-9_-]{43}$/)
+  t.match(await sessions.account(token), { id: a.id, email: 'a@example.com' })
+  const stored = await db.selectFrom('sessions').selectAll().execute()
+  t.equal(stored.length, 1)
+  t.notMatch(JSON.stringify(stored), token, 'the token itself is not in the table')
+  t.equal(await sessions.account(token.slice(0, -1) + (token.endsWith('A') ? 'B' : 'A')), undefined)
+  t.equal(await sessions.account('garbage'), undefined)
+
+  const other = await sessions.create(a.id)
+  await sessions.endAll(a.id, { keep: token })
+  t.ok(await sessions.account(token), 'the session that changed the password stays')
+  t.equal(await sessions.account(other), undefined, 'the others end')
+  await sessions.end(token)
+  t.equal(await sessions.account(token), undefined)
+
+  const brief = new Sessions(db, { ttlMs: 1 })
+  const expiring = await brief.create(a.id)
+  await new Promise(resolve => setTimeout(resolve, 5))
+  t.equal(await brief.account(expiring), undefined, 'expired')
+  t.equal(await brief.prune(), 1)
+})
+
+onEachDatabase(t, 'an account can revoke only its own keys', async (t, db) => {
+  const accounts = new Accounts(db)
+  const a = await accounts.create({ email: 'a@example.com' })
+  const b = await accounts.create({ email: 'b@example.com' })
+  const { key: bKey } = await accounts.createKey(b.id, { name: 'b key' })
+  t.notOk(await accounts.revokeKey(apiKeyPrefix(bKey), { accountId: a.id }), 'A cannot revoke B\'s key')
+  t.match(await accounts.authenticate(bKey), { ok: true, keyPrefix: apiKeyPrefix(bKey) })
+  t.ok(await accounts.revokeKey(apiKeyPrefix(bKey), { accountId: b.id }))
+  t.match(await accounts.authenticate(bKey), { ok: false, reason: 'revoked' })
+})
+
+onEachDatabase(t, 'first start: the admin is on the unlimited tier; replicas racing create one', async (t, db) => {
+  const accounts = new Accounts(db)
+  const results = await Promise.all([
+    ensureAdminAccount(accounts, { email: 'admin@localhost' }),
+    ensureAdminAccount(accounts, { email: 'admin@localhost' }),
+  ])
+  t.equal(results.filter(r => r !== null).length, 1, 'one of them made it; the other found it made')
+  t.equal(await accounts.count(), 1)
+  t.match(await accounts.findByEmail('admin@localhost'), { isAdmin: true, tier: 'unlimited' })
+})
