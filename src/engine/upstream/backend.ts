@@ -141,7 +141,7 @@ export class UpstreamBackend implements Backend {
         if (piece.content === '' && piece.reasoning === '') continue
         textDeltas++
         allText += piece.reasoning + piece.content
-        splitter ??= piece.reasoning !== '' ? null : new ReasoningSplitter(this.#startsInReasoning)
+        if (splitter === undefined) splitter = piece.reasoning !== '' ? null : new ReasoningSplitter(this.#startsInReasoning)
         const split = splitter === null ? { reasoning: '', content: piece.content } : splitter.push(piece.content)
         const event = delta(piece.reasoning + split.reasoning, split.content)
         if (event) yield event
