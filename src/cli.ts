@@ -23,8 +23,9 @@ const USAGE = `Usage: chatd <command>
   keys create --email E [--name N]               create an API key; prints only the key
   keys list --email E                            list an account's keys (prefixes only)
   keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
-  pull [<model id>...]                           download local models' files from the Hugging Face Hub
-                                                 (HF_ENDPOINT, HF_TOKEN); all of them when none is named
+  pull [<model id>...] [--if-missing]            download local models' files from the Hugging Face Hub
+                                                 (HF_ENDPOINT, HF_TOKEN); all of them when none is named;
+                                                 --if-missing: skip complete ones without asking the hub
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
   convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
 
@@ -121,7 +122,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   },
 
   async pull (args, out) {
-    const { positionals } = parse(args, {}, Infinity)
+    const { positionals, values } = parse(args, { 'if-missing': { type: 'boolean' } }, Infinity)
     const config = loadConfig(process.env, { dotenv: true })
     // The downloader lives in src/pull/; loaded on demand.
     const { runPullCommand } = await import('./pull/command.ts')
@@ -131,7 +132,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
     const onSigint = (): void => stop.abort()
     process.once('SIGINT', onSigint)
     try {
-      await runPullCommand(positionals, config, { out, tty: process.stderr.isTTY ? process.stderr : undefined, signal: stop.signal })
+      await runPullCommand(positionals, config, { out, tty: process.stderr.isTTY ? process.stderr : undefined, signal: stop.signal, ifMissing: values['if-missing'] === true })
     } catch (err) {
       if (err instanceof PullError) throw new CommandError(err.message, { cause: err })
       throw err

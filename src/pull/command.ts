@@ -1,12 +1,15 @@
 // `chatd pull [<model id>...]`: fetch the files of local models from the hub
 // named by their "hubRepo" in models.json, into the directory their "path"
 // names. Bars on a terminal, plain lines otherwise (docker logs, CI).
+// --if-missing skips models whose files are all present without contacting the
+// hub, so compose's model-init step also passes on a restart without network.
 
 import { readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { Config } from '../config.ts'
 import { ONNX_FILES_BY_DTYPE, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import { modelPath, parseModelsFile, type OnnxModelEntry } from '../engine/registry.ts'
+import { modelFilesMissing } from './auto-pull.ts'
 import { PullError } from './errors.ts'
 import { hubLocation } from './model-source.ts'
 import { formatBytes, lineReporter, terminalReporter } from './progress.ts'
@@ -17,6 +20,8 @@ export interface PullCommandOptions {
   /** A terminal to draw bars on; plain lines to `out` when absent. */
   tty?: NodeJS.WriteStream
   signal?: AbortSignal
+  /** Leave a model whose directory already holds every file alone, without asking the hub (an offline restart). */
+  ifMissing?: boolean
 }
 
 /** Pulls each model named (every local model with a hubRepo when none is). */
@@ -39,6 +44,10 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
     if (!entry.hubRepo) {
       const onnxFiles = (ONNX_FILES_BY_DTYPE[dtype] ?? ['model*.onnx']).map(f => `onnx/${f}`).join(' or ')
       throw new PullError(`${entry.id} has no "hubRepo" in ${config.modelsFile}, so there is nowhere to download it from: add one, or put the model directory (Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ${onnxFiles}) at ${dir}`)
+    }
+    if (opts.ifMissing && !modelFilesMissing(dir, dtype)) {
+      opts.out(`${entry.id}: every file is already in ${dir}`)
+      continue
     }
     const hub = hubLocation({ ...entry, hubRepo: entry.hubRepo }, config)
     opts.out(`pulling ${entry.id} from ${hub.endpoint}/${hub.repo} (${hub.revision}, dtype ${dtype}) into ${dir}`)

@@ -74,7 +74,12 @@ t.test('MODELS_DIR moves the model directories; an unreachable hub is named', as
   t.ok(existsSync(join(dir, 'volume/stories/onnx/model_q4.onnx')))
 
   await hub.close()
+  const offline = await cli(['pull', '--if-missing'])
+  t.equal(offline.code, 0, '--if-missing: complete models need no hub (an offline restart of model-init)')
+  t.match(offline.out, `stories: every file is already in ${join(dir, 'volume/stories')}`)
+
   withEnv(t, { MODELS_DIR: join(dir, 'other') })
+  t.match(await cli(['pull', '--if-missing']), { code: 1, err: /could not reach the Hugging Face Hub/ }, 'missing files still need the hub')
   const failed = await cli(['pull', 'stories'])
   t.equal(failed.code, 1)
   t.match(failed.err, `chatd pull: could not reach the Hugging Face Hub at ${hub.url}`)
