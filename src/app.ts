@@ -8,6 +8,8 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { Accounts } from './accounts/accounts.ts'
+import { Tiers } from './accounts/tiers.ts'
+import { UsageRecords } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { installErrorHandling } from './api/error-handler.ts'
@@ -15,16 +17,26 @@ import { healthRoutes } from './api/health/route.ts'
 import { Metrics } from './api/metrics/metrics.ts'
 import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
+import { usageRoute } from './api/usage/route.ts'
 import type { Config } from './config.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
+import { Limiter } from './limits/limiter.ts'
+import { openLimitStore } from './limits/open-store.ts'
 import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search'>>
+    & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
+  /**
+   * Tier limits. By default: the tiers of config.tiersFile (tiers.json) over
+   * the in-process store, or over Redis when config.redisUrl is set; closed
+   * with the app.
+   */
+  limiter?: Limiter
   /** Overrides the logger built from config.logLevel (tests pass false). */
   logger?: FastifyServerOptions['logger']
   /** Where the built-in logger writes; stdout by default. */
@@ -51,6 +63,9 @@ function trustProxyOption (value: boolean | number | string[]): boolean | string
 export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
   const metrics = opts.metrics ?? new Metrics()
+  const usage = new UsageRecords(accounts.database)
+  // Read before anything opens, so a bad tiers file stops the start with its message.
+  const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? 'tiers.json')
 
   const app = Fastify({
     logger: opts.logger ?? { level: config.logLevel, redact: REDACTED, ...(opts.logStream ? { stream: opts.logStream } : {}) },
@@ -92,7 +107,16 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     if (closing) request.raw.socket?.end()
   })
 
-  // 4. OpenAPI, collected from the route schemas registered after it.
+  // 4. Where the limits live: in-process, or Redis shared by every replica.
+  let limiter = opts.limiter
+  if (!limiter) {
+    const opened = await openLimitStore({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix ?? 'chatd:' })
+    app.addHook('onClose', () => opened.close())
+    limiter = new Limiter({ tiers: tiers!, store: opened.store, usage })
+  }
+  const limits = { limiter, usage }
+
+  // 5. OpenAPI, collected from the route schemas registered after it.
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -102,25 +126,40 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   })
   await app.register(swaggerUi, { routePrefix: '/docs' })
 
-  // 5. Unauthenticated operational endpoints.
+  // 6. Unauthenticated operational endpoints.
   await app.register(healthRoutes, { models })
   await app.register(metricsRoute, { metrics })
 
-  // 6. The API proper, behind Bearer keys.
+  // 7. The API proper, behind Bearer keys.
   await app.register(async api => {
     // The API speaks JSON only; without this, Fastify's text/plain parser would
     // turn a plain-text body into a confusing validation error instead of 415.
     api.removeContentTypeParser('text/plain')
     api.decorateRequest('account', null)
+    api.decorateRequest('apiKeyPrefix', null)
     api.addHook('onRequest', bearerAuth(accounts))
+    // Every authenticated response carries the account's x-ratelimit-* state; a chat
+    // completion has set it already at admission, anything else reads it here.
+    api.addHook('onSend', async (request, reply, payload) => {
+      if (request.account && !reply.hasHeader('x-ratelimit-limit-requests') && !reply.hasHeader('x-ratelimit-limit-tokens')) {
+        try {
+          reply.headers(await limits.limiter.headersFor(request.account))
+        } catch (err) {
+          request.log.warn({ err }, 'could not read the rate-limit state for the response headers')
+        }
+      }
+      return payload
+    })
     await api.register(chatRoute, {
       models,
       metrics,
       sseKeepAliveMs: config.sseKeepAliveMs,
       queueSize: config.queueSize,
       search: config.search ? WebSearch.fromSettings(config.search) : undefined,
+      limits,
     })
     await api.register(modelsRoute, { models })
+    await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })
 
   return app

@@ -17,6 +17,7 @@ export const ERROR_TABLE = {
   rate_limit_exceeded: { status: 429, type: 'rate_limit_error' },
   allowance_exhausted: { status: 429, type: 'rate_limit_error' },
   server_overloaded: { status: 503, type: 'server_error' },
+  limits_unavailable: { status: 503, type: 'server_error' },
   model_unavailable: { status: 503, type: 'server_error' },
   upstream_error: { status: 502, type: 'server_error' },
   upstream_timeout: { status: 504, type: 'server_error' },

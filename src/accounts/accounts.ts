@@ -56,6 +56,11 @@ export class Accounts {
     this.#db = db
   }
 
+  /** The store these accounts live in, for the collaborators that share it (sessions, usage records). */
+  get database (): Db {
+    return this.#db
+  }
+
   async count (): Promise<number> {
     const { n } = await this.#db.selectFrom('accounts').select(eb => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()
     return Number(n)

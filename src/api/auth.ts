@@ -10,6 +10,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The authenticated account; set by the bearer-key hook on /api/v1 routes. */
     account: Account | null
+    /** The display prefix of the key that authenticated the request (usage records name it). */
+    apiKeyPrefix: string | null
   }
 }
 
@@ -36,5 +38,6 @@ export function bearerAuth (accounts: Accounts): onRequestAsyncHookHandler {
       throw new ApiError('invalid_api_key', message, { headers: CHALLENGE })
     }
     request.account = result.account
+    request.apiKeyPrefix = result.keyPrefix
   }
 }

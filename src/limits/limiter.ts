@@ -35,6 +35,19 @@ export interface AccountLimits {
   headers: Record<string, string>
 }
 
+/**
+ * A store that cannot answer (Redis down or slow) refuses the request with
+ * 503 rather than letting it through uncounted: limits that hold only while
+ * Redis is up would not be limits.
+ */
+async function fromStore<T> (work: Promise<T>): Promise<T> {
+  try {
+    return await work
+  } catch (err) {
+    throw Object.assign(new ApiError('limits_unavailable', 'Rate limits cannot be checked right now; retry shortly.', { headers: { 'retry-after': '1' } }), { cause: err })
+  }
+}
+
 const rulesOf = (tier: Tier): Rules => ({
   requestsPerMinute: tier.requestsPerMinute,
   tokensPerMinute: tier.tokensPerMinute,
@@ -46,12 +59,15 @@ export class Permit {
   readonly headers: Record<string, string>
   /** The max_tokens the backend gets: the request's, or the tier's cap when it sent none. */
   readonly maxTokens: number | undefined
+  /** The tier's max_tokens_per_request; null when it has none. */
+  readonly cap: number | null
   readonly #settle: (tokens: number | null, refundCall: boolean) => Promise<void>
   #settled = false
 
-  constructor (headers: Record<string, string>, maxTokens: number | undefined, settle: (tokens: number | null, refundCall: boolean) => Promise<void>) {
-    this.headers = headers
-    this.maxTokens = maxTokens
+  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; cap: number | null }, settle: (tokens: number | null, refundCall: boolean) => Promise<void>) {
+    this.headers = opts.headers
+    this.maxTokens = opts.maxTokens
+    this.cap = opts.cap
     this.#settle = settle
   }
 
@@ -108,11 +124,11 @@ export class Limiter {
     const month = monthOf(this.#now())
     const requestId = randomUUID()
     const request = { accountId: account.id, requestId, tokens: reserve, rules: rulesOf(tier), month }
-    let result = await this.store.admit(request)
+    let result = await fromStore(this.store.admit(request))
     if (result.outcome === 'needs-seed') {
       // The month's counter does not exist yet (new month, restart, flushed Redis): start it from the records.
       const monthSeed = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
-      result = await this.store.admit({ ...request, monthSeed })
+      result = await fromStore(this.store.admit({ ...request, monthSeed }))
       if (result.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
     }
 
@@ -131,14 +147,14 @@ export class Limiter {
     }
 
     const monthCounted = tier.callsPerMonth !== null
-    return new Permit(headers, maxTokens, async (tokens, failed) => {
-      await this.store.settle({
+    return new Permit({ headers, maxTokens, cap }, async (tokens, failed) => {
+      await fromStore(this.store.settle({
         accountId: account.id,
         requestId,
         tokens: tokens ?? reserve,
         refundCall: failed && monthCounted,
         month,
-      })
+      }))
     })
   }
 
@@ -146,14 +162,14 @@ export class Limiter {
   async headersFor (account: Account): Promise<Record<string, string>> {
     const tier = this.tierOf(account)
     if (tier.requestsPerMinute === null && tier.tokensPerMinute === null) return {}
-    return rateLimitHeaders(tier, await this.store.peek(account.id, monthOf(this.#now())))
+    return rateLimitHeaders(tier, await fromStore(this.store.peek(account.id, monthOf(this.#now()))))
   }
 
   /** The account's tier, what it has used and what is left, without counting anything. */
   async limitsOf (account: Account): Promise<AccountLimits> {
     const tier = this.tierOf(account)
     const month = monthOf(this.#now())
-    const usage = await this.store.peek(account.id, month)
+    const usage = await fromStore(this.store.peek(account.id, month))
     if (usage.calls === null) usage.calls = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
     return {
       tier,

@@ -1,16 +1,22 @@
 // Builds a chatd app for one test: a real SQLite file in the test's own temp
 // directory, an account with a key, and the given backends in the registry.
-// Closed automatically when the test ends.
+// Closed automatically when the test ends. The account is on the shipped
+// tiers.json's `unlimited` tier unless the test asks for another (and may
+// bring its own tiers file), so tests about other things never meet a limit.
 
 import { join } from 'node:path'
 import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
-import { Accounts } from '../../src/accounts/accounts.ts'
+import { Accounts, type Account } from '../../src/accounts/accounts.ts'
+import { Tiers } from '../../src/accounts/tiers.ts'
+import { UsageRecords } from '../../src/accounts/usage-records.ts'
 import { buildApp } from '../../src/app.ts'
 import { Metrics } from '../../src/api/metrics/metrics.ts'
 import { loadConfig, type Config } from '../../src/config.ts'
 import type { Backend } from '../../src/engine/backend.ts'
 import { ModelRegistry, type ReasoningMode } from '../../src/engine/registry.ts'
+import { Limiter } from '../../src/limits/limiter.ts'
+import { MemoryLimitStore } from '../../src/limits/memory-store.ts'
 import { openMigratedDatabase, type Db } from '../../src/store/database.ts'
 import { ScriptedBackend } from './scripted-backend.ts'
 
@@ -21,7 +27,11 @@ export interface TestApp {
   models: ModelRegistry
   metrics: Metrics
   config: Config
-  /** A working key of a free-tier account, user@example.com. */
+  limiter: Limiter
+  usage: UsageRecords
+  /** user@example.com, on the `unlimited` tier unless opts.tier says otherwise. */
+  account: Account
+  /** A working key of that account. */
   key: string
   /** Authorization header for `key`. */
   auth: { authorization: string }
@@ -30,22 +40,29 @@ export interface TestApp {
 export async function buildTestApp (t: Test, opts: {
   backends?: Array<Backend | { backend: Backend; reasoning?: ReasoningMode }>
   env?: Record<string, string>
+  /** The test account's tier. */
+  tier?: string
+  /** A tiers file's JSON text; the shipped tiers.json when absent. */
+  tiers?: string
 } = {}): Promise<TestApp> {
   const dir = t.testdir()
   const config = loadConfig({ DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, LOG_LEVEL: 'silent', ...opts.env })
   const db = await openMigratedDatabase(config.database)
   const accounts = new Accounts(db)
-  const account = await accounts.create({ email: 'user@example.com' })
+  const account = await accounts.create({ email: 'user@example.com', tier: opts.tier ?? 'unlimited' })
   const { key } = await accounts.createKey(account.id, { name: 'test' })
   const backends = opts.backends ?? [new ScriptedBackend()]
   const models = new ModelRegistry(backends.map(b => 'backend' in b ? { id: b.backend.id, backend: b.backend, reasoning: b.reasoning } : { id: b.id, backend: b }))
   const metrics = new Metrics()
-  const app = await buildApp({ config, accounts, models, metrics, logger: false })
+  const usage = new UsageRecords(db)
+  const tiers = opts.tiers === undefined ? Tiers.fromFile(config.tiersFile) : Tiers.parse(opts.tiers)
+  const limiter = new Limiter({ tiers, store: new MemoryLimitStore(), usage })
+  const app = await buildApp({ config, accounts, models, metrics, limiter, logger: false })
   t.teardown(async () => {
     await app.close()
     await db.destroy()
   })
-  return { app, db, accounts, models, metrics, config, key, auth: { authorization: `Bearer ${key}` } }
+  return { app, db, accounts, models, metrics, config, limiter, usage, account, key, auth: { authorization: `Bearer ${key}` } }
 }
 
 /** A minimal valid chat body for the scripted model. */

@@ -1,7 +1,8 @@
 // POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
 // validation (done by Fastify before this handler) -> model lookup -> request
-// checks -> web search (googleSearchStatus) -> prompt shaping ->
-// backend.generate(request, signal) -> JSON or SSE.
+// checks -> tier limits (metering.ts) -> web search (googleSearchStatus) ->
+// prompt shaping -> backend.generate(request, signal) -> JSON or SSE -> usage
+// record.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
@@ -14,6 +15,7 @@ import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
 import { chunkMaker, collect, completionBody, newCompletionMeta, type CompletionMeta } from './completion.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
+import { admitCompletion, type ChatLimits } from './metering.ts'
 import { observeGeneration } from './observe.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from './schema.ts'
 import { SSE_HEADERS, SseBody } from './sse.ts'
@@ -27,6 +29,8 @@ export interface ChatRouteOptions {
   queueSize: number
   /** The web search for googleSearchStatus; absent when SEARCH_PROVIDER is not set. */
   search?: WebSearch
+  /** Tier limits, checked before any work, and the usage records written when a request ends. */
+  limits: ChatLimits
 }
 
 /** The model to answer with, or the ApiError saying why none can. */
@@ -41,7 +45,7 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
   return model
 }
 
-export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, search }) => {
+export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, search, limits }) => {
   const admission = new Admission(queueSize)
 
   app.post('/chat/completions', {
@@ -67,26 +71,34 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const body = request.body
     const model = resolveModel(models, body.model)
     checkRequest(body, { searchConfigured: search !== undefined })
+    // From here on the request counts: every way it ends writes its usage row (metering.ts).
+    const meter = await admitCompletion(request, reply, limits, body, model, startedAt)
     const signal = clientGoneSignal(reply)
+    let events: AsyncIterable<GenerateEvent>
     let searched: SearchDone | undefined
-    if (body.googleSearchStatus && search) {
+    try {
+      if (body.googleSearchStatus && search) {
+        try {
+          searched = await searchFor(body, search, signal)
+        } catch (err) {
+          if (signal.aborted) return reply // the client left while the search ran
+          throw err
+        }
+      }
+      const generateRequest = toGenerateRequest(body, { thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, search: searched })
+      generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
+      const release = admission.acquire(model.id)
       try {
-        searched = await searchFor(body, search, signal)
+        events = meter.wrap(observeGeneration(
+          withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
+          metrics, model.id, startedAt, release,
+        ))
       } catch (err) {
-        if (signal.aborted) return reply // the client left while the search ran
+        release() // a backend whose generate() throws synchronously never starts the observer
         throw err
       }
-    }
-    const generateRequest = toGenerateRequest(body, { thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, search: searched })
-    const release = admission.acquire(model.id)
-    let events: AsyncIterable<GenerateEvent>
-    try {
-      events = observeGeneration(
-        withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
-        metrics, model.id, startedAt, release,
-      )
     } catch (err) {
-      release() // a backend whose generate() throws synchronously never starts the observer
+      await meter.fail(err)
       throw err
     }
     const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results)

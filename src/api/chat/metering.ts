@@ -1,0 +1,148 @@
+// Limits and usage for one chat completion. `admitCompletion` runs the tier's
+// checks before any work (search, queue, generation) and puts the
+// x-ratelimit-* headers on the reply; the RequestMeter it returns watches the
+// generation and, when the request ends however it ends (completed, failed,
+// the client gone mid-stream), writes the one usage row and settles the
+// reservation with the real token count. The row is committed before the
+// response's last byte, so a client that reads its usage right after a reply
+// sees that reply in it.
+
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { UsageRecords } from '../../accounts/usage-records.ts'
+import type { GenerateEvent, Usage } from '../../engine/backend.ts'
+import type { RegisteredModel } from '../../engine/registry.ts'
+import { ApiError } from '../../errors.ts'
+import type { Limiter, Permit } from '../../limits/limiter.ts'
+import { estimatePromptTokens } from '../../limits/request-cost.ts'
+import type { UsageStatus } from '../../store/schema.ts'
+import type { ChatCompletionRequest } from './schema.ts'
+
+export interface ChatLimits {
+  limiter: Limiter
+  usage: UsageRecords
+}
+
+interface Ending {
+  status: UsageStatus
+  usage?: Usage
+  errorCode?: string
+  /** Text went out before the end: the reservation stands when the real count is unknown. */
+  produced: boolean
+}
+
+export class RequestMeter {
+  readonly #permit: Permit
+  readonly #record: (ending: Ending) => Promise<void>
+  #generating = false
+  #ended = false
+
+  constructor (permit: Permit, record: (ending: Ending) => Promise<void>) {
+    this.#permit = permit
+    this.#record = record
+  }
+
+  /** The backend's max_tokens: the request's (or its wordcount budget), bounded by the tier; the tier's cap when there is none. */
+  maxTokens (requested: number | undefined): number | undefined {
+    if (requested === undefined) return this.#permit.maxTokens
+    return this.#permit.cap === null ? requested : Math.min(requested, this.#permit.cap)
+  }
+
+  /** Passes the generation's events through and ends the meter when they stop. */
+  wrap (events: AsyncIterable<GenerateEvent>): AsyncIterable<GenerateEvent> {
+    // Set now, not on the first read, so a close in between cannot end the request as never started.
+    this.#generating = true
+    return this.#watch(events)
+  }
+
+  async * #watch (events: AsyncIterable<GenerateEvent>): AsyncIterable<GenerateEvent> {
+    let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
+    let produced = false
+    let failure: unknown
+    try {
+      for await (const event of events) {
+        if (event.type === 'finish') finish = event
+        else if (event.content || event.reasoning) produced = true
+        yield event
+      }
+    } catch (err) {
+      failure = err
+      throw err
+    } finally {
+      if (failure !== undefined) await this.#end({ status: 'failed', errorCode: errorCode(failure), usage: finish?.usage, produced })
+      // No finish and no error: the consumer stopped reading (the client went away mid-stream).
+      else await this.#end({ status: finish && finish.reason !== 'cancelled' ? 'completed' : 'cancelled', usage: finish?.usage, produced })
+    }
+  }
+
+  /** The request failed after admission but before generation (search, queue, a refusal while shaping). */
+  async fail (err: unknown): Promise<void> {
+    await this.#end({ status: 'failed', errorCode: errorCode(err), produced: false })
+  }
+
+  /** The response closed; if generation never started (the client left during the search), the request ends here. */
+  async closed (): Promise<void> {
+    if (!this.#generating) await this.#end({ status: 'cancelled', produced: false })
+  }
+
+  async #end (ending: Ending): Promise<void> {
+    if (this.#ended) return
+    this.#ended = true
+    await this.#record(ending)
+  }
+}
+
+function errorCode (err: unknown): string {
+  return err instanceof ApiError ? err.code : 'internal_error'
+}
+
+/**
+ * The limits check for one request; throws the refusal (403/400/429 with
+ * headers). On admission the reply carries the x-ratelimit-* headers and the
+ * returned meter owns the request's usage row.
+ */
+export async function admitCompletion (
+  request: FastifyRequest,
+  reply: FastifyReply,
+  limits: ChatLimits,
+  body: ChatCompletionRequest,
+  model: RegisteredModel,
+  startedAt: number,
+): Promise<RequestMeter> {
+  const account = request.account
+  if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
+  const messages = body.messages.map(m => ({ content: typeof m.content === 'string' ? m.content : m.content.map(p => p.text).join('') }))
+  const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
+  const permit = await limits.limiter.admit(account, {
+    model: model.id,
+    maxTokens,
+    maxTokensParam: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
+    promptTokens: estimatePromptTokens(messages),
+    contextLength: model.backend.contextLength,
+  })
+  reply.headers(permit.headers)
+
+  const meter = new RequestMeter(permit, async ending => {
+    const failed = ending.status === 'failed'
+    const tokens = ending.usage ? ending.usage.total_tokens : ending.produced ? null : 0
+    try {
+      await Promise.all([
+        permit.settle(tokens, failed),
+        limits.usage.record({
+          accountId: account.id,
+          keyPrefix: request.apiKeyPrefix ?? '',
+          model: model.id,
+          promptTokens: ending.usage?.prompt_tokens ?? 0,
+          completionTokens: ending.usage?.completion_tokens ?? 0,
+          status: ending.status,
+          errorCode: ending.errorCode ?? null,
+          latencyMs: performance.now() - startedAt,
+        }),
+      ])
+    } catch (err) {
+      // The reply itself is fine; losing its usage row or settlement is logged, not turned into an error.
+      request.log.error({ err }, 'recording usage failed')
+    }
+  })
+  reply.raw.once('close', () => { void meter.closed() })
+  return meter
+}
