@@ -40,6 +40,8 @@ export async function getJson (provider: string, url: URL, headers: Record<strin
     if (err instanceof SearchProviderError) throw err
     throw new SearchProviderError('unreachable', `${provider} broke off its reply (${networkCause(err)})`)
   } finally {
+    // Destroying an unread body makes undici emit an abort error; nobody is listening any more.
+    body.on('error', () => {})
     body.destroy()
   }
 }

@@ -21,7 +21,7 @@ const FAST: UpstreamSettings = { connectTimeoutMs: 1000, firstByteTimeoutMs: 200
 interface Setup extends TestApp {
   upstream: Loopback
   backend: UpstreamBackend
-  ask: (body?: Record<string, unknown>) => ReturnType<TestApp['app']['inject']>
+  ask: (body?: Record<string, unknown>) => Promise<{ statusCode: number; body: string; json: () => any }>
 }
 
 /** A chatd app whose one model, "relay", is an UpstreamBackend pointed at a scripted loopback server. */
@@ -213,9 +213,10 @@ t.test('connection cut mid-stream: 502, or an error event once streaming', async
   t.equal(s.upstream.requests.length, 1, 'no retry once the reply had begun')
 
   const streamed = frames((await s.ask({ stream: true })).body) as Array<Record<string, any>>
+  const last: unknown = streamed.at(-1)
   t.same(streamed.slice(1, 3).map(c => c.choices[0].delta), [{ content: 'Once' }, { content: ' upon' }], 'what came is passed on')
-  t.match(streamed.at(-1), { error: { code: 'upstream_error', type: 'server_error' } })
-  t.notOk(streamed.includes('[DONE]'))
+  t.match(last, { error: { code: 'upstream_error', type: 'server_error' } })
+  t.notOk((streamed as unknown[]).includes('[DONE]'))
   await nothingRunning(t, s)
 })
 

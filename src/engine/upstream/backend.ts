@@ -162,6 +162,8 @@ export class UpstreamBackend implements Backend {
     } finally {
       signal.removeEventListener('abort', abort)
       controller.abort()
+      // Destroying an unread body makes undici emit an abort error; nobody is listening any more.
+      body?.on('error', () => {})
       body?.destroy()
     }
   }
@@ -174,6 +176,8 @@ export class UpstreamBackend implements Backend {
         const response = await request(this.#endpoint, { method: 'POST', headers: this.#headers, body: payload, signal, dispatcher: this.#agent })
         if (response.statusCode >= 200 && response.statusCode <= 299) return response
         const text = await readText(response.body, MAX_ERROR_BYTES).catch(() => '')
+        response.body.on('error', () => {})
+        response.body.destroy()
         failure = refused(response.statusCode, response.statusCode === 400 && saysContextOverflow(parseJson(text)))
         if (!retryableStatus(response.statusCode)) throw failure
       } catch (err) {
