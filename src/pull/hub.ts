@@ -25,7 +25,7 @@ export interface RemoteFile {
   size: number
   /** SHA-256 of the content: the LFS object id, published for every large file. */
   sha256?: string
-  /** Git blob id (SHA-1 of "blob <size>\0" + content), published for every file. */
+  /** Git blob id (SHA-1 of "blob <size>\0" + content): the content hash of a small (non-LFS) file. */
   gitSha1?: string
 }
 
@@ -45,7 +45,8 @@ export async function listRepoFiles (hub: HubLocation): Promise<RemoteFile[]> {
         path: entry.path,
         size: entry.lfs?.size ?? entry.size,
         sha256: entry.lfs?.oid,
-        gitSha1: entry.lfs ? undefined : entry.oid,
+        // A large file's git oid is its pointer's, not its content's: only small files are checked by it.
+        gitSha1: entry.lfs || entry.xetHash ? undefined : entry.oid,
       })
     }
   } catch (err) {

@@ -95,6 +95,11 @@ export class PullingBackend implements Backend {
       }, this.#abort.signal)
     } catch (err) {
       this.#failure = (err as Error).message
+      if (this.#abort.signal.aborted) {
+        // Shutting down: what arrived stays as .partial and the next start resumes it.
+        log?.info({ model: this.id }, 'model download stopped; it resumes at the next start')
+        throw new Error('download stopped', { cause: err })
+      }
       log?.error({ model: this.id, error: this.#failure, hint: this.#opts.pullCommand }, `model download failed; to retry by hand run: ${this.#opts.pullCommand}`)
       throw new Error(`download failed: ${this.#failure}`, { cause: err })
     }

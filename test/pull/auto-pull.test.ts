@@ -122,3 +122,30 @@ t.test('CHATD_AUTO_PULL=0: nothing is fetched, the model says how to pull it', a
   t.match((await chat()).json().error, { code: 'model_unavailable', message: `The model 'stories' is unavailable: model files not found at ${join(dir, 'stories')} (run: npx chatd pull stories)` })
   t.equal(hub.requests.length, 0, 'the hub was never asked')
 })
+
+t.test('a server stopped mid-download keeps the partial file, and the next start resumes it', async t => {
+  const repo = repoFromDir(source)
+  const data = 'onnx/model_q4.onnx_data'
+  const held = Math.floor(repo.files.get(data)!.length / 2)
+  repo.holdOnce = new Map([[data, { bytes: held, release: new Promise<void>(() => {}) }]])
+  const hub = await startHub({ [REPO]: repo })
+  t.teardown(hub.close)
+  const first = await serve(t, hub.url)
+  await until('half the data file', async () => (await first.app.inject({ url: '/readyz' })).json().downloads?.stories?.file === data ? true : undefined)
+  await until('the held bytes on disk', async () => (await first.app.inject({ url: '/readyz' })).json().downloads.stories.downloadedBytes >= held ? true : undefined)
+  await first.app.close()
+  t.ok(first.logs.some(l => l.msg === 'model download stopped; it resumes at the next start'))
+
+  // Same directory, new server: it asks only for the rest.
+  const second = await startServer(loadConfig({
+    PORT: '0',
+    LOG_LEVEL: 'silent',
+    DATABASE_URL: `sqlite://${join(first.dir, 'chatd.db')}`,
+    MODELS_FILE: join(first.dir, 'models.json'),
+    HF_ENDPOINT: hub.url,
+  }), { print: () => {}, logger: false })
+  t.teardown(() => second.close())
+  await until('readiness after resuming', async () => (await second.inject({ url: '/readyz' })).statusCode === 200 ? true : undefined)
+  t.equal(hub.downloads().filter(r => r.url.endsWith(data)).at(-1)?.range, `bytes=${held}-`)
+  t.same((await second.inject({ url: '/readyz' })).json().models, { stories: 'ready' })
+})
