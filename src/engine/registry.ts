@@ -349,7 +349,8 @@ export class ModelRegistry {
       models.push({
         id: entry.id,
         backend,
-        fingerprint: fingerprintOf(entry),
+        // The upstream key is left out: the fingerprint is public, and a rotated key is the same model.
+        fingerprint: fingerprintOf(entry.backend === 'openai' ? { ...entry, apiKey: undefined } : entry),
         reasoning: entry.reasoning ?? 'separate',
         thinkingBudget: entry.thinkingBudget,
         requestedDevice: entry.backend === 'onnx' ? entry.device ?? opts.config.onnxDevice : undefined,
