@@ -161,6 +161,7 @@ export function terminalReporter (stream: NodeJS.WriteStream): { onEvent: (event
     clearOnComplete: false,
     autopadding: true,
     etaBuffer: 50,
+    barsize: 20,
     fps: 5,
   }, Presets.shades_classic)
   let current: { bar: SingleBar; meter: RateMeter; size: number } | undefined
