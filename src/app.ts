@@ -8,6 +8,7 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { Accounts } from './accounts/accounts.ts'
+import { Sessions } from './accounts/sessions.ts'
 import { Tiers } from './accounts/tiers.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
@@ -19,6 +20,7 @@ import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
 import { usageRoute } from './api/usage/route.ts'
 import type { Config } from './config.ts'
+import { dashboard } from './dashboard/plugin.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
 import { Limiter } from './limits/limiter.ts'
@@ -27,7 +29,7 @@ import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search'>>
-    & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix'>>
+    & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -109,10 +111,12 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
 
   // 4. Where the limits live: in-process, or Redis shared by every replica.
   let limiter = opts.limiter
+  let redis
   if (!limiter) {
     const opened = await openLimitStore({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix ?? 'chatd:' })
     app.addHook('onClose', () => opened.close())
     limiter = new Limiter({ tiers: tiers!, store: opened.store, usage })
+    redis = opened.redis
   }
   const limits = { limiter, usage }
 
@@ -161,6 +165,25 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     await api.register(modelsRoute, { models })
     await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })
+
+  // 8. The dashboard at /api: web pages behind a session cookie, with their own
+  // security headers, CSRF checks and error pages (src/dashboard/plugin.ts).
+  await app.register(dashboard, {
+    prefix: '/api',
+    accounts,
+    sessions: new Sessions(accounts.database),
+    limiter,
+    usage,
+    db: accounts.database,
+    redis,
+    config: {
+      registration: config.registration ?? 'open',
+      cookieSecure: config.cookieSecure ?? 'auto',
+      loginAttemptsPerMinute: config.loginAttemptsPerMinute ?? 10,
+      sessionSecret: config.sessionSecret,
+      redisPrefix: config.redisPrefix ?? 'chatd:',
+    },
+  })
 
   return app
 }

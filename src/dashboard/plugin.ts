@@ -1,0 +1,136 @@
+// The dashboard at /api: server-rendered pages (Eta templates, no front-end
+// build) to register, log in, manage API keys and see the tier, limits and
+// usage. Everything works without JavaScript except the copy button.
+//
+// Security, all scoped to these pages (the JSON API under /api/v1 is untouched):
+// - @fastify/helmet: CSP (scripts and styles only from /api/assets), no
+//   framing, no sniffing, no referrer leaks;
+// - every form carries a CSRF token (@fastify/csrf-protection; its secret in a
+//   signed HttpOnly cookie) and every POST checks it;
+// - sessions live in the database behind an HttpOnly SameSite cookie;
+// - log-in and registration attempts are rate limited per client address
+//   (@fastify/rate-limit, in Redis when REDIS_URL is set);
+// - pages are never cached; an API key appears once, in the response to the
+//   form that created it, and never again.
+
+import { randomBytes } from 'node:crypto'
+import { join } from 'node:path'
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import cookie from '@fastify/cookie'
+import csrf from '@fastify/csrf-protection'
+import formbody from '@fastify/formbody'
+import helmet from '@fastify/helmet'
+import rateLimit from '@fastify/rate-limit'
+import fastifyStatic from '@fastify/static'
+import view from '@fastify/view'
+import { Eta } from 'eta'
+import type { Redis } from 'ioredis'
+import type { Account, Accounts } from '../accounts/accounts.ts'
+import type { Sessions } from '../accounts/sessions.ts'
+import type { UsageRecords } from '../accounts/usage-records.ts'
+import type { Config } from '../config.ts'
+import type { Limiter } from '../limits/limiter.ts'
+import type { Db } from '../store/database.ts'
+import { sharedSetting } from '../store/settings.ts'
+import { accountRoutes } from './routes/account.ts'
+import { adminRoutes } from './routes/admin.ts'
+import { keyRoutes } from './routes/keys.ts'
+import { sessionToken } from './session-cookie.ts'
+
+export interface DashboardOptions {
+  accounts: Accounts
+  sessions: Sessions
+  limiter: Limiter
+  usage: UsageRecords
+  db: Db
+  config: Pick<Config, 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'redisPrefix'>
+  /** The shared connection when REDIS_URL is set: the log-in throttle counts there, across replicas. */
+  redis?: Redis
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The logged-in account on dashboard pages; null when nobody is. */
+    user: Account | null
+  }
+}
+
+const HERE = import.meta.dirname
+
+/** The page for an error: 4xx messages are the user's to read; 5xx ones are not shown. */
+function errorPage (err: FastifyError): { status: number; title: string; message: string } {
+  const status = err.statusCode && err.statusCode >= 400 ? err.statusCode : 500
+  if (err.code === 'FST_CSRF_INVALID_TOKEN' || err.code === 'FST_CSRF_MISSING_SECRET') {
+    return { status: 403, title: 'Form expired', message: 'This form was not sent from this site, or it has expired. Go back, reload the page and try again.' }
+  }
+  if (status === 429) return { status, title: 'Too many attempts', message: err.message }
+  if (status >= 500) return { status, title: 'Something went wrong', message: 'The server had an error. Try again in a moment.' }
+  return { status, title: 'Request refused', message: err.message }
+}
+
+export async function dashboard (app: FastifyInstance, opts: DashboardOptions): Promise<void> {
+  const { config } = opts
+  // Signs the CSRF secret's cookie. One value for every replica: from SESSION_SECRET, or
+  // made once and kept in the shared database.
+  const cookieSecret = config.sessionSecret ?? await sharedSetting(opts.db, 'cookie_secret', () => randomBytes(32).toString('base64url'))
+
+  await app.register(helmet, {
+    contentSecurityPolicy: {
+      directives: {
+        // Behind TLS, HSTS does the upgrading; on plain-HTTP localhost this directive would break every form post.
+        upgradeInsecureRequests: null,
+      },
+    },
+  })
+  await app.register(cookie, { secret: cookieSecret })
+  await app.register(csrf, {
+    sessionPlugin: '@fastify/cookie',
+    cookieKey: 'chatd_csrf',
+    cookieOpts: { path: '/api', httpOnly: true, sameSite: 'lax', secure: config.cookieSecure, signed: true },
+  })
+  await app.register(formbody, { bodyLimit: 16 * 1024 })
+  await app.register(rateLimit, {
+    global: false,
+    ...(opts.redis ? { redis: opts.redis, nameSpace: `${config.redisPrefix}login:` } : {}),
+  })
+  await app.register(view, {
+    engine: { eta: new Eta({ views: join(HERE, 'views'), autoEscape: true, cache: true }) },
+    templates: join(HERE, 'views'),
+    viewExt: 'eta',
+    defaultContext: { registrationOpen: config.registration === 'open' },
+  })
+  await app.register(fastifyStatic, {
+    root: join(HERE, 'assets'),
+    prefix: '/assets/',
+    // Assets are versioned by the release; an hour of caching is enough and needs no build step.
+    maxAge: 3600 * 1000,
+  })
+
+  app.decorateRequest('user', null)
+  app.addHook('preHandler', async request => {
+    const token = sessionToken(request)
+    if (token) request.user = (await opts.sessions.account(token)) ?? null
+  })
+  app.addHook('onSend', async (request, reply, payload) => {
+    // Pages show account data and, once, a new key: never keep them in any cache.
+    if (!request.url.startsWith('/api/assets/')) reply.header('cache-control', 'no-store')
+    return payload
+  })
+
+  app.setErrorHandler(async (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    const page = errorPage(err)
+    if (page.status >= 500) request.log.error({ err }, 'dashboard request failed')
+    else request.log.info({ code: err.code, status: page.status }, err.message)
+    return reply.code(page.status).view('error', { title: page.title, message: page.message, user: request.user })
+  })
+
+  // Fastify hands the register options (prefix included) to the plugin; pass on only ours,
+  // or the child plugins would add the prefix a second time.
+  const { accounts, sessions, limiter, usage, db, redis } = opts
+  const deps: DashboardDeps = { accounts, sessions, limiter, usage, db, redis, config, loginLimit: { max: config.loginAttemptsPerMinute, timeWindow: 60_000 } }
+  await app.register(accountRoutes, deps)
+  await app.register(keyRoutes, deps)
+  await app.register(adminRoutes, deps)
+}
+
+export type DashboardDeps = DashboardOptions & { loginLimit: { max: number; timeWindow: number } }

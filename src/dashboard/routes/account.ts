@@ -1,0 +1,88 @@
+// Registration, log-in, log-out and changing the password.
+
+import type { FastifyInstance } from 'fastify'
+import { AccountError } from '../../accounts/accounts.ts'
+import { field, requireUser } from '../guard.ts'
+import type { DashboardDeps } from '../plugin.ts'
+import { clearSessionCookie, sessionToken, setSessionCookie } from '../session-cookie.ts'
+
+export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps): Promise<void> {
+  const { accounts, sessions, config } = deps
+  const throttled = { config: { rateLimit: deps.loginLimit } }
+  const registrationOpen = config.registration === 'open'
+
+  const startSession = async (reply: import('fastify').FastifyReply, accountId: number): Promise<void> => {
+    const token = await sessions.create(accountId)
+    setSessionCookie(reply, token, config.cookieSecure, sessions.ttlMs)
+  }
+
+  app.get('/login', async (request, reply) => {
+    if (request.user) return reply.redirect('/api', 303)
+    return reply.view('login', { title: 'Log in', csrf: reply.generateCsrf(), email: '' })
+  })
+
+  app.post('/login', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
+    const email = field(request.body, 'email')
+    const account = await accounts.verifyLogin(email, field(request.body, 'password'))
+    if (!account) {
+      return reply.code(401).view('login', { title: 'Log in', csrf: reply.generateCsrf(), email, error: 'That email and password do not match an account.' })
+    }
+    // A new session on every log-in: a token planted before log-in is never promoted.
+    const old = sessionToken(request)
+    if (old) await sessions.end(old)
+    await startSession(reply, account.id)
+    return reply.redirect('/api', 303)
+  })
+
+  app.get('/register', async (request, reply) => {
+    if (request.user) return reply.redirect('/api', 303)
+    return reply.code(registrationOpen ? 200 : 403).view('register', { title: 'Create an account', csrf: reply.generateCsrf(), email: '' })
+  })
+
+  app.post('/register', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
+    if (!registrationOpen) return reply.code(403).view('register', { title: 'Create an account', csrf: reply.generateCsrf(), email: '' })
+    const email = field(request.body, 'email')
+    const password = field(request.body, 'password')
+    const again = (message: string, status = 400) => reply.code(status).view('register', { title: 'Create an account', csrf: reply.generateCsrf(), email, error: message })
+    if (password !== field(request.body, 'confirm')) return again('The two passwords differ.')
+    try {
+      const account = await accounts.register({ email, password })
+      await startSession(reply, account.id)
+    } catch (err) {
+      if (err instanceof AccountError) return again(err.message, /already exists/.test(err.message) ? 409 : 400)
+      throw err
+    }
+    return reply.redirect('/api', 303)
+  })
+
+  app.post('/logout', { preHandler: app.csrfProtection }, async (request, reply) => {
+    const token = sessionToken(request)
+    if (token) await sessions.end(token)
+    clearSessionCookie(reply, config.cookieSecure)
+    return reply.redirect('/api/login', 303)
+  })
+
+  app.get('/password', async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    return reply.view('password', { title: 'Change password', user, csrf: reply.generateCsrf() })
+  })
+
+  app.post('/password', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    const again = (message: string, status = 400) => reply.code(status).view('password', { title: 'Change password', user, csrf: reply.generateCsrf(), error: message })
+    const next = field(request.body, 'new')
+    if (next !== field(request.body, 'confirm')) return again('The two new passwords differ.')
+    if (!await accounts.verifyLogin(user.email, field(request.body, 'current'))) return again('The current password is wrong.', 401)
+    try {
+      await accounts.setPassword(user.id, next)
+    } catch (err) {
+      if (err instanceof AccountError) return again(err.message)
+      throw err
+    }
+    // Whoever else held a session (a stolen cookie, another browser) is logged out.
+    await sessions.endAll(user.id, { keep: sessionToken(request) })
+    return reply.redirect('/api?done=password', 303)
+  })
+}

@@ -1,0 +1,67 @@
+// The dashboard's home page (tier, limits, usage chart, keys, recent
+// requests) and creating and revoking keys.
+
+import type { FastifyInstance } from 'fastify'
+import { AccountError } from '../../accounts/accounts.ts'
+import { usageReport } from '../../api/usage/report.ts'
+import { usageCharts } from '../chart.ts'
+import { field, requireUser } from '../guard.ts'
+import type { DashboardDeps } from '../plugin.ts'
+
+/** Notices a redirect may ask for; a fixed list, so a crafted link cannot put words on the page. */
+const NOTICES: Record<string, string> = {
+  revoked: 'The key was revoked. Requests with it now get 401.',
+  password: 'Your password was changed. Other sessions were logged out.',
+}
+
+const MAX_KEY_NAME = 100
+
+export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Promise<void> {
+  const { accounts, limiter, usage } = deps
+
+  app.get('/', async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    const [report, keys, recent] = await Promise.all([
+      usageReport(user, limiter, usage),
+      accounts.listKeys(user.id),
+      usage.recent(user.id, 10),
+    ])
+    const done = (request.query as Record<string, string | undefined>).done
+    return reply.view('home', {
+      title: 'Dashboard',
+      user,
+      csrf: reply.generateCsrf(),
+      report,
+      charts: usageCharts(report.daily),
+      totals: report.daily.reduce((n, d) => ({ calls: n.calls + d.calls, tokens: n.tokens + d.total_tokens }), { calls: 0, tokens: 0 }),
+      // Newest first; revoked keys stay listed so their usage rows still have a name.
+      keys: keys.reverse(),
+      recent,
+      notice: done ? NOTICES[done] : undefined,
+      baseUrl: `${request.protocol}://${request.host}`,
+    })
+  })
+
+  app.post('/keys', { preHandler: app.csrfProtection }, async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    const name = field(request.body, 'name').trim()
+    if (name === '' || name.length > MAX_KEY_NAME) {
+      throw Object.assign(new AccountError(`A key needs a name of 1 to ${MAX_KEY_NAME} characters.`), { statusCode: 400 })
+    }
+    const { key, info } = await accounts.createKey(user.id, { name })
+    // The one time the key is shown. The page is not cached (no-store), and the
+    // key is in no redirect, no cookie and no log line.
+    return reply.code(201).view('key-created', { title: 'New API key', user, csrf: reply.generateCsrf(), key, info, baseUrl: `${request.protocol}://${request.host}` })
+  })
+
+  app.post('/keys/revoke', { preHandler: app.csrfProtection }, async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    // Scoped to the logged-in account: another account's prefix matches nothing.
+    const revoked = await accounts.revokeKey(field(request.body, 'prefix'), { accountId: user.id })
+    if (!revoked) throw Object.assign(new Error('No active key of yours has that prefix.'), { statusCode: 404 })
+    return reply.redirect('/api?done=revoked', 303)
+  })
+}

@@ -1,0 +1,243 @@
+// The dashboard through inject(): pages, sessions, cookies and their flags,
+// CSRF on every form, log-in throttling, keys shown once and scoped to their
+// account, closed registration, admin tiers and security headers. The same
+// flows in a real browser are in browser.test.ts.
+
+import t from 'tap'
+import { Accounts } from '../../src/accounts/accounts.ts'
+import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
+import { buildTestApp, chatBody } from '../helpers/app.ts'
+import { Browser, csrfToken } from './jar.ts'
+
+const TIERS = JSON.stringify({ tiers: { free: { requests_per_minute: 10, calls_per_month: 100 }, pro: { requests_per_minute: 100 }, unlimited: {} } })
+
+async function registered (app: Browser['app'], email = 'ann@example.com', password = 'ann password') {
+  const browser = new Browser(app)
+  const res = await browser.post('/api/register', { email, password, confirm: password }, { csrfFrom: '/api/register' })
+  if (res.statusCode !== 303) throw new Error(`registration failed: ${res.statusCode} ${res.body}`)
+  return browser
+}
+
+t.test('signed out: pages redirect to the log-in page; the forms carry CSRF tokens; security headers', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS })
+  for (const url of ['/api', '/api/', '/api/password', '/api/admin']) {
+    const res = await app.inject({ url })
+    t.equal(res.statusCode, 303, url)
+    t.equal(res.headers.location, '/api/login')
+  }
+  const login = await app.inject({ url: '/api/login' })
+  t.equal(login.statusCode, 200)
+  t.match(login.headers['content-type'], /^text\/html/)
+  t.match(login.body, /name="_csrf" value="[^"]+"/)
+  t.match(login.headers['content-security-policy'], /script-src 'self'/)
+  t.notMatch(login.headers['content-security-policy'], /upgrade-insecure-requests/, 'plain-HTTP localhost keeps working')
+  t.equal(login.headers['x-frame-options'], 'SAMEORIGIN')
+  t.equal(login.headers['x-content-type-options'], 'nosniff')
+  t.equal(login.headers['referrer-policy'], 'no-referrer')
+  t.equal(login.headers['cache-control'], 'no-store')
+  t.match(login.headers['set-cookie'], /chatd_csrf=[^;]+; Path=\/api; HttpOnly; SameSite=Lax/)
+  t.equal((await app.inject({ url: '/api/assets/copy.js' })).statusCode, 200)
+  t.notOk((await app.inject({ url: '/api/v1/models' })).headers['content-security-policy'], 'the JSON API is not touched')
+})
+
+t.test('register, see the dashboard, log out, log in again; session cookie flags', async t => {
+  const { app, db } = await buildTestApp(t, { tiers: TIERS })
+  const browser = new Browser(app)
+  const res = await browser.post('/api/register', { email: 'Ann@Example.com', password: 'ann password', confirm: 'ann password' }, { csrfFrom: '/api/register' })
+  t.equal(res.statusCode, 303)
+  t.equal(res.headers.location, '/api')
+  const cookie = [res.headers['set-cookie']].flat().find(c => c!.startsWith('chatd_session='))!
+  t.match(cookie, /^chatd_session=[A-Za-z0-9_-]{43}; Max-Age=604800; Path=\/api; HttpOnly; SameSite=Lax$/, 'HttpOnly, SameSite, no Secure over plain HTTP (COOKIE_SECURE=auto)')
+
+  const home = await browser.get('/api')
+  t.equal(home.statusCode, 200)
+  t.match(home.body, /ann@example\.com/)
+  t.match(home.body, /<span class="tier">free<\/span> tier/, 'new accounts are on the default tier')
+  t.match(home.body, /100 <small>left of 100<\/small>/, 'the allowance')
+  t.match(home.body, /<svg class="chart"/, 'the chart is server-rendered SVG')
+  t.match(home.body, /No keys yet/)
+
+  const stored = await db.selectFrom('accounts').select(['tier', 'password_hash']).where('email', '=', 'ann@example.com').executeTakeFirstOrThrow()
+  t.equal(stored.tier, 'free')
+  t.match(stored.password_hash, /^\$argon2id\$/)
+
+  const out = await browser.post('/api/logout', {}, { csrfFrom: '/api' })
+  t.equal(out.statusCode, 303)
+  t.equal(out.headers.location, '/api/login')
+  t.notOk(browser.cookies.has('chatd_session'), 'the cookie is cleared')
+  t.equal((await browser.get('/api')).statusCode, 303, 'signed out')
+
+  const wrong = await browser.post('/api/login', { email: 'ann@example.com', password: 'not it' }, { csrfFrom: '/api/login' })
+  t.equal(wrong.statusCode, 401)
+  t.match(wrong.body, /do not match an account/)
+  const right = await browser.post('/api/login', { email: 'ANN@example.com', password: 'ann password' }, { csrfFrom: '/api/login' })
+  t.equal(right.statusCode, 303)
+  t.equal((await browser.get('/api')).statusCode, 200)
+})
+
+t.test('a logged-out session token stops working everywhere', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS })
+  const browser = await registered(app)
+  const token = browser.cookies.get('chatd_session')!
+  await browser.post('/api/logout', {}, { csrfFrom: '/api' })
+  const replay = await app.inject({ url: '/api', headers: { cookie: `chatd_session=${token}` } })
+  t.equal(replay.statusCode, 303, 'the old cookie no longer opens the dashboard')
+})
+
+t.test('Secure cookies: behind a TLS proxy with TRUST_PROXY (auto), and always with COOKIE_SECURE=true', async t => {
+  const proxied = await buildTestApp(t, { tiers: TIERS, env: { TRUST_PROXY: 'true' } })
+  const viaTls = new Browser(proxied.app)
+  viaTls.forwardedProto = 'https'
+  const res = await viaTls.post('/api/register', { email: 'a@example.com', password: 'a password', confirm: 'a password' }, { csrfFrom: '/api/register' })
+  t.match([res.headers['set-cookie']].flat().join('\n'), /chatd_session=[^;]+;.*; Secure/)
+
+  const strict = await buildTestApp(t, { tiers: TIERS, env: { COOKIE_SECURE: 'true' } })
+  const page = await strict.app.inject({ url: '/api/login' })
+  t.match(page.headers['set-cookie'], /; Secure/, 'even over plain HTTP')
+})
+
+t.test('CSRF: a form post without the token, with a forged one, or without the cookie is refused with 403', async t => {
+  const { app, accounts } = await buildTestApp(t, { tiers: TIERS })
+  const browser = await registered(app)
+  const account = (await accounts.findByEmail('ann@example.com'))!
+  const post = (payload: string, cookie = [...browser.cookies].map(([k, v]) => `${k}=${v}`).join('; ')) =>
+    app.inject({ method: 'POST', url: '/api/keys', headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' }, payload })
+
+  const missing = await post('name=sneaky')
+  t.equal(missing.statusCode, 403)
+  t.match(missing.body, /Form expired/)
+  t.match(missing.headers['content-type'], /^text\/html/)
+  t.equal((await post('name=sneaky&_csrf=forged-token')).statusCode, 403)
+  const token = csrfToken((await browser.get('/api')).body)
+  const session = `chatd_session=${browser.cookies.get('chatd_session')}`
+  t.equal((await post(`name=sneaky&_csrf=${encodeURIComponent(token)}`, session)).statusCode, 403, 'a token without its secret cookie')
+  t.same(await accounts.listKeys(account.id), [], 'no key was made')
+
+  const ok = await post(`name=mine&_csrf=${encodeURIComponent(token)}`)
+  t.equal(ok.statusCode, 201, 'with the token from the page, the same post works')
+
+  const login = await app.inject({ method: 'POST', url: '/api/login', headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: 'email=ann%40example.com&password=ann+password' })
+  t.equal(login.statusCode, 403, 'the log-in form is protected too (no log-in CSRF)')
+})
+
+t.test('a key is shown once, listed by prefix, usable, and revoked by its own account only', async t => {
+  const { app, accounts } = await buildTestApp(t, { tiers: TIERS })
+  const ann = await registered(app)
+  const bob = await registered(app, 'bob@example.com', 'bob password')
+
+  const created = await ann.post('/api/keys', { name: 'laptop' }, { csrfFrom: '/api' })
+  t.equal(created.statusCode, 201)
+  const key = /<code id="new-key" class="key">(sk-chatd-[A-Za-z0-9]{32})<\/code>/.exec(created.body)?.[1]
+  t.ok(key, 'the new key is on the page')
+  t.match(created.body, /only time it is shown/)
+  t.match(created.body, /data-copy="new-key"/, 'with a copy button')
+  const secret = key!.slice(15)
+
+  const home = await ann.get('/api')
+  t.notMatch(home.body, secret, 'the dashboard never shows the secret again')
+  t.match(home.body, new RegExp(`<code>${apiKeyPrefix(key!)}…</code>`), 'listed by prefix')
+  t.match(home.body, /<td>laptop<\/td>/)
+
+  const call = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, payload: chatBody() })
+  t.equal(call.statusCode, 200)
+  const after = await ann.get('/api')
+  t.match(after.body, /<table id="recent">[\s\S]*scripted[\s\S]*completed/, 'the call is in the recent requests')
+  t.notMatch(after.body, /<td>never<\/td>\s*<td class="actions">/, 'last-used time is set')
+
+  // Bob tries to revoke Ann's key by its prefix: nothing happens.
+  const stolen = await bob.post('/api/keys/revoke', { prefix: apiKeyPrefix(key!) }, { csrfFrom: '/api' })
+  t.equal(stolen.statusCode, 404)
+  t.notMatch((await bob.get('/api')).body, apiKeyPrefix(key!), 'Bob does not see Ann\'s keys')
+  t.equal((await app.inject({ url: '/api/v1/models', headers: { authorization: `Bearer ${key}` } })).statusCode, 200, 'the key still works')
+
+  const revoked = await ann.post('/api/keys/revoke', { prefix: apiKeyPrefix(key!) }, { csrfFrom: '/api' })
+  t.equal(revoked.statusCode, 303)
+  t.match((await ann.get(revoked.headers.location as string)).body, /The key was revoked/)
+  const refused = await app.inject({ url: '/api/v1/models', headers: { authorization: `Bearer ${key}` } })
+  t.equal(refused.statusCode, 401)
+  t.match(refused.json(), { error: { code: 'invalid_api_key', message: /revoked/ } })
+
+  const empty = await ann.post('/api/keys', { name: '   ' }, { csrfFrom: '/api' })
+  t.equal(empty.statusCode, 400)
+  t.match(empty.body, /needs a name/)
+  t.equal((await accounts.listKeys((await accounts.findByEmail('ann@example.com'))!.id)).length, 1)
+})
+
+t.test('registration: duplicate emails, short and mismatched passwords, and REGISTRATION=closed', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS })
+  await registered(app)
+  const browser = new Browser(app)
+  const dup = await browser.post('/api/register', { email: 'ann@example.com', password: 'another one', confirm: 'another one' }, { csrfFrom: '/api/register' })
+  t.equal(dup.statusCode, 409)
+  const short = await browser.post('/api/register', { email: 'c@example.com', password: 'short', confirm: 'short' }, { csrfFrom: '/api/register' })
+  t.equal(short.statusCode, 400)
+  t.match(short.body, /at least 8 characters/)
+  t.match(short.body, /value="c@example.com"/, 'the email is kept in the form')
+  const mismatch = await browser.post('/api/register', { email: 'c@example.com', password: 'password 1', confirm: 'password 2' }, { csrfFrom: '/api/register' })
+  t.match(mismatch.body, /passwords differ/)
+
+  const closed = await buildTestApp(t, { tiers: TIERS, env: { REGISTRATION: 'closed' } })
+  const page = await closed.app.inject({ url: '/api/register' })
+  t.equal(page.statusCode, 403)
+  t.match(page.body, /Registration is closed/)
+  t.notMatch((await closed.app.inject({ url: '/api/login' })).body, /href="\/api\/register"/, 'no register link')
+  const attempt = await new Browser(closed.app).post('/api/register', { email: 'd@example.com', password: 'password d', confirm: 'password d' }, { csrfFrom: '/api/login' })
+  t.equal(attempt.statusCode, 403)
+  t.equal(await closed.accounts.findByEmail('d@example.com'), undefined)
+})
+
+t.test('log-in attempts are limited per client address', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS, env: { LOGIN_ATTEMPTS_PER_MINUTE: '3' } })
+  const browser = new Browser(app)
+  const token = csrfToken((await browser.get('/api/login')).body)
+  const statuses = []
+  for (let i = 0; i < 5; i++) statuses.push((await browser.post('/api/login', { email: 'x@example.com', password: 'guess ' + i, _csrf: token })).statusCode)
+  t.same(statuses, [401, 401, 401, 429, 429])
+  const limited = await browser.post('/api/login', { email: 'x@example.com', password: 'x', _csrf: token })
+  t.match(limited.headers['retry-after'], /^\d+$/)
+  t.match(limited.body, /Too many attempts/)
+})
+
+t.test('changing the password ends the other sessions', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS })
+  const here = await registered(app)
+  const elsewhere = new Browser(app)
+  await elsewhere.post('/api/login', { email: 'ann@example.com', password: 'ann password' }, { csrfFrom: '/api/login' })
+  t.equal((await elsewhere.get('/api')).statusCode, 200)
+
+  const wrong = await here.post('/api/password', { current: 'nope nope', new: 'new password', confirm: 'new password' }, { csrfFrom: '/api/password' })
+  t.equal(wrong.statusCode, 401)
+  const changed = await here.post('/api/password', { current: 'ann password', new: 'new password', confirm: 'new password' }, { csrfFrom: '/api/password' })
+  t.equal(changed.statusCode, 303)
+  t.match((await here.get('/api?done=password')).body, /Your password was changed/)
+  t.equal((await elsewhere.get('/api')).statusCode, 303, 'the other browser is logged out')
+  const relogin = await new Browser(app).post('/api/login', { email: 'ann@example.com', password: 'new password' }, { csrfFrom: '/api/login' })
+  t.equal(relogin.statusCode, 303)
+})
+
+t.test('admins see every account and set tiers; others may not', async t => {
+  const { app, db } = await buildTestApp(t, { tiers: TIERS })
+  const accounts = new Accounts(db)
+  const admin = await accounts.create({ email: 'root@example.com', isAdmin: true })
+  await accounts.setPassword(admin.id, 'root password')
+  const user = await registered(app)
+  const forbidden = await user.get('/api/admin')
+  t.equal(forbidden.statusCode, 403)
+  const sneaky = await user.post('/api/admin/tier', { account: String((await accounts.findByEmail('ann@example.com'))!.id), tier: 'pro' }, { csrfFrom: '/api' })
+  t.equal(sneaky.statusCode, 403)
+
+  const root = new Browser(app)
+  await root.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
+  const page = await root.get('/api/admin')
+  t.equal(page.statusCode, 200)
+  t.match(page.body, /ann@example\.com/)
+  const ann = (await accounts.findByEmail('ann@example.com'))!
+  const set = await root.post('/api/admin/tier', { account: String(ann.id), tier: 'pro' }, { csrfFrom: '/api/admin' })
+  t.equal(set.statusCode, 303)
+  t.equal((await accounts.findById(ann.id))!.tier, 'pro')
+  t.match((await root.get(set.headers.location as string)).body, /The tier was changed/)
+  t.match((await user.get('/api')).body, /<span class="tier">pro<\/span> tier/, 'the user sees the new tier')
+  const bad = await root.post('/api/admin/tier', { account: String(ann.id), tier: 'platinum' }, { csrfFrom: '/api/admin' })
+  t.equal(bad.statusCode, 400)
+  t.match(bad.body, /no tier named &quot;platinum&quot;/)
+})
