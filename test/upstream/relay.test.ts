@@ -6,6 +6,7 @@
 
 import http from 'node:http'
 import { once } from 'node:events'
+import { writeFileSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
@@ -18,10 +19,11 @@ import { storiesModelDir } from '../helpers/models.ts'
 const KEY = `sk-chatd-${'relayTst'.repeat(4)}`
 const UPSTREAM_KEY = `sk-chatd-${'upstream'.repeat(4)}`
 
+// One directory for both servers (each t.testdir() call would empty it again).
+const dir = t.testdir()
+
 async function start (name: string, models: unknown[], adminKey: string): Promise<{ app: FastifyInstance; port: number; client: OpenAI }> {
-  const dir = t.testdir()
   const file = join(dir, `${name}-models.json`)
-  const { writeFileSync } = await import('node:fs')
   writeFileSync(file, JSON.stringify({ models }))
   const config = loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, `${name}.db`)}`, MODELS_FILE: file, CHATD_ADMIN_KEY: adminKey })
   const app = await startServer(config, { print: () => {}, logger: false, env: {} })
