@@ -70,6 +70,8 @@ t.test('without startsInReasoning, text without <think> is all answer', async t 
   const { state, ask } = await setup(t)
   state.reply = [{ content: 'Once upon a time, a < b.' }]
   t.same((await ask('separate')).json().choices[0].message, { role: 'assistant', content: 'Once upon a time, a < b.' })
+  state.reply = [{ reasoning: { effort: 'high' }, content: 'Plain.' }]
+  t.same((await ask('separate')).json().choices[0].message, { role: 'assistant', content: 'Plain.' }, 'a reasoning field that is not text is ignored')
 })
 
 t.test('a block never closed: all reasoning, finish_reason says why it ended', async t => {

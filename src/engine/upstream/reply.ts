@@ -29,6 +29,10 @@ function optionalText (value: unknown, field: string): string {
   return value
 }
 
+function textOrNothing (value: unknown): string {
+  return typeof value === 'string' ? value : ''
+}
+
 function readUsage (value: unknown): Usage | undefined {
   if (!isObject(value)) return undefined
   const prompt = value.prompt_tokens
@@ -52,7 +56,8 @@ function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
   if (body !== undefined && body !== null) {
     if (!isObject(body)) throw unreadable(`"${part}" is not an object`)
     piece.content = optionalText(body.content, 'content')
-    piece.reasoning = optionalText(body.reasoning_content, 'reasoning_content') || optionalText(body.reasoning, 'reasoning')
+    // Lenient here: some providers put structured data (effort settings, detail lists) under these names.
+    piece.reasoning = textOrNothing(body.reasoning_content) || textOrNothing(body.reasoning)
   }
   if (choice.finish_reason !== undefined && choice.finish_reason !== null) {
     if (typeof choice.finish_reason !== 'string') throw unreadable('"finish_reason" is not text')
