@@ -14,6 +14,8 @@ const dir = t.testdir({
   'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu' }] }),
 })
 const config = loadConfig({
+  // Streams commit their 200 as soon as they are admitted, with keep-alive comments while they wait.
+  SSE_KEEPALIVE_MS: '20',
   PORT: '0',
   LOG_LEVEL: 'silent',
   DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
@@ -28,38 +30,40 @@ t.teardown(() => app.close())
 while ((await app.inject({ url: '/readyz' })).statusCode !== 200) await new Promise(resolve => setTimeout(resolve, 20))
 const { port } = app.server.address() as AddressInfo
 
-const ask = (content: string, stream: boolean) => fetch(`http://127.0.0.1:${port}/api/v1/chat/completions`, {
+const ask = (content: string, stream: boolean, maxTokens = 300) => fetch(`http://127.0.0.1:${port}/api/v1/chat/completions`, {
   method: 'POST',
   headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-  body: JSON.stringify({ model: 'stories', messages: [{ role: 'user', content }], temperature: 0, max_tokens: 30, stream }),
+  body: JSON.stringify({ model: 'stories', messages: [{ role: 'user', content }], temperature: 0, max_tokens: maxTokens, stream }),
 })
 
+async function streamedText (r: Response): Promise<{ text: string; done: boolean }> {
+  const events: string[] = []
+  const parser = createParser({ onEvent: e => { events.push(e.data) } })
+  parser.feed(await r.text())
+  const text = events.filter(d => d !== '[DONE]').map(d => JSON.parse(d).choices[0]?.delta?.content ?? '').join('')
+  return { text, done: events.at(-1) === '[DONE]' }
+}
+
 t.test('beyond QUEUE_SIZE: 503 with Retry-After; admitted requests complete unchanged', async t => {
-  const alone = await (await ask('Once upon a time', false)).json()
-  const prompts = ['Once upon a time', 'Once upon a time', 'The dog', 'A cat', 'Tom']
-  const responses = await Promise.all(prompts.map((p, i) => ask(p, i % 2 === 0)))
-  const admitted = responses.filter(r => r.status === 200)
-  const refused = responses.filter(r => r.status === 503)
-  t.equal(admitted.length, 2, 'QUEUE_SIZE requests admitted')
-  t.equal(refused.length, 3, 'the rest refused at once')
-  for (const r of refused) {
+  const prompts = ['Once upon a time', 'The dog', 'A cat', 'Tom', 'Lily']
+  const alone: Array<{ text: string; done: boolean }> = []
+  for (const p of prompts.slice(0, 2)) alone.push(await streamedText(await ask(p, true)))
+  // All five at once: the first two take both places (one decoding, one
+  // waiting for MAX_BATCH=1) for a few hundred tokens, far longer than the
+  // others take to arrive, so those are refused at once.
+  const responses = await Promise.all(prompts.map((p, i) => ask(p, i !== 3)))
+  const statuses = responses.map(r => r.status)
+  t.same(statuses.slice(0, 2), [200, 200], 'QUEUE_SIZE requests admitted')
+  for (const r of responses.slice(2)) {
+    t.equal(r.status, 503, 'refused')
     t.equal(r.headers.get('retry-after'), '1')
     t.match(await r.json(), { error: { code: 'server_overloaded', type: 'server_error' } })
   }
-  // Both admitted requests asked for the same story; each must match the solo run.
-  for (const r of admitted) {
-    let text: string
-    if (r.headers.get('content-type')?.startsWith('text/event-stream')) {
-      const events: string[] = []
-      const parser = createParser({ onEvent: e => { events.push(e.data) } })
-      parser.feed(await r.text())
-      t.equal(events.at(-1), '[DONE]', 'the stream finished')
-      text = events.slice(0, -1).map(d => JSON.parse(d).choices[0]?.delta?.content ?? '').join('')
-    } else {
-      text = (await r.json()).choices[0].message.content
-    }
-    t.equal(text, alone.choices[0].message.content, 'no admitted request lost or changed')
-  }
+  const texts = await Promise.all(responses.slice(0, 2).map(streamedText))
+  texts.forEach((got, i) => {
+    t.ok(got.done, 'the stream finished')
+    t.equal(got.text, alone[i].text, 'no admitted request lost or changed')
+  })
   // With the queue drained, the next request is served again.
-  t.equal((await ask('The dog', false)).status, 200)
+  t.equal((await ask('The dog', false, 5)).status, 200)
 })
