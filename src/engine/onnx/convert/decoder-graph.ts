@@ -94,12 +94,24 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     return g.initializer(name, DataType.FLOAT, t.shape, toFloat32Bytes(t.data))
   }
 
-  const rmsNorm = (x: string, weightName: string): string => {
+  /**
+   * RMSNorm of `residual + add`, fused with the residual addition: returns the
+   * normalized value and the new residual stream. One com.microsoft
+   * SkipSimplifiedLayerNormalization node (or SimplifiedLayerNormalization
+   * when there is nothing to add) instead of seven small operators: a decode
+   * step runs hundreds of nodes, and each costs scheduling time.
+   */
+  const addAndNorm = (residual: string, add: string | null, weightName: string): { normed: string; sum: string } => {
     const w = src.get(weightName)
-    const sq = g.op('Mul', [x, x])
-    const mean = g.op('ReduceMean', [sq], { axes: attr.ints([-1]), keepdims: attr.i(1) })
-    const inv = g.op('Reciprocal', [g.op('Sqrt', [g.op('Add', [mean, g.float([cfg.rmsNormEps], true)])])])
-    return g.op('Mul', [g.op('Mul', [x, inv]), g.initializer(weightName, DataType.FLOAT, w.shape, toFloat32Bytes(w.data))])
+    const gamma = g.initializer(weightName, DataType.FLOAT, w.shape, toFloat32Bytes(w.data))
+    const epsilon = attr.f(cfg.rmsNormEps)
+    if (add === null) {
+      return { normed: g.op('SimplifiedLayerNormalization', [residual, gamma], { epsilon, axis: attr.i(-1) }), sum: residual }
+    }
+    const id = `${weightName}/SkipSimplifiedLayerNormalization`
+    const [normed, , , sum] = g.node('SkipSimplifiedLayerNormalization', [residual, add, gamma], { epsilon },
+      { domain: MS_DOMAIN, name: id, outputs: [`${id}/out`, '', '', `${id}/sum`] })
+    return { normed, sum }
   }
 
   const biasOf = (names: string[], enabled: boolean): Float32Array | null =>
@@ -122,11 +134,16 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   }
 
   // ---- layers -------------------------------------------------------------
+  // The residual stream: `residual` plus the last block's output `pending`,
+  // added inside the next norm.
+  let residual = hidden
+  let pending: string | null = null
   for (let i = 0; i < cfg.numLayers; i++) {
     const p = `model.layers.${i}`
     const a = `${p}.self_attn`
-    const x = rmsNorm(hidden, `${p}.input_layernorm.weight`)
-    const qkv = linear(x, `${a}.qkv_proj`,
+    const attnIn = addAndNorm(residual, pending, `${p}.input_layernorm.weight`)
+    residual = attnIn.sum
+    const qkv = linear(attnIn.normed, `${a}.qkv_proj`,
       [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
       biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
     const [qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
@@ -134,22 +151,21 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     g.output(`present.${i}.key`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
     g.output(`present.${i}.value`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
     const attnOut = linear(merged, `${a}.o_proj`, [src.get(`${a}.o_proj.weight`)], biasOf([`${a}.o_proj.bias`], cfg.oBias))
-    hidden = g.op('Add', [hidden, attnOut])
 
     const m = `${p}.mlp`
-    const x2 = rmsNorm(hidden, `${p}.post_attention_layernorm.weight`)
-    const gateUp = linear(x2, `${m}.gate_up_proj`,
+    const mlpIn = addAndNorm(residual, attnOut, `${p}.post_attention_layernorm.weight`)
+    residual = mlpIn.sum
+    const gateUp = linear(mlpIn.normed, `${m}.gate_up_proj`,
       [src.get(`${m}.gate_proj.weight`), src.get(`${m}.up_proj.weight`)],
       biasOf([`${m}.gate_proj.bias`, `${m}.up_proj.bias`], cfg.mlpBias))
     const I = cfg.intermediateSize
     const [gate, up] = g.node('Split', [gateUp, g.int64([I, I])], { axis: attr.i(-1) }, { outputs: 2 })
     const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up])
-    const down = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
-    hidden = g.op('Add', [hidden, down])
+    pending = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
   }
 
   // ---- head -----------------------------------------------------------------
-  const final = rmsNorm(hidden, 'model.norm.weight')
+  const final = addAndNorm(residual, pending, 'model.norm.weight').normed
   const start = g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])])
   const kept = g.op('Slice', [final, start, g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
   const headWeight = cfg.tieWordEmbeddings || !src.has('lm_head.weight') ? embed : src.get('lm_head.weight')
@@ -196,24 +212,23 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
   // padding query) then softmaxes to a uniform row instead of NaN.
   const maskBias = g.op('Where', [allowed, g.float([0], true), g.float([-3.4028234663852886e38], true)])
 
-  const posF = g.op('Unsqueeze', [g.op('Cast', [positionIds], { to: attr.i(DataType.FLOAT) }), g.int64([2])])
-  const freqs = g.op('Mul', [posF, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
-  const angles = g.op('Concat', [freqs, freqs], { axis: attr.i(-1) })
-  const cos = g.op('Unsqueeze', [g.op('Cos', [angles]), g.int64([1])]) // [B, 1, S, hd]
-  const sin = g.op('Unsqueeze', [g.op('Sin', [angles]), g.int64([1])])
-  const halfSplit = g.int64([hd / 2, hd / 2])
-  const rotary = (t: string): string => {
-    const [first, second] = g.node('Split', [t, halfSplit], { axis: attr.i(-1) }, { outputs: 2 })
-    const rotated = g.op('Concat', [g.op('Neg', [second]), first], { axis: attr.i(-1) })
-    return g.op('Add', [g.op('Mul', [t, cos]), g.op('Mul', [rotated, sin])])
-  }
+  // Rotary tables for positions 0..T-1 (every row's positions are below T),
+  // built once per step and shared by all layers' com.microsoft
+  // RotaryEmbedding nodes, which rotate halves (rotate_half, not interleaved)
+  // at each row's own position_ids.
+  const positions = g.op('Unsqueeze', [g.op('Cast', [keyPos], { to: attr.i(DataType.FLOAT) }), g.int64([1])]) // [T, 1]
+  const angles = g.op('Mul', [positions, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
+  const cos = g.op('Cos', [angles]) // [T, hd/2]
+  const sin = g.op('Sin', [angles])
+  const rotary = (flat: string, heads: number): string =>
+    g.op('RotaryEmbedding', [flat, positionIds, cos, sin], { interleaved: attr.i(0), num_heads: attr.i(heads) }, { domain: MS_DOMAIN })
   const toHeads = (t: string, heads: number): string =>
     g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
   const qScale = g.float([1 / Math.sqrt(hd)], true)
 
   return (i, qFlat, kFlat, vFlat, past) => {
-    const q = rotary(toHeads(qFlat, nH))
-    let k = rotary(toHeads(kFlat, nKv))
+    const q = toHeads(rotary(qFlat, nH), nH)
+    let k = toHeads(rotary(kFlat, nKv), nKv)
     let v = toHeads(vFlat, nKv)
     // The cache holds rotated keys. With an fp16 cache the new entries are
     // rounded before use, so cached and uncached runs see the same values.
