@@ -4,6 +4,9 @@
 //
 //   chatd serve
 //   chatd accounts create --email E [--tier T] [--admin]
+//   chatd accounts set-tier --email E --tier T
+//   chatd accounts set-password --email E      reads the password from stdin
+//   chatd accounts list
 //   chatd keys create --email E [--name N]     prints only the key
 //   chatd keys list --email E
 //   chatd keys revoke <prefix>
@@ -12,6 +15,7 @@
 
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { AccountError, Accounts } from './accounts/accounts.ts'
+import { Tiers } from './accounts/tiers.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/registry.ts'
 import { openMigratedDatabase, type Db } from './store/database.ts'
@@ -19,7 +23,10 @@ import { openMigratedDatabase, type Db } from './store/database.ts'
 const USAGE = `Usage: chatd <command>
 
   serve                                          start the API server
-  accounts create --email E [--tier T] [--admin] create an account
+  accounts create --email E [--tier T] [--admin] create an account (tier: one of TIERS_FILE's)
+  accounts set-tier --email E --tier T           move an account to another tier
+  accounts set-password --email E                set the dashboard password, read from stdin
+  accounts list                                  list the accounts with their tiers
   keys create --email E [--name N]               create an API key; prints only the key
   keys list --email E                            list an account's keys (prefixes only)
   keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
@@ -72,6 +79,23 @@ function required (value: unknown, flag: string): string {
 
 type Out = (line: string) => void
 
+/** The tier if TIERS_FILE defines it; otherwise a CommandError naming the ones it does. */
+function knownTier (config: Config, tier: string): string {
+  const tiers = Tiers.fromFile(config.tiersFile)
+  if (!tiers.has(tier)) throw new CommandError(`no tier named ${tier} in ${config.tiersFile} (it has: ${tiers.names().join(', ')})`)
+  return tier
+}
+
+async function readStdin (): Promise<string> {
+  if (process.stdin.isTTY) process.stderr.write('Password (input is shown; pipe it in to hide it): ')
+  let text = ''
+  for await (const chunk of process.stdin) {
+    text += chunk
+    if (process.stdin.isTTY && text.includes('\n')) break
+  }
+  return text
+}
+
 const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   async serve (args) {
     parse(args, {})
@@ -82,9 +106,43 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   async 'accounts create' (args, out) {
     const { values } = parse(args, { email: { type: 'string' }, tier: { type: 'string' }, admin: { type: 'boolean' } })
     const email = required(values.email, '--email')
-    const account = await withAccounts(loadConfig(process.env, { dotenv: true }), accounts =>
-      accounts.create({ email, tier: values.tier as string | undefined, isAdmin: values.admin === true }))
+    const config = loadConfig(process.env, { dotenv: true })
+    const tier = values.tier === undefined ? undefined : knownTier(config, values.tier as string)
+    const account = await withAccounts(config, accounts =>
+      accounts.create({ email, tier, isAdmin: values.admin === true }))
     out(`created account ${account.email} (tier ${account.tier}${account.isAdmin ? ', admin' : ''})`)
+  },
+
+  async 'accounts set-tier' (args, out) {
+    const { values } = parse(args, { email: { type: 'string' }, tier: { type: 'string' } })
+    const email = required(values.email, '--email')
+    const config = loadConfig(process.env, { dotenv: true })
+    const tier = knownTier(config, required(values.tier, '--tier'))
+    const account = await withAccounts(config, async accounts => {
+      const found = await accounts.getByEmail(email)
+      await accounts.setTier(found.id, tier)
+      return found
+    })
+    // Limits are read per request, so running servers apply the new tier from the next one.
+    out(`${account.email}: tier ${account.tier} -> ${tier}`)
+  },
+
+  async 'accounts set-password' (args, out) {
+    const { values } = parse(args, { email: { type: 'string' } })
+    const email = required(values.email, '--email')
+    // From stdin, never from an argument: arguments show in `ps` and shell history.
+    const password = (await readStdin()).split(/\r?\n/)[0]
+    await withAccounts(loadConfig(process.env, { dotenv: true }), async accounts => {
+      await accounts.setPassword((await accounts.getByEmail(email)).id, password)
+    })
+    out(`password set for ${email}; log in at /api`)
+  },
+
+  async 'accounts list' (args, out) {
+    parse(args, {})
+    const all = await withAccounts(loadConfig(process.env, { dotenv: true }), accounts => accounts.list())
+    out(['EMAIL', 'TIER', 'ROLE', 'CREATED'].join('\t'))
+    for (const a of all) out([a.email, a.tier, a.isAdmin ? 'admin' : 'user', a.createdAt].join('\t'))
   },
 
   async 'keys create' (args, out) {
