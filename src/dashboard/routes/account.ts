@@ -31,6 +31,8 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
     const old = sessionToken(request)
     if (old) await sessions.end(old)
     await startSession(reply, account.id)
+    // Expired sessions are swept now and then, here, rather than by a timer every replica would run.
+    void sessions.prune().catch(err => request.log.warn({ err }, 'pruning expired sessions failed'))
     return reply.redirect('/api', 303)
   })
 
