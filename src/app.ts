@@ -3,6 +3,8 @@
 // registry, metrics) ready-made, so tests can build it around a temp database
 // and in-test backends, and server.ts decides how they are opened and closed.
 
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
@@ -100,8 +102,29 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // back; so while closing, every finished response also closes its connection.
   // Requests that still arrive on an open connection get the API's own 503
   // body (instead of Fastify's built-in one) and Connection: close.
+  //
+  // Node's server.close() closes only the connections it counts as idle, and a
+  // connection that is open but has not sent a request yet is not one of them
+  // (its parser counts it as a request starting, for headersTimeout). undici,
+  // the openai client's default agent, opens such a connection when a stream
+  // it abandoned closes its socket; close() then waited for headersTimeout to
+  // reap it (about 70 s). So chatd counts the requests on each connection and,
+  // when closing starts, ends every connection with none in progress.
   let closing = false
-  app.addHook('preClose', async () => { closing = true })
+  const inProgress = new Map<Socket, number>()
+  app.server.on('connection', (socket: Socket) => {
+    inProgress.set(socket, 0)
+    socket.once('close', () => inProgress.delete(socket))
+  })
+  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const socket = req.socket
+    inProgress.set(socket, (inProgress.get(socket) ?? 0) + 1)
+    res.once('close', () => { if (inProgress.has(socket)) inProgress.set(socket, inProgress.get(socket)! - 1) })
+  })
+  app.addHook('preClose', async () => {
+    closing = true
+    for (const [socket, requests] of inProgress) if (requests === 0) socket.destroy()
+  })
   app.addHook('onRequest', async () => {
     if (closing) throw new ApiError('server_overloaded', 'The server is shutting down; retry shortly.', { headers: { 'retry-after': '1' } })
   })

@@ -127,6 +127,40 @@ t.test('while draining, a request on a busy connection gets the API\'s 503 body'
   t.match(second, /shutting down/)
 })
 
+t.test('closing ends a connection that has not sent a request (Node\'s close() leaves it open)', async t => {
+  let printed = ''
+  const app = await startServer(setup(t), { print: text => { printed += text }, factories: scripted({ words: ['a', 'b', 'c', 'd', 'e'], delayMs: 40 }), logger: false })
+  const key = /sk-chatd-[A-Za-z0-9]{32}/.exec(printed)![0]
+  const { port } = app.server.address() as AddressInfo
+  // One connection streaming, one used once and idle, one that never sent anything
+  // (undici opens one like that after a stream it abandoned closes its socket).
+  const busy = connect(port, '127.0.0.1')
+  let received = ''
+  busy.on('data', chunk => { received += chunk })
+  const body = JSON.stringify({ model: 'stories', messages: [{ role: 'user', content: 'x' }], stream: true })
+  busy.write(`POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+  const used = connect(port, '127.0.0.1')
+  let usedReply = ''
+  used.on('data', chunk => { usedReply += chunk })
+  used.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
+  const silent = connect(port, '127.0.0.1')
+  silent.on('error', () => {})
+  await once(silent, 'connect')
+  while (!received.includes('data:') || !usedReply.includes('\r\n\r\n')) await new Promise(resolve => setTimeout(resolve, 5))
+
+  const started = performance.now()
+  let timer: NodeJS.Timeout | undefined
+  const outcome = await Promise.race([
+    Promise.all([app.close(), once(busy, 'close'), once(used, 'close'), once(silent, 'close')]).then(() => 'closed' as const),
+    new Promise<'hung'>(resolve => { timer = setTimeout(resolve, 5000, 'hung') }),
+  ]).finally(() => clearTimeout(timer))
+  if (outcome === 'hung') silent.destroy() // lets the hung close() end
+  await app.close()
+  t.equal(outcome, 'closed', 'close() and every connection ended within 5 s')
+  t.ok(performance.now() - started < 2000, 'promptly')
+  t.match(received, /data: \[DONE\]/, 'the stream in flight still finished')
+})
+
 t.test('a bad models.json stops start-up with the entry named', async t => {
   const dir = t.testdir({ 'models.json': '{"models":[{"id":"x","backend":"onnx"}]}' })
   const config = loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json') })

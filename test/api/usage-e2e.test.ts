@@ -10,7 +10,6 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import OpenAI from 'openai'
-import { Agent } from 'undici'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { loadConfig } from '../../src/config.ts'
 import { monthOf } from '../../src/limits/calendar.ts'
@@ -59,12 +58,9 @@ while ((await app.inject({ url: '/readyz' })).statusCode !== 200) {
   await new Promise(resolve => setTimeout(resolve, 50))
 }
 
-// One connection per request (no keep-alive). With pooled keep-alive connections, a stream
-// the client abandons leaves the server's close() waiting out keepAliveTimeout (72 s) for the
-// idle ones: seen on main before this test existed, and no concern of the limits under test.
-const agent = new Agent({ pipelining: 0 })
-t.teardown(() => agent.close())
-const client = (tier: string) => new OpenAI({ apiKey: keys[tier], baseURL, maxRetries: 0, fetchOptions: { dispatcher: agent } })
+// The client's default keep-alive agent: close() no longer waits on the connections it keeps
+// open after the abandoned stream below (test/api/shutdown-e2e.test.ts).
+const client = (tier: string) => new OpenAI({ apiKey: keys[tier], baseURL, maxRetries: 0 })
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
 
 async function rowsOf (tier: string) {
