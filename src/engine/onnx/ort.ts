@@ -1,5 +1,8 @@
 // onnxruntime-node, loaded once per thread with the settings chatd relies on.
+import fs from 'node:fs'
+import { createRequire } from 'node:module'
 import os from 'node:os'
+import path from 'node:path'
 import ort from 'onnxruntime-node'
 
 // onnxruntime-node 1.30's native binding reads a float16 input as zero bytes
@@ -52,7 +55,10 @@ export async function createSession (modelPath: string, settings: SessionSetting
     // Warnings only: onnxruntime's info logs are noise in a server's output.
     logSeverityLevel: 3,
   }
-  if (settings.device === 'cpu') {
+  // Without the CUDA provider's library beside the binding (a CPU install),
+  // `auto` goes straight to CPU: trying CUDA there only makes onnxruntime
+  // print a red "Failed to load library" error on every start.
+  if (settings.device === 'cpu' || (settings.device === 'auto' && !cudaProviderInstalled())) {
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }
   try {
@@ -64,6 +70,12 @@ export async function createSession (modelPath: string, settings: SessionSetting
     }
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }
+}
+
+/** Whether onnxruntime-node's install step fetched the CUDA execution provider (ONNXRUNTIME_NODE_INSTALL=cuda12). */
+export function cudaProviderInstalled (): boolean {
+  const binding = path.join(path.dirname(createRequire(import.meta.url).resolve('onnxruntime-node')), '..', 'bin', 'napi-v6', process.platform, process.arch)
+  return fs.existsSync(path.join(binding, 'libonnxruntime_providers_cuda.so')) || fs.existsSync(path.join(binding, 'onnxruntime_providers_cuda.dll'))
 }
 
 /** A float16 tensor's raw bits (Uint16Array) widened to float32. */
