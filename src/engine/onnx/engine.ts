@@ -18,6 +18,7 @@ import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { ChatTemplate } from './chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
+import { PrefillPacer } from './prefill-pacer.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
@@ -45,14 +46,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
 }
 
 export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk: 0 }
-/**
- * Prompt tokens per run while others decode, when not configured. Each chunk
- * delays every decoding stream by its whole run: measured on a 2-core CPU with
- * the 1.5B int4 model, a 16-token chunk takes about 340 ms next to a 90 ms
- * decode step (64 tokens: about 1 s), so 16 keeps inter-token latency within
- * about 3x of a lone stream; a GPU prefills hundreds of tokens in that time.
- */
-const AUTO_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
+/** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
+const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
 
@@ -69,6 +64,8 @@ export class LocalEngine {
   private prefilling: Sequence | null = null
   private readonly batches: DecodeBatch[] = []
   private looping = false
+  /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
+  private readonly pacer: PrefillPacer
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents, scheduler: SchedulerSettings) {
     this.model = model
@@ -77,6 +74,7 @@ export class LocalEngine {
     this.template = template
     this.events = events
     this.scheduler = scheduler
+    this.pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
   }
 
   static async load (opts: EngineSettings, events: EngineEvents): Promise<LocalEngine> {
@@ -86,7 +84,7 @@ export class LocalEngine {
     const session = await DecoderSession.load(model, { device: opts.device, threads: opts.threads })
     const scheduler = {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
-      prefillChunk: opts.prefillChunk || AUTO_PREFILL_CHUNK[session.device],
+      prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
     return new LocalEngine(model, session, tokenizer, template, events, scheduler)
   }
@@ -188,10 +186,13 @@ export class LocalEngine {
 
   /** Feeds the next slice of a prompt; after the last one the first token is sampled and the sequence joins a batch. */
   private async prefillChunk (seq: Sequence): Promise<void> {
-    const size = this.decodingCount > 0 ? this.scheduler.prefillChunk : SOLO_PREFILL_CHUNK
+    const size = this.decodingCount === 0
+      ? SOLO_PREFILL_CHUNK
+      : this.scheduler.prefillChunk || this.pacer.chunkSize()
     const chunk = seq.nextPromptChunk(size)
     const start = seq.cachedTokens
     let result: StepResult | undefined
+    const started = performance.now()
     try {
       const out = await this.session.forward({
         batch: 1,
@@ -204,6 +205,7 @@ export class LocalEngine {
       if (seq.cache) DecoderSession.disposeCache(seq.cache)
       seq.cache = out.present
       seq.cachedTokens += chunk.length
+      this.pacer.recordPrefill(chunk.length, performance.now() - started)
       if (!seq.prefilling) result = seq.advance(this.lastRow(out.logits, 0))
     } catch (err) {
       this.prefilling = null
@@ -222,8 +224,10 @@ export class LocalEngine {
 
   private async decodeStep (batch: DecodeBatch): Promise<void> {
     let logits: Float32Array
+    const started = performance.now()
     try {
       const out = await this.session.forward(batch.stepInput())
+      this.pacer.recordDecode(performance.now() - started)
       batch.advance(out.present)
       logits = out.logits
     } catch (err) {

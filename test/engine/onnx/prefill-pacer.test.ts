@@ -1,0 +1,31 @@
+// The prompt-chunk size follows the engine's measured timings.
+import t from 'tap'
+import { PrefillPacer } from '../../../src/engine/onnx/prefill-pacer.ts'
+
+t.test('uses the initial size until it has both timings', async t => {
+  const pacer = new PrefillPacer(16)
+  t.equal(pacer.chunkSize(), 16)
+  pacer.recordPrefill(64, 1000) // no decode timing yet: nothing to subtract
+  t.equal(pacer.chunkSize(), 16)
+  pacer.recordDecode(90)
+  t.equal(pacer.chunkSize(), 16)
+})
+
+t.test('keeps a chunk within about 2.5 decode steps (CPU-like timings)', async t => {
+  const pacer = new PrefillPacer(16)
+  pacer.recordDecode(90)
+  pacer.recordPrefill(64, 90 + 64 * 15) // 15 ms per prompt token beyond the weight pass
+  // (2.5 - 1) * 90 / 15 = 9 tokens: 90 + 9 * 15 = 225 ms = 2.5 steps.
+  t.equal(pacer.chunkSize(), 9)
+})
+
+t.test('cheap prompt tokens (GPU-like) give large chunks, capped; dear ones give the minimum', async t => {
+  const gpu = new PrefillPacer(256)
+  gpu.recordDecode(10)
+  gpu.recordPrefill(512, 12)
+  t.equal(gpu.chunkSize(), 512)
+  const slow = new PrefillPacer(16)
+  slow.recordDecode(50)
+  slow.recordPrefill(16, 50 + 16 * 400)
+  t.equal(slow.chunkSize(), 4)
+})
