@@ -4,6 +4,7 @@
 // Every problem is reported with the file it concerns.
 import fs from 'node:fs'
 import path from 'node:path'
+import { positiveIntegers } from './config-fields.ts'
 
 export const MODEL_DTYPES = ['fp32', 'fp16', 'int8', 'q4', 'q4f16'] as const
 export type ModelDtype = typeof MODEL_DTYPES[number]
@@ -65,13 +66,7 @@ export function readModelDir (dir: string, dtype: ModelDtype = 'q4'): ModelDir {
   checkExternalData(onnxPath)
 
   const configPath = path.join(dir, 'config.json')
-  const int = (key: string, fallback?: number): number => {
-    const v = config[key] ?? fallback
-    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
-      throw new ModelDirError(`${configPath}: ${key} must be a positive integer (got ${JSON.stringify(config[key])})`)
-    }
-    return v
-  }
+  const int = positiveIntegers(config, configPath, message => new ModelDirError(message))
   const hidden = int('hidden_size')
   const heads = int('num_attention_heads')
   const eos = generation.eos_token_id ?? config.eos_token_id

@@ -1,5 +1,6 @@
 // The architecture facts the graph builder needs, read from a Hugging Face
 // config.json of a Llama or Qwen2 checkpoint.
+import { positiveIntegers } from '../config-fields.ts'
 
 export interface DecoderConfig {
   modelType: 'llama' | 'qwen2'
@@ -28,13 +29,7 @@ export function parseDecoderConfig (raw: Json, source = 'config.json'): DecoderC
   if (modelType !== 'llama' && modelType !== 'qwen2') {
     throw new Error(`${source}: model_type ${JSON.stringify(modelType)} is not supported (llama or qwen2)`)
   }
-  const int = (key: string, fallback?: number): number => {
-    const v = raw[key] ?? fallback
-    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
-      throw new Error(`${source}: ${key} must be a positive integer (got ${JSON.stringify(raw[key])})`)
-    }
-    return v
-  }
+  const int = positiveIntegers(raw, source)
   const num = (key: string, fallback: number): number => {
     const v = raw[key] ?? fallback
     if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
