@@ -72,6 +72,8 @@ t.test('bad arguments and bad checkpoints are reported clearly', async t => {
   t.throws(() => runConvert(['--random', TINY, '--from', STORIES_SOURCE, '--out', 'x']), /exactly one of/)
   t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--dtype', 'int3']), /--dtype must be one of/)
   t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--seed', '-1']), /--seed/)
+  t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--block-size', '48']), /--block-size must be one of 16, 32, 64, 128, 256/)
+  t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--dtype', 'fp32', '--block-size', '128']), /--block-size applies to --dtype int4 only/)
   t.throws(() => runConvert(['--from', path.join(dir, 'broken'), '--out', path.join(dir, 'o')]), /model_type "gpt2" is not supported/)
   t.throws(() => runConvert(['--from', path.join(dir, 'absent'), '--out', path.join(dir, 'o')]), /config\.json: cannot be read/)
   // A checkpoint whose tensors disagree with its config.

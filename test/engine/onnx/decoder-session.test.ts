@@ -84,38 +84,49 @@ t.test('left padding: a padded row computes the same logits as the unpadded sequ
   await s.close()
 })
 
-t.test('int4 graph computes what its dequantized weights compute in float', async t => {
-  // Builds an fp32 model from exactly the weights the int4 model stores, so the
-  // only difference left is MatMulNBits' int8 activations (accuracy_level 4).
-  const source = randomModelDir('llama', 'int4')
-  const cfg = parseDecoderConfig(JSON.parse(fs.readFileSync(path.join(source, 'config.json'), 'utf8')))
-  const random = new RandomWeights(cfg, 7, 0.2)
-  const dequantized = {
-    has: (name: string) => random.has(name),
-    get: (name: string) => {
-      const w = random.get(name)
-      if (/proj\.weight$|lm_head\.weight$/.test(name)) return dequantizeInt4(quantizeInt4(w))
-      if (name === 'model.embed_tokens.weight') return { shape: w.shape, data: Float32Array.from(new Float16Array(w.data)) }
-      return w
-    },
-  }
-  const dir = t.testdir({})
-  for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(source, f), path.join(dir, f))
-  fs.mkdirSync(path.join(dir, 'onnx'))
-  writeOnnx(dir, cfg, dequantized, 'fp32', {})
-  const float = await DecoderSession.load(readModelDir(dir, 'fp32'), { device: 'cpu', threads: 1 })
-  const quant = await load('llama', 'int4')
-  const a = await fullPass(float, TOKENS)
-  const b = await fullPass(quant, TOKENS)
-  t.ok(Math.max(...a) - Math.min(...a) > 0.5, 'logits are not degenerate')
-  let dot = 0; let na = 0; let nb = 0
-  for (let i = 0; i < a.length; i++) { dot += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i] }
-  const cosine = dot / Math.sqrt(na * nb)
-  t.ok(cosine > 0.999, `cosine similarity ${cosine.toFixed(5)} > 0.999`)
-  t.equal(argmax(a), argmax(b), 'same greedy token')
-  await float.close()
-  await quant.close()
-})
+for (const blockSize of [32, 128]) {
+  t.test(`int4 graph (block ${blockSize}) computes what its dequantized weights compute in float`, async t => {
+    // Builds an fp32 model from exactly the weights the int4 model stores, so the
+    // only difference left is MatMulNBits' int8 activations (accuracy_level 4).
+    const source = randomModelDir('llama', 'int4')
+    const cfg = parseDecoderConfig(JSON.parse(fs.readFileSync(path.join(source, 'config.json'), 'utf8')))
+    const random = new RandomWeights(cfg, 7, 0.2)
+    const dequantized = {
+      has: (name: string) => random.has(name),
+      get: (name: string) => {
+        const w = random.get(name)
+        if (/proj\.weight$|lm_head\.weight$/.test(name)) return dequantizeInt4(quantizeInt4(w, blockSize))
+        if (name === 'model.embed_tokens.weight') return { shape: w.shape, data: Float32Array.from(new Float16Array(w.data)) }
+        return w
+      },
+    }
+    const copyModelFiles = (dir: string): void => {
+      for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(source, f), path.join(dir, f))
+      fs.mkdirSync(path.join(dir, 'onnx'))
+    }
+    const floatDir = t.testdir({ float: {}, quant: {} })
+    copyModelFiles(path.join(floatDir, 'float'))
+    writeOnnx(path.join(floatDir, 'float'), cfg, dequantized, { weights: 'fp32' }, {})
+    let quantDir = source
+    if (blockSize !== 32) {
+      quantDir = path.join(floatDir, 'quant')
+      copyModelFiles(quantDir)
+      writeOnnx(quantDir, cfg, random, { weights: 'int4', int4BlockSize: blockSize }, {})
+    }
+    const float = await DecoderSession.load(readModelDir(path.join(floatDir, 'float'), 'fp32'), { device: 'cpu', threads: 1 })
+    const quant = await DecoderSession.load(readModelDir(quantDir, 'q4'), { device: 'cpu', threads: 1 })
+    const a = await fullPass(float, TOKENS)
+    const b = await fullPass(quant, TOKENS)
+    t.ok(Math.max(...a) - Math.min(...a) > 0.5, 'logits are not degenerate')
+    let dot = 0; let na = 0; let nb = 0
+    for (let i = 0; i < a.length; i++) { dot += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i] }
+    const cosine = dot / Math.sqrt(na * nb)
+    t.ok(cosine > 0.999, `cosine similarity ${cosine.toFixed(5)} > 0.999`)
+    t.equal(argmax(a), argmax(b), 'same greedy token')
+    await float.close()
+    await quant.close()
+  })
+}
 
 function argmax (a: Float32Array): number {
   let best = 0

@@ -15,7 +15,7 @@
 import type { DecoderConfig } from './decoder-config.ts'
 import { attr, GraphBuilder } from './graph-builder.ts'
 import { DataType } from './onnx-proto.ts'
-import { concat1d, concatRows, INT4_BLOCK_SIZE, quantizeInt4, toFloat16Bytes, toFloat32Bytes, transpose2d, type Tensor } from './tensors.ts'
+import { concat1d, concatRows, quantizeInt4, toFloat16Bytes, toFloat32Bytes, transpose2d, type Tensor } from './tensors.ts'
 
 export type WeightFormat = 'fp32' | 'fp16' | 'int4'
 export type AttentionStyle = 'standard' | 'gqa'
@@ -30,6 +30,8 @@ export interface DecoderGraphOptions {
   weights: WeightFormat
   /** MatMulNBits accuracy_level: 4 computes with int8 activations (much faster on CPU). */
   int4AccuracyLevel?: number
+  /** MatMulNBits block_size along K (default INT4_BLOCK_SIZE, 32). */
+  int4BlockSize?: number
   /**
    * standard (default): attention from plain operators, exact under any mask.
    * gqa: com.microsoft GroupQueryAttention with built-in rotary, the style of
@@ -71,11 +73,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     const [n, k] = w.shape
     let y: string
     if (opts.weights === 'int4') {
-      const q = quantizeInt4(w)
-      const b = g.initializer(`${name}.qweight`, DataType.UINT8, [n, q.blocksPerRow, INT4_BLOCK_SIZE / 2], q.packed)
+      const q = quantizeInt4(w, opts.int4BlockSize)
+      const b = g.initializer(`${name}.qweight`, DataType.UINT8, [n, q.blocksPerRow, q.blockSize / 2], q.packed)
       const s = g.initializer(`${name}.scales`, DataType.FLOAT, [n * q.blocksPerRow], toFloat32Bytes(q.scales))
       y = g.op('MatMulNBits', [x, b, s], {
-        K: attr.i(k), N: attr.i(n), bits: attr.i(4), block_size: attr.i(INT4_BLOCK_SIZE), accuracy_level: attr.i(accuracyLevel),
+        K: attr.i(k), N: attr.i(n), bits: attr.i(4), block_size: attr.i(q.blockSize), accuracy_level: attr.i(accuracyLevel),
       }, { domain: MS_DOMAIN, name: `${name}/MatMulNBits` })
     } else {
       const wt = transpose2d(w)

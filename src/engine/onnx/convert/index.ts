@@ -8,6 +8,7 @@ import { parseDecoderConfig } from './decoder-config.ts'
 import { buildDecoderGraph, DECODER_OPSETS, type AttentionStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
+import { INT4_BLOCK_SIZE } from './tensors.ts'
 import { CheckpointWeights, RandomWeights } from './weight-sources.ts'
 
 /** File name of each weight format, as onnx-community names them. */
@@ -19,13 +20,21 @@ export const ONNX_FILE_BY_FORMAT: Record<WeightFormat, string> = {
 
 const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json']
 
+/** How the graph is written, whatever the weights come from. */
+export interface GraphOptions {
+  weights: WeightFormat
+  attention?: AttentionStyle
+  /** int4 only: MatMulNBits block size along K (default 32). */
+  int4BlockSize?: number
+}
+
 export interface ConvertResult {
   dir: string
   onnxFile: string
   seconds: number
 }
 
-export function convertCheckpoint (opts: { from: string; out: string; weights: WeightFormat; attention?: AttentionStyle }): ConvertResult {
+export function convertCheckpoint (opts: GraphOptions & { from: string; out: string }): ConvertResult {
   const started = performance.now()
   const rawConfig = readJson(path.join(opts.from, 'config.json'))
   const cfg = parseDecoderConfig(rawConfig, path.join(opts.from, 'config.json'))
@@ -42,14 +51,14 @@ export function convertCheckpoint (opts: { from: string; out: string; weights: W
     if (!fs.existsSync(path.join(opts.out, 'generation_config.json'))) {
       writeJson(path.join(opts.out, 'generation_config.json'), { bos_token_id: rawConfig.bos_token_id, eos_token_id: rawConfig.eos_token_id })
     }
-    const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'checkpoint' }, opts.attention)
+    const onnxFile = writeOnnx(opts.out, cfg, source, opts, { source: 'checkpoint' })
     return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
   } finally {
     source.close()
   }
 }
 
-export function convertRandom (opts: { configPath: string; out: string; weights: WeightFormat; seed: number; tokenizerDir?: string; attention?: AttentionStyle }): ConvertResult {
+export function convertRandom (opts: GraphOptions & { configPath: string; out: string; seed: number; tokenizerDir?: string }): ConvertResult {
   const started = performance.now()
   const rawConfig = readJson(opts.configPath)
   fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
@@ -80,12 +89,13 @@ export function convertRandom (opts: { configPath: string; out: string; weights:
   writeJson(path.join(opts.out, 'config.json'), config)
   writeJson(path.join(opts.out, 'generation_config.json'), { bos_token_id: bos, eos_token_id: eos })
   const source = new RandomWeights(cfg, opts.seed, typeof rawConfig.initializer_range === 'number' ? rawConfig.initializer_range : 0.02)
-  const onnxFile = writeOnnx(opts.out, cfg, source, opts.weights, { source: 'random', seed: String(opts.seed) }, opts.attention)
+  const onnxFile = writeOnnx(opts.out, cfg, source, opts, { source: 'random', seed: String(opts.seed) })
   return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
 }
 
 /** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
-export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, weights: WeightFormat, meta: Record<string, string>, attention: AttentionStyle = 'standard'): string {
+export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
+  const { weights, attention = 'standard', int4BlockSize } = graph
   const fileName = ONNX_FILE_BY_FORMAT[weights]
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
@@ -94,8 +104,9 @@ export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfi
   let bytes: Uint8Array
   try {
     const g = new GraphBuilder(external)
-    buildDecoderGraph(g, cfg, source, { weights, attention })
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, ...prefixKeys(meta) }))
+    buildDecoderGraph(g, cfg, source, { weights, attention, int4BlockSize })
+    const blockMeta: Record<string, string> = weights === 'int4' ? { 'chatd.int4_block_size': String(int4BlockSize ?? INT4_BLOCK_SIZE) } : {}
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }

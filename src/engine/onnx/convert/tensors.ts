@@ -59,36 +59,46 @@ export function concat1d (parts: Float32Array[]): Float32Array {
   return out
 }
 
+/** Block size along K when none is asked for: what onnx-community's q4 exports and llama.cpp's Q4_0 use. */
 export const INT4_BLOCK_SIZE = 32
+
+/**
+ * Block sizes MatMulNBits accepts (a power of two, at least 16). Larger blocks
+ * mean fewer scales to read per step (block 32 spends 1 of every 5 bits on
+ * them) at some cost in precision.
+ */
+export const INT4_BLOCK_SIZES = [16, 32, 64, 128, 256] as const
 
 export interface Int4Weight {
   /** Rows of the weight = output features (MatMulNBits' N). */
   n: number
   /** Columns = input features (MatMulNBits' K). */
   k: number
+  blockSize: number
   blocksPerRow: number
-  /** [N, blocksPerRow, BLOCK/2] bytes; element 2j in the low nibble, 2j+1 in the high. */
+  /** [N, blocksPerRow, blockSize/2] bytes; element 2j in the low nibble, 2j+1 in the high. */
   packed: Uint8Array
   /** [N * blocksPerRow] per-block scales. */
   scales: Float32Array
 }
 
 /**
- * Symmetric 4-bit quantization per block of 32 along K. Values are stored
+ * Symmetric 4-bit quantization per block of `blockSize` values along K. Values are stored
  * with the operator's default zero point of 8, so w ~= (q - 8) * scale.
  * `weight` has the Hugging Face Linear layout [out_features, in_features].
  */
-export function quantizeInt4 (weight: Tensor): Int4Weight {
+export function quantizeInt4 (weight: Tensor, blockSize: number = INT4_BLOCK_SIZE): Int4Weight {
+  if (!(INT4_BLOCK_SIZES as readonly number[]).includes(blockSize)) throw new Error(`int4 block size must be one of ${INT4_BLOCK_SIZES.join(', ')} (got ${blockSize})`)
   const [n, k] = weight.shape
-  const blocksPerRow = Math.ceil(k / INT4_BLOCK_SIZE)
-  const bytesPerBlock = INT4_BLOCK_SIZE / 2
+  const blocksPerRow = Math.ceil(k / blockSize)
+  const bytesPerBlock = blockSize / 2
   const packed = new Uint8Array(n * blocksPerRow * bytesPerBlock)
   const scales = new Float32Array(n * blocksPerRow)
   const w = weight.data
   for (let row = 0; row < n; row++) {
     for (let b = 0; b < blocksPerRow; b++) {
-      const start = row * k + b * INT4_BLOCK_SIZE
-      const end = row * k + Math.min((b + 1) * INT4_BLOCK_SIZE, k)
+      const start = row * k + b * blockSize
+      const end = row * k + Math.min((b + 1) * blockSize, k)
       let amax = 0
       for (let i = start; i < end; i++) {
         const a = Math.abs(w[i])
@@ -98,7 +108,7 @@ export function quantizeInt4 (weight: Tensor): Int4Weight {
       const inv = scale > 0 ? 1 / scale : 0
       scales[row * blocksPerRow + b] = scale
       const out = (row * blocksPerRow + b) * bytesPerBlock
-      for (let j = 0; j < INT4_BLOCK_SIZE; j++) {
+      for (let j = 0; j < blockSize; j++) {
         const i = start + j
         // K is padded up to a whole block with zeros (q = 8).
         const q = i < end ? Math.max(0, Math.min(15, Math.round(w[i] * inv) + 8)) : 8
@@ -107,17 +117,17 @@ export function quantizeInt4 (weight: Tensor): Int4Weight {
       }
     }
   }
-  return { n, k, blocksPerRow, packed, scales }
+  return { n, k, blockSize, blocksPerRow, packed, scales }
 }
 
 /** The float weight an Int4Weight stands for, in [N, K] layout (for tests). */
 export function dequantizeInt4 (q: Int4Weight): Tensor {
   const data = new Float32Array(q.n * q.k)
-  const bytesPerBlock = INT4_BLOCK_SIZE / 2
+  const bytesPerBlock = q.blockSize / 2
   for (let row = 0; row < q.n; row++) {
     for (let col = 0; col < q.k; col++) {
-      const b = Math.floor(col / INT4_BLOCK_SIZE)
-      const j = col % INT4_BLOCK_SIZE
+      const b = Math.floor(col / q.blockSize)
+      const j = col % q.blockSize
       const byte = q.packed[(row * q.blocksPerRow + b) * bytesPerBlock + (j >> 1)]
       const nibble = j % 2 === 0 ? byte & 0x0f : byte >> 4
       data[row * q.k + col] = (nibble - 8) * q.scales[row * q.blocksPerRow + b]
