@@ -16,6 +16,7 @@ import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises'
 import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
+import { encodeChatPrompt, type EncodedPrompt } from './chat-prompt.ts'
 import { ChatTemplate } from './chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
@@ -104,10 +105,9 @@ export class LocalEngine {
   }
 
   /** The prompt's ids, and whether the template left it inside an open <think> block. */
-  renderPrompt (request: Pick<GenerateRequest, 'messages'>): { ids: number[]; endsInThink: boolean } {
-    const rendered = this.template.render(request.messages.map(m => ({ role: m.role, content: m.content })))
-    // The template writes BOS itself; letting the tokenizer add one would double it.
-    return { ids: this.tokenizer.encode(rendered.text, { addSpecialTokens: false }), endsInThink: rendered.endsInThink }
+  renderPrompt (request: Pick<GenerateRequest, 'messages'>): EncodedPrompt {
+    // Message text never becomes control tokens (no prompt-template injection): chat-prompt.ts.
+    return encodeChatPrompt(this.template, this.tokenizer, request.messages)
   }
 
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */

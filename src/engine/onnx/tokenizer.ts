@@ -11,6 +11,8 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { ContentQuoting } from './content-quoting.ts';
+import { AddedTokenTable, encodeQuoted, type LegacyTextOptions } from './quoted-encoding.ts';
 
 export interface EncodeOptions {
   /** Let the post-processor add BOS/EOS etc. Default true (the library's default). Use false for
@@ -83,9 +85,13 @@ export class TextTokenizer {
   readonly specialTokenIds: ReadonlySet<number>;
   /** The parsed tokenizer_config.json (the chat template reads it too). */
   readonly config: TokenizerConfig;
+  /** Hides, in message text, every text this tokenizer matches as an added token (content-quoting.ts). */
+  readonly quoting: ContentQuoting;
 
   // `#inner` rather than `private`: real privacy, and it is erasable syntax.
   #inner: Tokenizer;
+  #addedTokens: AddedTokenTable;
+  #legacyText: LegacyTextOptions;
 
   /**
    * @param tokenizerJson parsed tokenizer.json
@@ -125,6 +131,19 @@ export class TextTokenizer {
       if (id !== undefined) special.add(id);
     }
     this.specialTokenIds = special;
+
+    this.#addedTokens = new AddedTokenTable(this.#inner);
+    this.#legacyText = { removeSpace: cfg.remove_space === true, lowercaseAndRemoveAccents: cfg.do_lowercase_and_remove_accent === true };
+    this.quoting = new ContentQuoting(this.#addedTokens.matchableTexts);
+  }
+
+  /**
+   * Encodes a prompt rendered from messages quoted with `this.quoting`, without adding special
+   * tokens: the added tokens written by the template become their ids, the messages' text becomes
+   * ordinary-text ids even where it spells an added token (see quoted-encoding.ts).
+   */
+  encodeQuoted(text: string): number[] {
+    return encodeQuoted(this.#inner, this.#addedTokens, this.#legacyText, text, this.quoting);
   }
 
   encode(text: string, options: EncodeOptions = {}): number[] {
