@@ -5,7 +5,7 @@
 
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyServerOptions, type RouteOptions } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -14,6 +14,7 @@ import { Sessions } from './accounts/sessions.ts'
 import { Tiers } from './accounts/tiers.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
+import { installBaselineHeaders } from './api/baseline-headers.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
@@ -27,6 +28,7 @@ import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
 import { Limiter } from './limits/limiter.ts'
 import { openLimitStore } from './limits/open-store.ts'
+import { loggerOptions } from './logging.ts'
 import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
@@ -45,19 +47,9 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger']
   /** Where the built-in logger writes; stdout by default. */
   logStream?: NodeJS.WritableStream
+  /** Told of every route as it is registered (the security tests check each one has an access rule). */
+  onRoute?: (route: RouteOptions) => void
 }
-
-/** Log paths that may hold credentials; pino replaces them with [Redacted]. */
-const REDACTED = [
-  'req.headers.authorization',
-  'req.headers.cookie',
-  'req.headers["x-api-key"]',
-  'headers.authorization',
-  'headers.cookie',
-  'res.headers["set-cookie"]',
-  'key',
-  'apiKey',
-]
 
 /** A hop count as the function Fastify applies to numbers itself (its types accept only the other forms). */
 function trustProxyOption (value: boolean | number | string[]): boolean | string[] | ((address: string, hop: number) => boolean) {
@@ -72,7 +64,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? 'tiers.json')
 
   const app = Fastify({
-    logger: opts.logger ?? { level: config.logLevel, redact: REDACTED, ...(opts.logStream ? { stream: opts.logStream } : {}) },
+    logger: opts.logger ?? loggerOptions(config.logLevel, opts.logStream),
     bodyLimit: config.bodyLimit,
     // TRUST_PROXY: behind a reverse proxy, request.ip (logs, rate limits) is the
     // client from X-Forwarded-For rather than the proxy's own address.
@@ -88,8 +80,12 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     },
   }).withTypeProvider<TypeBoxTypeProvider>()
 
-  // 1. Every error, whoever throws it, leaves as the one error body.
+  if (opts.onRoute) app.addHook('onRoute', opts.onRoute)
+
+  // 1. Every error, whoever throws it, leaves as the one error body; every
+  // response, error or not, carries the baseline security headers.
   installErrorHandling(app, metrics)
+  installBaselineHeaders(app)
 
   // 2. Request counting for every route, including 404s.
   app.addHook('onResponse', async (request, reply) => {

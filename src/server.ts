@@ -20,6 +20,8 @@ export interface StartOptions {
   /** Replaces backend factories (tests). */
   factories?: Partial<BackendFactories>
   logger?: AppOptions['logger']
+  /** Where the built-in logger (redaction included) writes; stdout by default. */
+  logStream?: AppOptions['logStream']
 }
 
 /** Opens everything and listens. Closing the returned app closes the models and the database too. */
@@ -37,7 +39,7 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
         : `\nCreated admin account ${admin.email}. Its API key (shown only now, keep it):\n\n    ${admin.key}\n\n`)
     }
     models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: opts.factories })
-    const app = await buildApp({ config, accounts, models, logger: opts.logger })
+    const app = await buildApp({ config, accounts, models, logger: opts.logger, logStream: opts.logStream })
     const registry = models
     // Runs after Fastify has stopped listening and the in-flight requests have ended.
     app.addHook('onClose', async () => {

@@ -3,11 +3,12 @@
 // usage. Everything works without JavaScript except the copy button.
 //
 // Security, all scoped to these pages (the JSON API under /api/v1 is untouched):
-// - @fastify/helmet: CSP (scripts and styles only from /api/assets), no
-//   framing, no sniffing, no referrer leaks;
-// - every form carries a CSRF token (@fastify/csrf-protection; its secret in a
-//   signed HttpOnly cookie) and every POST checks it;
-// - sessions live in the database behind an HttpOnly SameSite cookie;
+// - @fastify/helmet (security-headers.ts): a strict CSP (scripts and styles
+//   only from /api/assets), no framing, no sniffing, no referrer leaks;
+// - every form carries a CSRF token bound to the session (csrf.ts; its secret
+//   in a signed HttpOnly cookie) and every POST checks it;
+// - sessions live in the database behind an HttpOnly SameSite cookie, a new
+//   one at every log-in;
 // - log-in and registration attempts are rate limited per client address
 //   (@fastify/rate-limit, in Redis when REDIS_URL is set);
 // - pages are never cached; an API key appears once, in the response to the
@@ -17,9 +18,7 @@ import { randomBytes } from 'node:crypto'
 import { join } from 'node:path'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import cookie from '@fastify/cookie'
-import csrf from '@fastify/csrf-protection'
 import formbody from '@fastify/formbody'
-import helmet from '@fastify/helmet'
 import rateLimit from '@fastify/rate-limit'
 import fastifyStatic from '@fastify/static'
 import view from '@fastify/view'
@@ -32,9 +31,11 @@ import type { Config } from '../config.ts'
 import type { Limiter } from '../limits/limiter.ts'
 import type { Db } from '../store/database.ts'
 import { sharedSetting } from '../store/settings.ts'
+import { csrfProtection } from './csrf.ts'
 import { accountRoutes } from './routes/account.ts'
 import { adminRoutes } from './routes/admin.ts'
 import { keyRoutes } from './routes/keys.ts'
+import { securityHeaders } from './security-headers.ts'
 import { sessionToken } from './session-cookie.ts'
 
 export interface DashboardOptions {
@@ -74,20 +75,9 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
   // made once and kept in the shared database.
   const cookieSecret = config.sessionSecret ?? await sharedSetting(opts.db, 'cookie_secret', () => randomBytes(32).toString('base64url'))
 
-  await app.register(helmet, {
-    contentSecurityPolicy: {
-      directives: {
-        // Behind TLS, HSTS does the upgrading; on plain-HTTP localhost this directive would break every form post.
-        upgradeInsecureRequests: null,
-      },
-    },
-  })
+  await securityHeaders(app)
   await app.register(cookie, { secret: cookieSecret })
-  await app.register(csrf, {
-    sessionPlugin: '@fastify/cookie',
-    cookieKey: 'chatd_csrf',
-    cookieOpts: { path: '/api', httpOnly: true, sameSite: 'lax', secure: config.cookieSecure, signed: true },
-  })
+  await csrfProtection(app, { cookieSecret, secure: config.cookieSecure })
   await app.register(formbody, { bodyLimit: 16 * 1024 })
   await app.register(rateLimit, {
     global: false,

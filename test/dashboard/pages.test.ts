@@ -31,7 +31,7 @@ t.test('signed out: pages redirect to the log-in page; the forms carry CSRF toke
   t.match(login.body, /name="_csrf" value="[^"]+"/)
   t.match(login.headers['content-security-policy'], /script-src 'self'/)
   t.notMatch(login.headers['content-security-policy'], /upgrade-insecure-requests/, 'plain-HTTP localhost keeps working')
-  t.equal(login.headers['x-frame-options'], 'SAMEORIGIN')
+  t.equal(login.headers['x-frame-options'], 'DENY', 'no framing (test/security/headers.test.ts has the rest)')
   t.equal(login.headers['x-content-type-options'], 'nosniff')
   t.equal(login.headers['referrer-policy'], 'no-referrer')
   t.equal(login.headers['cache-control'], 'no-store')

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import { Accounts, type Account } from '../../src/accounts/accounts.ts'
 import { Tiers } from '../../src/accounts/tiers.ts'
 import { UsageRecords } from '../../src/accounts/usage-records.ts'
-import { buildApp } from '../../src/app.ts'
+import { buildApp, type AppOptions } from '../../src/app.ts'
 import { Metrics } from '../../src/api/metrics/metrics.ts'
 import { loadConfig, type Config } from '../../src/config.ts'
 import type { Backend } from '../../src/engine/backend.ts'
@@ -44,6 +44,8 @@ export async function buildTestApp (t: Test, opts: {
   tier?: string
   /** A tiers file's JSON text; the shipped tiers.json when absent. */
   tiers?: string
+  /** Told of every route the app registers. */
+  onRoute?: AppOptions['onRoute']
 } = {}): Promise<TestApp> {
   const dir = t.testdir()
   const config = loadConfig({ DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, LOG_LEVEL: 'silent', ...opts.env })
@@ -57,7 +59,7 @@ export async function buildTestApp (t: Test, opts: {
   const usage = new UsageRecords(db)
   const tiers = opts.tiers === undefined ? Tiers.fromFile(config.tiersFile) : Tiers.parse(opts.tiers)
   const limiter = new Limiter({ tiers, store: new MemoryLimitStore(), usage })
-  const app = await buildApp({ config, accounts, models, metrics, limiter, logger: false })
+  const app = await buildApp({ config, accounts, models, metrics, limiter, logger: false, onRoute: opts.onRoute })
   t.teardown(async () => {
     await app.close()
     await db.destroy()

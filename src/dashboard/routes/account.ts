@@ -1,7 +1,8 @@
 // Registration, log-in, log-out and changing the password.
 
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { AccountError } from '../../accounts/accounts.ts'
+import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../plugin.ts'
 import { clearSessionCookie, sessionToken, setSessionCookie } from '../session-cookie.ts'
@@ -11,26 +12,30 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
   const throttled = { config: { rateLimit: deps.loginLimit } }
   const registrationOpen = config.registration === 'open'
 
-  const startSession = async (reply: import('fastify').FastifyReply, accountId: number): Promise<void> => {
+  /**
+   * A new session for every log-in and registration, and the cookie the
+   * browser came with ended first: a token planted or left there before is
+   * never promoted to the new log-in (session fixation).
+   */
+  const startSession = async (request: FastifyRequest, reply: FastifyReply, accountId: number): Promise<void> => {
+    const old = sessionToken(request)
+    if (old) await sessions.end(old)
     const token = await sessions.create(accountId)
     setSessionCookie(reply, token, config.cookieSecure, sessions.ttlMs)
   }
 
   app.get('/login', async (request, reply) => {
     if (request.user) return reply.redirect('/api', 303)
-    return reply.view('login', { title: 'Log in', csrf: reply.generateCsrf(), email: '' })
+    return reply.view('login', { title: 'Log in', csrf: formToken(reply), email: '' })
   })
 
   app.post('/login', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
     const email = field(request.body, 'email')
     const account = await accounts.verifyLogin(email, field(request.body, 'password'))
     if (!account) {
-      return reply.code(401).view('login', { title: 'Log in', csrf: reply.generateCsrf(), email, error: 'That email and password do not match an account.' })
+      return reply.code(401).view('login', { title: 'Log in', csrf: formToken(reply), email, error: 'That email and password do not match an account.' })
     }
-    // A new session on every log-in: a token planted before log-in is never promoted.
-    const old = sessionToken(request)
-    if (old) await sessions.end(old)
-    await startSession(reply, account.id)
+    await startSession(request, reply, account.id)
     // Expired sessions are swept now and then, here, rather than by a timer every replica would run.
     void sessions.prune().catch(err => request.log.warn({ err }, 'pruning expired sessions failed'))
     return reply.redirect('/api', 303)
@@ -38,18 +43,18 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
 
   app.get('/register', async (request, reply) => {
     if (request.user) return reply.redirect('/api', 303)
-    return reply.code(registrationOpen ? 200 : 403).view('register', { title: 'Create an account', csrf: reply.generateCsrf(), email: '' })
+    return reply.code(registrationOpen ? 200 : 403).view('register', { title: 'Create an account', csrf: formToken(reply), email: '' })
   })
 
   app.post('/register', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
-    if (!registrationOpen) return reply.code(403).view('register', { title: 'Create an account', csrf: reply.generateCsrf(), email: '' })
+    if (!registrationOpen) return reply.code(403).view('register', { title: 'Create an account', csrf: formToken(reply), email: '' })
     const email = field(request.body, 'email')
     const password = field(request.body, 'password')
-    const again = (message: string, status = 400) => reply.code(status).view('register', { title: 'Create an account', csrf: reply.generateCsrf(), email, error: message })
+    const again = (message: string, status = 400) => reply.code(status).view('register', { title: 'Create an account', csrf: formToken(reply), email, error: message })
     if (password !== field(request.body, 'confirm')) return again('The two passwords differ.')
     try {
       const account = await accounts.register({ email, password })
-      await startSession(reply, account.id)
+      await startSession(request, reply, account.id)
     } catch (err) {
       if (err instanceof AccountError) return again(err.message, /already exists/.test(err.message) ? 409 : 400)
       throw err
@@ -67,13 +72,13 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
   app.get('/password', async (request, reply) => {
     const user = requireUser(request, reply)
     if (!user) return reply
-    return reply.view('password', { title: 'Change password', user, csrf: reply.generateCsrf() })
+    return reply.view('password', { title: 'Change password', user, csrf: formToken(reply) })
   })
 
   app.post('/password', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
     const user = requireUser(request, reply)
     if (!user) return reply
-    const again = (message: string, status = 400) => reply.code(status).view('password', { title: 'Change password', user, csrf: reply.generateCsrf(), error: message })
+    const again = (message: string, status = 400) => reply.code(status).view('password', { title: 'Change password', user, csrf: formToken(reply), error: message })
     const next = field(request.body, 'new')
     if (next !== field(request.body, 'confirm')) return again('The two new passwords differ.')
     if (!await accounts.verifyLogin(user.email, field(request.body, 'current'))) return again('The current password is wrong.', 401)

@@ -3,6 +3,7 @@
 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Account } from '../../accounts/accounts.ts'
+import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../plugin.ts'
 
@@ -23,7 +24,7 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
     return reply.view('admin', {
       title: 'Accounts',
       user,
-      csrf: reply.generateCsrf(),
+      csrf: formToken(reply),
       accounts: all,
       tiers: limiter.tiers.names(),
       defaultTier: limiter.tiers.defaultName,

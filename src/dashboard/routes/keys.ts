@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import { AccountError } from '../../accounts/accounts.ts'
 import { usageReport } from '../../api/usage/report.ts'
 import { usageCharts } from '../chart.ts'
+import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../plugin.ts'
 
@@ -31,7 +32,7 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
     return reply.view('home', {
       title: 'Dashboard',
       user,
-      csrf: reply.generateCsrf(),
+      csrf: formToken(reply),
       report,
       charts: usageCharts(report.daily),
       totals: report.daily.reduce((n, d) => ({ calls: n.calls + d.calls, tokens: n.tokens + d.total_tokens }), { calls: 0, tokens: 0 }),
@@ -53,7 +54,7 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
     const { key, info } = await accounts.createKey(user.id, { name })
     // The one time the key is shown. The page is not cached (no-store), and the
     // key is in no redirect, no cookie and no log line.
-    return reply.code(201).view('key-created', { title: 'New API key', user, csrf: reply.generateCsrf(), key, info, baseUrl: `${request.protocol}://${request.host}` })
+    return reply.code(201).view('key-created', { title: 'New API key', user, csrf: formToken(reply), key, info, baseUrl: `${request.protocol}://${request.host}` })
   })
 
   app.post('/keys/revoke', { preHandler: app.csrfProtection }, async (request, reply) => {
