@@ -71,6 +71,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const body = request.body
     const model = resolveModel(models, body.model)
     checkRequest(body, { searchConfigured: search !== undefined })
+    admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const meter = await admitCompletion(request, reply, limits, body, model, startedAt)
     const signal = clientGoneSignal(reply)
