@@ -152,6 +152,11 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // 6. Unauthenticated operational endpoints.
   await app.register(healthRoutes, { models })
   await app.register(metricsRoute, { metrics })
+  // chatd_engine_sequences: what each local engine still holds, read at scrape time.
+  metrics.watchEngines(() => models.list().flatMap(m => {
+    const sequences = m.backend.activeSequences
+    return sequences === undefined ? [] : [{ model: m.id, sequences }]
+  }))
 
   // 7. The API proper, behind Bearer keys.
   await app.register(async api => {

@@ -46,6 +46,12 @@ export interface Backend {
   readonly id: string
   /** The model's context window in tokens, when known. */
   readonly contextLength?: number
+  /**
+   * Sequences the backend's own engine holds right now: waiting, in prompt
+   * processing or decoding, and cancelled ones until they have actually
+   * stopped. Absent for backends without an engine of their own (upstream).
+   */
+  readonly activeSequences?: number
   state (): BackendState
   /** Starts loading; resolves when ready or rejects when the model cannot be used. */
   load (): Promise<void>

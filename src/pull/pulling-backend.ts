@@ -50,6 +50,10 @@ export class PullingBackend implements Backend {
     return this.#inner?.contextLength
   }
 
+  get activeSequences (): number | undefined {
+    return this.#inner?.activeSequences
+  }
+
   /** The execution provider of the loaded model, once there is one. */
   get device (): string | undefined {
     return (this.#inner as { device?: string } | undefined)?.device

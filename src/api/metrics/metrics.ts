@@ -64,6 +64,25 @@ export class Metrics {
     registers: [this.registry],
   })
 
+  /** Reads each local engine's sequences at scrape time; set by watchEngines. */
+  #engines: () => Array<{ model: string; sequences: number }> = () => []
+
+  readonly engineSequences = new Gauge({
+    name: 'chatd_engine_sequences',
+    help: 'Sequences a local model\'s engine holds (waiting, in prompt processing or decoding, or cancelled and not yet stopped), by model. Back to 0 when a disconnected client\'s generation has really stopped.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.engineSequences.reset()
+      for (const { model, sequences } of this.#engines()) this.engineSequences.set({ model }, sequences)
+    },
+  })
+
+  /** Where chatd_engine_sequences reads from (the registry's local backends). */
+  watchEngines (read: () => Array<{ model: string; sequences: number }>): void {
+    this.#engines = read
+  }
+
   constructor () {
     collectDefaultMetrics({ register: this.registry, prefix: 'chatd_' })
   }

@@ -39,6 +39,12 @@ export class OnnxBackend implements Backend {
   private loading: Promise<void> | null = null
   /** Open requests by id: the worker's events for each are pushed here. */
   private readonly streams = new Map<string, Readable>()
+  /**
+   * Requests the worker has been given and has not yet finished or failed. A
+   * consumer that stops reading leaves `streams` at once, but its sequence
+   * runs until the worker sees the cancel; this set says when it has stopped.
+   */
+  private readonly inEngine = new Set<string>()
 
   constructor (opts: OnnxBackendOptions) {
     this.id = opts.id
@@ -56,6 +62,10 @@ export class OnnxBackend implements Backend {
   /** Requests being generated right now. */
   get activeRequests (): number {
     return this.streams.size
+  }
+
+  get activeSequences (): number {
+    return this.inEngine.size
   }
 
   load (): Promise<void> {
@@ -97,6 +107,7 @@ export class OnnxBackend implements Backend {
       worker.once('exit', code => {
         if (this.current.state === 'ready') this.current = { state: 'unavailable', reason: `engine worker exited (code ${code})` }
         this.failAll(new ApiError('model_unavailable', `model ${this.id} is not running`))
+        this.inEngine.clear() // a worker that has exited holds nothing
         this.worker = null
       })
     })
@@ -115,6 +126,7 @@ export class OnnxBackend implements Backend {
     this.streams.set(id, stream)
     const cancel = (): void => this.post({ type: 'cancel', id })
     signal.addEventListener('abort', cancel, { once: true })
+    this.inEngine.add(id)
     this.post({ type: 'generate', id, request })
     if (signal.aborted) cancel()
     let finished = false
@@ -136,6 +148,8 @@ export class OnnxBackend implements Backend {
 
   private onMessage (message: FromWorker): void {
     if (!('id' in message)) return
+    // The engine reports every sequence's end, cancelled ones included, as finish or error.
+    if (message.type !== 'delta') this.inEngine.delete(message.id)
     const stream = this.streams.get(message.id)
     if (!stream) return
     switch (message.type) {
