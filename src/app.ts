@@ -15,6 +15,7 @@ import { Tiers } from './accounts/tiers.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
 import { installBaselineHeaders } from './api/baseline-headers.ts'
+import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
@@ -32,7 +33,7 @@ import { loggerOptions } from './logging.ts'
 import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
-  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search'>>
+  config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
   accounts: Accounts
   models: ModelRegistry
@@ -183,6 +184,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       metrics,
       sseKeepAliveMs: config.sseKeepAliveMs,
       queueSize: config.queueSize,
+      inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS,
       search: config.search ? WebSearch.fromSettings(config.search) : undefined,
       limits,
     })

@@ -4,6 +4,7 @@
 
 import envSchema from 'env-schema'
 import { Type, type Static } from 'typebox'
+import { DEFAULT_INPUT_LIMITS, type InputLimits } from './api/chat/input-limits.ts'
 import type { UpstreamSettings } from './engine/upstream/settings.ts'
 import type { SearchSettings } from './search/web-search.ts'
 
@@ -28,6 +29,9 @@ const ConfigSchema = Type.Object({
   PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode, so a long prompt never freezes them; 0 sizes chunks from measured timings to keep a chunk within ~2.5 decode steps.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model in progress (generating or waiting) before 503 server_overloaded.' }),
   BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
+  MAX_MESSAGES: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessages, description: 'Messages per chat completion request; more gets 400 invalid_parameter (param messages).' }),
+  MAX_MESSAGE_CHARS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessageChars, description: 'Characters (code points) per message, its text parts joined; more gets 400 invalid_parameter (param messages[i].content).' }),
+  MAX_CONTENT_PARTS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxContentParts, description: 'Text parts per message when content is an array; more gets 400 invalid_parameter (param messages[i].content).' }),
   SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'How long SIGTERM waits for in-flight streams.' }),
   // --- deployment (issue 7): model download and reverse proxy ---
@@ -82,6 +86,8 @@ export interface Config {
   prefillChunk: number
   queueSize: number
   bodyLimit: number
+  /** MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_CONTENT_PARTS: the conversation's size limits. */
+  inputLimits: InputLimits
   sseKeepAliveMs: number
   shutdownGraceMs: number
   /** Base for relative model paths; undefined: the directory holding modelsFile. */
@@ -158,6 +164,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     prefillChunk: raw.PREFILL_CHUNK,
     queueSize: raw.QUEUE_SIZE,
     bodyLimit: raw.BODY_LIMIT,
+    inputLimits: { maxMessages: raw.MAX_MESSAGES, maxMessageChars: raw.MAX_MESSAGE_CHARS, maxContentParts: raw.MAX_CONTENT_PARTS },
     sseKeepAliveMs: raw.SSE_KEEPALIVE_MS,
     shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
     modelsDir: raw.MODELS_DIR,

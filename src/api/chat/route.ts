@@ -1,8 +1,8 @@
 // POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
-// validation (done by Fastify before this handler) -> model lookup -> request
-// checks -> tier limits (metering.ts) -> web search (googleSearchStatus) ->
-// prompt shaping -> backend.generate(request, signal) -> JSON or SSE -> usage
-// record.
+// validation (done by Fastify before this handler) -> size limits -> model
+// lookup -> request checks -> tier limits (metering.ts) -> web search
+// (googleSearchStatus) -> prompt shaping -> backend.generate(request, signal)
+// -> JSON or SSE -> usage record.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
@@ -14,6 +14,7 @@ import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
 import { chunkMaker, collect, completionBody, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { admitCompletion, type ChatLimits } from './metering.ts'
 import { observeGeneration } from './observe.ts'
@@ -27,6 +28,8 @@ export interface ChatRouteOptions {
   sseKeepAliveMs: number
   /** Chat completions per model that may be in progress at once (QUEUE_SIZE). */
   queueSize: number
+  /** How many messages, how long each, how many parts (MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_CONTENT_PARTS). */
+  inputLimits: InputLimits
   /** The web search for googleSearchStatus; absent when SEARCH_PROVIDER is not set. */
   search?: WebSearch
   /** Tier limits, checked before any work, and the usage records written when a request ends. */
@@ -45,7 +48,7 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
   return model
 }
 
-export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, search, limits }) => {
+export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, inputLimits, search, limits }) => {
   const admission = new Admission(queueSize)
 
   app.post('/chat/completions', {
@@ -69,6 +72,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
   }, async (request, reply) => {
     const startedAt = performance.now()
     const body = request.body
+    checkInputLimits(body, inputLimits)
     const model = resolveModel(models, body.model)
     checkRequest(body, { searchConfigured: search !== undefined })
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written

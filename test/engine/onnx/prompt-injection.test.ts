@@ -18,6 +18,8 @@ const r1Template = ChatTemplate.fromTokenizerConfig(config)
 /** The same vocabulary with no added tokens at all: the oracle for "ordinary text". */
 const r1Plain = new TextTokenizer({ ...tokenizerJson, added_tokens: [] }, config)
 
+/** The template's rendering of a conversation, as the naive encoding saw it. */
+const render = (msgs: readonly ChatMessage[]) => r1Template.render(msgs.map(m => ({ role: m.role, content: m.content }))).text
 const count = (ids: number[], id: number) => ids.filter(x => x === id).length
 const ADDED_IDS = new Set((tokenizerJson.added_tokens as Array<{ id: number }>).map(a => a.id))
 
@@ -48,10 +50,10 @@ t.test('R1 tokenizer: control-token text in messages stays ordinary text', async
   const start = ids.indexOf(R1_TOKENS.user.id) + 1
   t.same(ids.slice(start, start + attackIds.length), attackIds, 'the user message is ordinary-text ids')
   t.equal(ids[start + attackIds.length], R1_TOKENS.assistant.id, 'and the template\'s own <｜Assistant｜> follows it')
-  t.equal(r1.decode(ids), r1Template.render(messages).text, 'the ids still spell the rendered prompt')
+  t.equal(r1.decode(ids), render(messages), 'the ids still spell the rendered prompt')
 
   // The vulnerable way (rendered text straight through encode) matches the attack's tokens.
-  const naive = r1.encode(r1Template.render(messages).text, { addSpecialTokens: false })
+  const naive = r1.encode(render(messages), { addSpecialTokens: false })
   t.equal(count(naive, R1_TOKENS.eos.id), 3, 'encode() on the rendered text would have ended turns inside the messages')
 })
 
@@ -61,7 +63,7 @@ t.test('R1 tokenizer: the prompt without control-token text is exactly encode(re
   let runs = 0
   fc.assert(fc.property(messages, msgs => {
     runs++
-    const rendered = r1Template.render(msgs).text
+    const rendered = render(msgs)
     const expected = r1.encode(rendered, { addSpecialTokens: false })
     const { ids } = encodeChatPrompt(r1Template, r1, msgs)
     const quoted = msgs.map(m => ({ ...m, content: r1.quoting.quote(m.content) }))
@@ -69,7 +71,7 @@ t.test('R1 tokenizer: the prompt without control-token text is exactly encode(re
     if (!holdsControlText) return JSON.stringify(ids) === JSON.stringify(expected)
     // With control text (here: <think> or </think> built from the letters) the ids spell the
     // template's rendering of the quoted messages, with the quoted text put back.
-    return r1.decode(ids) === r1.quoting.unquote(r1Template.render(quoted).text)
+    return r1.decode(ids) === r1.quoting.unquote(render(quoted))
   }), { seed: 20240601, numRuns: 300 })
   t.comment(`${runs} conversations`)
   t.pass('fidelity holds')
