@@ -17,6 +17,7 @@ import { bearerAuth } from './api/auth.ts'
 import { installBaselineHeaders } from './api/baseline-headers.ts'
 import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { chatRoute } from './api/chat/route.ts'
+import { DrainDeadline } from './api/drain-deadline.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
 import { Metrics } from './api/metrics/metrics.ts'
@@ -35,6 +36,7 @@ import { WebSearch } from './search/web-search.ts'
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
+    & Partial<Pick<Config, 'shutdownGraceMs'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -107,7 +109,12 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // it abandoned closes its socket; close() then waited for headersTimeout to
   // reap it (about 70 s). So chatd counts the requests on each connection and,
   // when closing starts, ends every connection with none in progress.
+  //
+  // Draining lasts at most SHUTDOWN_GRACE_MS (none set: as long as it takes);
+  // then the generations still running are stopped and their replies ended
+  // with an error (drain-deadline.ts), so close() returns in bounded time.
   let closing = false
+  const drainDeadline = new DrainDeadline()
   const inProgress = new Map<Socket, number>()
   app.server.on('connection', (socket: Socket) => {
     inProgress.set(socket, 0)
@@ -120,8 +127,10 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   })
   app.addHook('preClose', async () => {
     closing = true
+    if (config.shutdownGraceMs !== undefined) drainDeadline.start(config.shutdownGraceMs)
     for (const [socket, requests] of inProgress) if (requests === 0) socket.destroy()
   })
+  app.addHook('onClose', async () => { drainDeadline.cancel() })
   app.addHook('onRequest', async () => {
     if (closing) throw new ApiError('server_overloaded', 'The server is shutting down; retry shortly.', { headers: { 'retry-after': '1' } })
   })
@@ -187,6 +196,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS,
       search: config.search ? WebSearch.fromSettings(config.search) : undefined,
       limits,
+      drainDeadline: drainDeadline.signal,
     })
     await api.register(modelsRoute, { models })
     await api.register(usageRoute, limits)

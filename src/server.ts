@@ -57,6 +57,13 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
   }
 }
 
+/**
+ * How long after SHUTDOWN_GRACE_MS the process is killed if closing still has
+ * not finished. The app itself ends what is in flight at the grace deadline
+ * (api/drain-deadline.ts); this only catches a close that hangs past it.
+ */
+const SHUTDOWN_BACKSTOP_MS = 10_000
+
 /** `chatd serve`: the whole process lifecycle. */
 export async function main (): Promise<void> {
   let config: Config
@@ -71,7 +78,7 @@ export async function main (): Promise<void> {
     }
     throw err
   }
-  closeWithGrace({ delay: config.shutdownGraceMs }, async ({ signal, err }) => {
+  closeWithGrace({ delay: config.shutdownGraceMs + SHUTDOWN_BACKSTOP_MS }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an uncaught error')
     else app.log.info({ signal }, 'shutting down: draining in-flight requests')
     await app.close()

@@ -9,7 +9,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { GenerateEvent } from '../../engine/backend.ts'
 import { unavailableError, withReasoningMode, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
-import { clientGoneSignal } from '../client-gone.ts'
+import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
@@ -20,6 +20,7 @@ import { admitCompletion, type ChatLimits } from './metering.ts'
 import { observeGeneration } from './observe.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from './schema.ts'
 import { SSE_HEADERS, SseBody } from './sse.ts'
+import { stopSignal, type StopSignal } from './stop-signal.ts'
 import type { WebSearch } from '../../search/web-search.ts'
 
 export interface ChatRouteOptions {
@@ -34,6 +35,8 @@ export interface ChatRouteOptions {
   search?: WebSearch
   /** Tier limits, checked before any work, and the usage records written when a request ends. */
   limits: ChatLimits
+  /** Aborts when the shutdown's grace period is over: generations still running stop (drain-deadline.ts). */
+  drainDeadline: AbortSignal
 }
 
 /** The model to answer with, or the ApiError saying why none can. */
@@ -48,7 +51,7 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
   return model
 }
 
-export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, inputLimits, search, limits }) => {
+export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, inputLimits, search, limits, drainDeadline }) => {
   const admission = new Admission(queueSize)
 
   app.post('/chat/completions', {
@@ -78,7 +81,8 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const meter = await admitCompletion(request, reply, limits, body, model, startedAt)
-    const signal = clientGoneSignal(reply)
+    const stop = stopSignal(reply, drainDeadline)
+    const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
     let searched: SearchDone | undefined
     try {
@@ -86,6 +90,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
         try {
           searched = await searchFor(body, search, signal)
         } catch (err) {
+          if (stop.byShutdown()) throw drainDeadlineError()
           if (signal.aborted) return reply // the client left while the search ran
           throw err
         }
@@ -111,6 +116,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     if (!body.stream) {
       const done = await collect(events)
       if (done.finishReason === 'cancelled') {
+        if (stop.byShutdown()) throw drainDeadlineError() // 503: the client is still there to be told
         // The client is gone; there is no one to answer.
         request.log.info({ model: model.id }, 'client disconnected; generation stopped')
         return reply
@@ -122,6 +128,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       includeUsage: body.stream_options?.include_usage === true,
       keepAliveMs: sseKeepAliveMs,
       metrics,
+      stop,
     })
   })
 }
@@ -138,7 +145,7 @@ async function streamCompletion (
   reply: FastifyReply,
   events: AsyncIterable<GenerateEvent>,
   meta: CompletionMeta,
-  opts: { includeUsage: boolean; keepAliveMs: number; metrics: Metrics },
+  opts: { includeUsage: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal },
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()
@@ -163,7 +170,10 @@ async function streamCompletion (
         if (event.type === 'delta') {
           if (event.content || event.reasoning) await sse.data(chunks.delta(event))
         } else {
-          if (event.reason === 'cancelled') break // the client has gone
+          if (event.reason === 'cancelled') {
+            if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event
+            break // the client has gone
+          }
           await sse.data(chunks.finish(event.reason))
           if (opts.includeUsage) await sse.data(chunks.usage(event.usage))
           await sse.data('[DONE]')
