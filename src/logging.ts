@@ -2,10 +2,13 @@
 // never reach a log line, whatever the level (trace included):
 // - header paths that carry them are replaced by pino's redaction;
 // - a request's URL is logged with its query values replaced, because a
-//   client may put a key in a query string (chatd reads keys only from the
-//   Authorization header, but the request line is logged before that is
-//   checked), and with anything shaped like a chatd key cut to its display
-//   prefix, wherever in the path it was sent.
+//   client may put a key or token in a query string (chatd reads keys only
+//   from the Authorization header, but the request line is logged before
+//   that is checked);
+// - last, every line is scanned as it is written and anything shaped like a
+//   chatd key is cut to its display prefix, wherever it came from: a key sent
+//   as a model id or inside a malformed JSON body comes back in an error
+//   message, and error messages are logged.
 
 import type { FastifyRequest, FastifyServerOptions } from 'fastify'
 
@@ -27,14 +30,18 @@ export const REDACTED_PATHS = [
 /** A chatd key's display prefix (sk-chatd- + 6) and the secret rest, which is cut. */
 const CHATD_KEY = /(sk-chatd-[A-Za-z0-9]{6})[A-Za-z0-9]+/g
 
-/** The request URL as logs show it: query values replaced, key-shaped text cut to its prefix. */
+/** A log line with every chatd key in it cut to its display prefix (the replacement keeps the JSON valid). */
+export function maskApiKeys (line: string): string {
+  return line.replace(CHATD_KEY, '$1…')
+}
+
+/** The request URL as logs show it: the path, and the query's parameter names with their values replaced. */
 export function loggableUrl (url: string): string {
   const question = url.indexOf('?')
-  const path = (question === -1 ? url : url.slice(0, question)).replace(CHATD_KEY, '$1…')
-  if (question === -1) return path
-  // Parameter names stay (they say what the client sent); their values do not.
-  const names = url.slice(question + 1).split('&').filter(Boolean).map(pair => pair.split('=')[0].replace(CHATD_KEY, '$1…'))
-  return `${path}?${names.map(name => `${name}=[Redacted]`).join('&')}`
+  if (question === -1) return url
+  // Names stay (they say what the client sent); values do not.
+  const names = url.slice(question + 1).split('&').filter(Boolean).map(pair => pair.split('=')[0])
+  return `${url.slice(0, question)}?${names.map(name => `${name}=[Redacted]`).join('&')}`
 }
 
 /** Fastify's own request serializer, with the URL made loggable. */
@@ -54,6 +61,7 @@ export function loggerOptions (level: string, stream?: NodeJS.WritableStream): F
     level,
     redact: REDACTED_PATHS,
     serializers: { req: loggableRequest as (req: unknown) => Record<string, unknown> },
+    hooks: { streamWrite: maskApiKeys },
     ...(stream ? { stream } : {}),
   }
 }
