@@ -91,6 +91,9 @@ export function sample(
 
   const best = argmax(logits, n);
   if (!(temperature > 0) || topK === 1) return best;
+  // Below ~5e-307, 1/T overflows: every gap scales to Infinity and the top token's own (0 * Inf)
+  // to NaN, so no token would have any weight. Sampling at T -> 0 is greedy decoding anyway.
+  if (!Number.isFinite((Math.LOG2E * STEPS_PER_BIT) / temperature)) return best;
   const max = logits[best];
   // An infinite or all-NaN/-Infinity row has no distribution to sample: fall back to greedy.
   if (!Number.isFinite(max)) return best;
