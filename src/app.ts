@@ -12,6 +12,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { Accounts } from './accounts/accounts.ts'
 import { Sessions } from './accounts/sessions.ts'
 import { Tiers } from './accounts/tiers.ts'
+import { drainUsage, logUnwrittenUsage } from './accounts/unwritten-usage.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
 import { installBaselineHeaders } from './api/baseline-headers.ts'
@@ -20,6 +21,7 @@ import { chatRoute } from './api/chat/route.ts'
 import { DrainDeadline } from './api/drain-deadline.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
+import { installJsonBodyParser } from './api/json-body.ts'
 import { Metrics } from './api/metrics/metrics.ts'
 import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
@@ -46,6 +48,12 @@ export interface AppOptions {
    * with the app.
    */
   limiter?: Limiter
+  /**
+   * The usage records the chat route writes. By default made here over
+   * accounts.database and drained when the app closes; a caller that passes
+   * its own drains it (server.ts does, before it closes the database).
+   */
+  usage?: UsageRecords
   /** Overrides the logger built from config.logLevel (tests pass false). */
   logger?: FastifyServerOptions['logger']
   /** Where the built-in logger writes; stdout by default. */
@@ -62,7 +70,6 @@ function trustProxyOption (value: boolean | number | string[]): boolean | string
 export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
   const metrics = opts.metrics ?? new Metrics()
-  const usage = new UsageRecords(accounts.database)
   // Read before anything opens, so a bad tiers file stops the start with its message.
   const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? 'tiers.json')
 
@@ -82,6 +89,9 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       },
     },
   }).withTypeProvider<TypeBoxTypeProvider>()
+
+  const usage = opts.usage ?? new UsageRecords(accounts.database, { outbox: { onGiveUp: (row, reason) => logUnwrittenUsage(app.log, row, reason) } })
+  if (!opts.usage) app.addHook('onClose', () => drainUsage(usage, app.log))
 
   if (opts.onRoute) app.addHook('onRoute', opts.onRoute)
 
@@ -173,6 +183,8 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     // The API speaks JSON only; without this, Fastify's text/plain parser would
     // turn a plain-text body into a confusing validation error instead of 415.
     api.removeContentTypeParser('text/plain')
+    // JSON refusals that say what is wrong: where the syntax breaks, or which key is refused.
+    installJsonBodyParser(api)
     api.decorateRequest('account', null)
     api.decorateRequest('apiKeyPrefix', null)
     api.addHook('onRequest', bearerAuth(accounts))

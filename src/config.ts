@@ -16,6 +16,7 @@ const ConfigSchema = Type.Object({
     default: 'sqlite://data/chatd.db',
     description: 'sqlite://<path> (path is everything after sqlite://, relative or absolute) or postgres://...',
   }),
+  DATABASE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'PostgreSQL: the longest one connection attempt or one query may take before the request gets 503 database_unavailable.' }),
   MODELS_FILE: Type.String({ minLength: 1, default: 'models/models.json' }),
   LOG_LEVEL: Type.Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { default: 'info' }),
   CHATD_ADMIN_KEY: Type.Optional(Type.String({
@@ -76,6 +77,8 @@ export interface Config {
   host: string
   /** Parsed DATABASE_URL. */
   database: { kind: 'sqlite'; path: string } | { kind: 'postgres'; url: string }
+  /** DATABASE_TIMEOUT_MS: bounds connecting to PostgreSQL and each query. */
+  databaseTimeoutMs: number
   modelsFile: string
   logLevel: RawConfig['LOG_LEVEL']
   adminKey?: string
@@ -154,6 +157,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     port: raw.PORT,
     host: raw.HOST,
     database: parseDatabaseUrl(raw.DATABASE_URL),
+    databaseTimeoutMs: raw.DATABASE_TIMEOUT_MS,
     modelsFile: raw.MODELS_FILE,
     logLevel: raw.LOG_LEVEL,
     adminKey: raw.CHATD_ADMIN_KEY,

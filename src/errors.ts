@@ -18,6 +18,7 @@ export const ERROR_TABLE = {
   allowance_exhausted: { status: 429, type: 'rate_limit_error' },
   server_overloaded: { status: 503, type: 'server_error' },
   limits_unavailable: { status: 503, type: 'server_error' },
+  database_unavailable: { status: 503, type: 'server_error' },
   model_unavailable: { status: 503, type: 'server_error' },
   upstream_error: { status: 502, type: 'server_error' },
   upstream_timeout: { status: 504, type: 'server_error' },

@@ -7,6 +7,8 @@ import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 import { Accounts } from './accounts/accounts.ts'
 import { ensureAdminAccount } from './accounts/bootstrap.ts'
+import { drainUsage, logUnwrittenUsage } from './accounts/unwritten-usage.ts'
+import { UsageRecords } from './accounts/usage-records.ts'
 import { buildApp, type AppOptions } from './app.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelRegistry, ModelsFileError, type BackendFactories } from './engine/registry.ts'
@@ -27,7 +29,9 @@ export interface StartOptions {
 /** Opens everything and listens. Closing the returned app closes the models and the database too. */
 export async function startServer (config: Config, opts: StartOptions = {}): Promise<FastifyInstance> {
   const print = opts.print ?? (text => { process.stdout.write(text) })
-  const db = await openMigratedDatabase(config.database)
+  // The pool's idle-connection errors (the database restarted) are logged once the app's logger exists.
+  let noteIdleError = (_err: Error): void => {}
+  const db = await openMigratedDatabase(config.database, { timeoutMs: config.databaseTimeoutMs, onIdleError: err => noteIdleError(err) })
   let models: ModelRegistry | undefined
   try {
     const accounts = new Accounts(db)
@@ -39,10 +43,16 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
         : `\nCreated admin account ${admin.email}. Its API key (shown only now, keep it):\n\n    ${admin.key}\n\n`)
     }
     models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: opts.factories })
-    const app = await buildApp({ config, accounts, models, logger: opts.logger, logStream: opts.logStream })
+    // Made here, not in buildApp, so the rows it still holds are drained before the database closes.
+    let log: FastifyInstance['log'] | undefined
+    const usage = new UsageRecords(db, { outbox: { onGiveUp: (row, reason) => { if (log) logUnwrittenUsage(log, row, reason) } } })
+    const app = await buildApp({ config, accounts, models, usage, logger: opts.logger, logStream: opts.logStream })
+    log = app.log
+    noteIdleError = err => app.log.warn({ err: err.message }, 'a pooled database connection was lost; the next query opens a new one')
     const registry = models
     // Runs after Fastify has stopped listening and the in-flight requests have ended.
     app.addHook('onClose', async () => {
+      await drainUsage(usage, app.log)
       await registry.close()
       await db.destroy()
     })

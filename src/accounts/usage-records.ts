@@ -5,7 +5,9 @@
 // allowance counter after a restart.
 
 import type { Db } from '../store/database.ts'
-import type { UsageStatus } from '../store/schema.ts'
+import type { NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
+import { isDatabaseUnavailable } from '../store/unavailable.ts'
+import { UsageOutbox, type OutboxOptions } from './usage-outbox.ts'
 
 export interface UsageRecord {
   accountId: number
@@ -18,6 +20,8 @@ export interface UsageRecord {
   latencyMs: number
   /** When the request ended; now by default. */
   at?: Date
+  /** The chat completion's id; a second write of the same id is ignored. */
+  requestId?: string
 }
 
 export interface DailyUsage {
@@ -47,13 +51,20 @@ export const BILLABLE_STATUSES: UsageStatus[] = ['completed', 'cancelled']
 
 export class UsageRecords {
   readonly #db: Db
+  readonly #outbox: UsageOutbox
 
-  constructor (db: Db) {
+  /** `outbox`: how rows that met a database outage are retried (usage-outbox.ts). */
+  constructor (db: Db, opts: { outbox?: OutboxOptions } = {}) {
     this.#db = db
+    this.#outbox = new UsageOutbox(row => this.#insert(row), opts.outbox)
   }
 
-  async record (r: UsageRecord): Promise<void> {
-    await this.#db.insertInto('usage_records').values({
+  /**
+   * Writes the row. When the database is unavailable the row is kept and
+   * written once it is back ('queued'); any other failure throws.
+   */
+  async record (r: UsageRecord): Promise<'written' | 'queued'> {
+    const row: NewUsageRecordRow = {
       account_id: r.accountId,
       key_prefix: r.keyPrefix,
       model: r.model,
@@ -63,7 +74,33 @@ export class UsageRecords {
       error_code: r.errorCode,
       latency_ms: Math.round(r.latencyMs),
       created_at: (r.at ?? new Date()).toISOString(),
-    }).execute()
+      request_id: r.requestId ?? null,
+    }
+    try {
+      await this.#insert(row)
+      return 'written'
+    } catch (err) {
+      if (!isDatabaseUnavailable(err)) throw err
+      this.#outbox.add(row)
+      return 'queued'
+    }
+  }
+
+  async #insert (row: NewUsageRecordRow): Promise<void> {
+    // A retry of a row whose first insert did commit (only its answer was lost) changes nothing.
+    await this.#db.insertInto('usage_records').values(row)
+      .onConflict(oc => oc.column('request_id').doNothing())
+      .execute()
+  }
+
+  /** Rows waiting for the database to come back. */
+  get pending (): number {
+    return this.#outbox.size
+  }
+
+  /** At shutdown: tries the waiting rows for up to `timeoutMs`; returns those still unwritten. */
+  drain (timeoutMs: number): Promise<NewUsageRecordRow[]> {
+    return this.#outbox.drain(timeoutMs)
   }
 
   /** Billable calls since `since` (the start of the month): what the allowance counter starts from. */

@@ -5,6 +5,8 @@
 
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, type ErrorCode } from '../errors.ts'
+import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
+import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import type { Metrics } from './metrics/metrics.ts'
 
 interface ValidationIssue {
@@ -93,6 +95,9 @@ export function toApiError (err: FastifyError | Error): ApiError {
   if (fastifyError.statusCode !== undefined && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
     return new ApiError('invalid_parameter', err.message)
   }
+  // A store that is down (restarting, unreachable) is an outage to wait out, not a bug: 503 with Retry-After.
+  if (isDatabaseUnavailable(err)) return databaseUnavailableError(err)
+  if (isRedisUnavailable(err)) return limitsUnavailableError(err)
   return new ApiError('internal_error', 'The server had an error while processing the request.')
 }
 
@@ -105,8 +110,8 @@ export function installErrorHandling (app: FastifyInstance, metrics: Metrics): v
     const apiError = toApiError(err)
     // Unexpected failures get the stack; refusals the API expects (overloaded,
     // model unavailable, bad input) are one line.
-    if (!(err instanceof ApiError) && apiError.status >= 500) request.log.error({ err }, 'request failed')
-    else if (apiError.status >= 500) request.log.warn({ code: apiError.code }, apiError.message)
+    if (apiError.code === 'internal_error' && !(err instanceof ApiError)) request.log.error({ err }, 'request failed')
+    else if (apiError.status >= 500) request.log.warn({ code: apiError.code, cause: err instanceof ApiError ? undefined : err.message }, apiError.message)
     else request.log.info({ code: apiError.code, param: apiError.param }, apiError.message)
     metrics.errors.inc({ code: apiError.code })
     return sendApiError(reply, apiError)

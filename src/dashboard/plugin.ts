@@ -28,8 +28,11 @@ import type { Account, Accounts } from '../accounts/accounts.ts'
 import type { Sessions } from '../accounts/sessions.ts'
 import type { UsageRecords } from '../accounts/usage-records.ts'
 import type { Config } from '../config.ts'
+import { ApiError } from '../errors.ts'
 import type { Limiter } from '../limits/limiter.ts'
+import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import type { Db } from '../store/database.ts'
+import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import { sharedSetting } from '../store/settings.ts'
 import { csrfProtection } from './csrf.ts'
 import { accountRoutes } from './routes/account.ts'
@@ -59,8 +62,16 @@ declare module 'fastify' {
 const HERE = import.meta.dirname
 
 /** The page for an error: 4xx messages are the user's to read; 5xx ones are not shown. */
-function errorPage (err: FastifyError): { status: number; title: string; message: string } {
-  const status = err.statusCode && err.statusCode >= 400 ? err.statusCode : 500
+function errorPage (err: FastifyError): { status: number; title: string; message: string; headers?: Record<string, string> } {
+  // The database or Redis being down (restarting, unreachable) is an outage to wait
+  // out: 503 with Retry-After, as the API answers, rather than a 500 page. A log-in
+  // whose throttle cannot count is refused too, never let through uncounted.
+  const outage = err instanceof ApiError ? (err.status === 503 ? err : undefined)
+    : isDatabaseUnavailable(err) ? databaseUnavailableError(err)
+      : isRedisUnavailable(err) ? limitsUnavailableError(err)
+        : undefined
+  if (outage) return { status: 503, title: 'Temporarily unavailable', message: 'The service cannot reach its storage right now. Try again in a moment.', headers: outage.headers }
+  const status = err instanceof ApiError ? err.status : err.statusCode && err.statusCode >= 400 ? err.statusCode : 500
   if (err.code === 'FST_CSRF_INVALID_TOKEN' || err.code === 'FST_CSRF_MISSING_SECRET') {
     return { status: 403, title: 'Form expired', message: 'This form was not sent from this site, or it has expired. Go back, reload the page and try again.' }
   }
@@ -109,9 +120,10 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
 
   app.setErrorHandler(async (err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     const page = errorPage(err)
-    if (page.status >= 500) request.log.error({ err }, 'dashboard request failed')
+    if (page.status === 503) request.log.warn({ cause: err.message }, 'dashboard request refused: storage unavailable')
+    else if (page.status >= 500) request.log.error({ err }, 'dashboard request failed')
     else request.log.info({ code: err.code, status: page.status }, err.message)
-    return reply.code(page.status).view('error', { title: page.title, message: page.message, user: request.user })
+    return reply.code(page.status).headers(page.headers ?? {}).view('error', { title: page.title, message: page.message, user: request.user })
   })
 
   // Fastify hands the register options (prefix included) to the plugin; pass on only ours,

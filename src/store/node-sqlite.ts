@@ -46,6 +46,11 @@ export class NodeSqliteDatabase implements SqliteDatabase {
     // WAL lets the CLI write keys while a server reads; busy_timeout makes the
     // rare write-write overlap wait instead of failing with SQLITE_BUSY.
     this.#db.exec('PRAGMA journal_mode = WAL')
+    // FULL (SQLite's default here, set so it stays deliberate): every commit syncs the
+    // WAL, so a committed usage row or key survives power loss, not only a crash of
+    // this process (which WAL survives at any setting: the write has reached the OS).
+    // NORMAL would save one fsync per commit and may lose the last commits on power loss.
+    this.#db.exec('PRAGMA synchronous = FULL')
     this.#db.exec('PRAGMA busy_timeout = 5000')
     this.#db.exec('PRAGMA foreign_keys = ON')
   }

@@ -51,6 +51,8 @@ export interface UsageRecordsTable {
   latency_ms: number
   /** When the request ended. */
   created_at: string
+  /** The chat completion's id (chatcmpl-…), unique; null on rows older than migration 003. */
+  request_id: string | null
 }
 
 export interface SettingsTable {

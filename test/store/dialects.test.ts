@@ -18,11 +18,11 @@ onEachDatabase(t, 'migrations create every table with the same columns; running 
   t.same(columns.accounts, ['id', 'email', 'tier', 'is_admin', 'password_hash', 'created_at'])
   t.same(columns.api_keys, ['id', 'account_id', 'name', 'prefix', 'hash', 'created_at', 'last_used_at', 'revoked_at'])
   t.same(columns.sessions, ['id', 'account_id', 'token_hash', 'created_at', 'expires_at'])
-  t.same(columns.usage_records, ['id', 'account_id', 'key_prefix', 'model', 'prompt_tokens', 'completion_tokens', 'status', 'error_code', 'latency_ms', 'created_at'])
+  t.same(columns.usage_records, ['id', 'account_id', 'key_prefix', 'model', 'prompt_tokens', 'completion_tokens', 'status', 'error_code', 'latency_ms', 'created_at', 'request_id'])
   t.same(columns.settings, ['name', 'value'])
   await migrateToLatest(db)
   const { rows } = await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(db)
-  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings'])
+  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id'])
 })
 
 onEachDatabase(t, 'ids, defaults, booleans and counts read back as the code expects', async (t, db) => {

@@ -16,9 +16,14 @@ export interface CompletionMeta {
   searchResults?: SearchResultItem[]
 }
 
-export function newCompletionMeta (model: string, systemFingerprint: string, searchResults?: SearchResult[]): CompletionMeta {
+/** A chat completion's id; made at admission, so the usage row and the response carry the same one. */
+export function newCompletionId (): string {
+  return 'chatcmpl-' + randomBytes(18).toString('base64url')
+}
+
+export function newCompletionMeta (model: string, systemFingerprint: string, searchResults?: SearchResult[], id = newCompletionId()): CompletionMeta {
   return {
-    id: 'chatcmpl-' + randomBytes(18).toString('base64url'),
+    id,
     created: Math.floor(Date.now() / 1000),
     model,
     systemFingerprint,

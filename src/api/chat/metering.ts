@@ -107,6 +107,8 @@ export async function admitCompletion (
   body: ChatCompletionRequest,
   model: RegisteredModel,
   startedAt: number,
+  /** The completion's id, stored on its usage row. */
+  completionId?: string,
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
@@ -125,7 +127,7 @@ export async function admitCompletion (
     const failed = ending.status === 'failed'
     const tokens = ending.usage ? ending.usage.total_tokens : ending.produced ? null : 0
     try {
-      await Promise.all([
+      const [, written] = await Promise.all([
         permit.settle(tokens, failed),
         limits.usage.record({
           accountId: account.id,
@@ -136,8 +138,10 @@ export async function admitCompletion (
           status: ending.status,
           errorCode: ending.errorCode ?? null,
           latencyMs: performance.now() - startedAt,
+          requestId: completionId,
         }),
       ])
+      if (written === 'queued') request.log.warn({ completionId }, 'the database is unavailable; the usage row is kept and written when it is back')
     } catch (err) {
       // The reply itself is fine; losing its usage row or settlement is logged, not turned into an error.
       request.log.error({ err }, 'recording usage failed')

@@ -13,7 +13,7 @@ import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
-import { chunkMaker, collect, completionBody, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { chunkMaker, collect, completionBody, newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { admitCompletion, type ChatLimits } from './metering.ts'
@@ -80,7 +80,8 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     checkRequest(body, { searchConfigured: search !== undefined })
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
-    const meter = await admitCompletion(request, reply, limits, body, model, startedAt)
+    const completionId = newCompletionId()
+    const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
@@ -111,7 +112,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       await meter.fail(err)
       throw err
     }
-    const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results)
+    const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results, completionId)
 
     if (!body.stream) {
       const done = await collect(events)

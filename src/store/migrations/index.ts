@@ -5,8 +5,10 @@
 import type { Migration } from 'kysely'
 import { accountsAndKeys } from './001-accounts-and-keys.ts'
 import { sessionsUsageSettings } from './002-sessions-usage-settings.ts'
+import { usageRequestId } from './003-usage-request-id.ts'
 
 export const migrations: Record<string, Migration> = {
   '001-accounts-and-keys': accountsAndKeys,
   '002-sessions-usage-settings': sessionsUsageSettings,
+  '003-usage-request-id': usageRequestId,
 }
