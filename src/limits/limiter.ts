@@ -13,6 +13,7 @@ import { ApiError } from '../errors.ts'
 import { monthOf, type Month } from './calendar.ts'
 import { rateLimitHeaders, retryAfterHeaders } from './headers.ts'
 import type { LimitStore, Rules, Usage } from './store.ts'
+import { limitsUnavailableError } from './unavailable.ts'
 
 export interface CompletionAsk {
   model: string
@@ -44,9 +45,12 @@ async function fromStore<T> (work: Promise<T>): Promise<T> {
   try {
     return await work
   } catch (err) {
-    throw Object.assign(new ApiError('limits_unavailable', 'Rate limits cannot be checked right now; retry shortly.', { headers: { 'retry-after': '1' } }), { cause: err })
+    throw limitsUnavailableError(err)
   }
 }
+
+/** How long after a failure of the store headersFor() leaves it alone. */
+const STORE_DOWN_SKIP_MS = 1000
 
 const rulesOf = (tier: Tier): Rules => ({
   requestsPerMinute: tier.requestsPerMinute,
@@ -88,6 +92,8 @@ export class Limiter {
   readonly store: LimitStore
   readonly #usage: UsageRecords
   readonly #now: () => number
+  /** Until when headersFor() does not ask the store, which has just failed. */
+  #storeDownUntil = 0
 
   constructor (opts: { tiers: Tiers; store: LimitStore; usage: UsageRecords; now?: () => number }) {
     this.tiers = opts.tiers
@@ -124,11 +130,11 @@ export class Limiter {
     const month = monthOf(this.#now())
     const requestId = randomUUID()
     const request = { accountId: account.id, requestId, tokens: reserve, rules: rulesOf(tier), month }
-    let result = await fromStore(this.store.admit(request))
+    let result = await this.#fromStore(this.store.admit(request))
     if (result.outcome === 'needs-seed') {
       // The month's counter does not exist yet (new month, restart, flushed Redis): start it from the records.
       const monthSeed = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
-      result = await fromStore(this.store.admit({ ...request, monthSeed }))
+      result = await this.#fromStore(this.store.admit({ ...request, monthSeed }))
       if (result.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
     }
 
@@ -158,18 +164,34 @@ export class Limiter {
     })
   }
 
-  /** The x-ratelimit-* headers for a response that counts nothing (models, usage, refusals before the limits). */
+  /**
+   * The x-ratelimit-* headers for a response that counts nothing (models,
+   * usage, refusals before the limits). Only informative, so for a moment after
+   * the store failed they are not asked for at all: a refusal for an
+   * unreachable Redis would otherwise wait on it a second time for its headers.
+   */
   async headersFor (account: Account): Promise<Record<string, string>> {
     const tier = this.tierOf(account)
     if (tier.requestsPerMinute === null && tier.tokensPerMinute === null) return {}
-    return rateLimitHeaders(tier, await fromStore(this.store.peek(account.id, monthOf(this.#now()))))
+    if (this.#now() < this.#storeDownUntil) throw limitsUnavailableError()
+    return rateLimitHeaders(tier, await this.#fromStore(this.store.peek(account.id, monthOf(this.#now()))))
+  }
+
+  /** fromStore, remembering a failure so headersFor can skip the store for a moment. */
+  async #fromStore<T> (work: Promise<T>): Promise<T> {
+    try {
+      return await fromStore(work)
+    } catch (err) {
+      this.#storeDownUntil = this.#now() + STORE_DOWN_SKIP_MS
+      throw err
+    }
   }
 
   /** The account's tier, what it has used and what is left, without counting anything. */
   async limitsOf (account: Account): Promise<AccountLimits> {
     const tier = this.tierOf(account)
     const month = monthOf(this.#now())
-    const usage = await fromStore(this.store.peek(account.id, month))
+    const usage = await this.#fromStore(this.store.peek(account.id, month))
     if (usage.calls === null) usage.calls = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
     return {
       tier,

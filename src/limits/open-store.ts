@@ -16,6 +16,9 @@ export interface OpenedLimits {
   close (): Promise<void>
 }
 
+/** The longest pause between two attempts to reconnect to Redis. */
+export const RECONNECT_MAX_MS = 1000
+
 /** Connects to REDIS_URL, failing within seconds (and without echoing the URL's password) when it cannot. */
 export async function connectRedis (url: string): Promise<Redis> {
   const redis = new Redis(url, {
@@ -24,6 +27,13 @@ export async function connectRedis (url: string): Promise<Redis> {
     commandTimeout: 2000,
     maxRetriesPerRequest: 1,
     connectTimeout: 5000,
+    // While the connection is down (Redis restarting), a command fails at once
+    // instead of waiting in a queue for the next reconnect attempt (up to 2 s
+    // apart): the request gets its 503 and Retry-After without delay.
+    enableOfflineQueue: false,
+    // Reconnect at least every second: ioredis's default backs off to 5 s, so after
+    // a Redis restart every request would still be refused for up to 5 s more.
+    retryStrategy: times => Math.min(50 * 2 ** (times - 1), RECONNECT_MAX_MS) + Math.floor(Math.random() * 100),
   })
   // Without a listener ioredis reports each reconnect attempt as an unhandled error event.
   redis.on('error', () => {})
