@@ -44,11 +44,15 @@ export function loggableUrl (url: string): string {
   return `${url.slice(0, question)}?${names.map(name => `${name}=[Redacted]`).join('&')}`
 }
 
-/** Fastify's own request serializer, with the URL made loggable. */
-function loggableRequest (request: FastifyRequest): Record<string, unknown> {
+/**
+ * Fastify's own request serializer, with the URL made loggable. Pino applies
+ * it to any `req` a log call passes, not only Fastify's requests, so it takes
+ * whatever it gets and never throws.
+ */
+function loggableRequest (request: Partial<FastifyRequest>): Record<string, unknown> {
   return {
     method: request.method,
-    url: loggableUrl(request.url),
+    url: typeof request.url === 'string' ? loggableUrl(request.url) : undefined,
     version: request.headers?.['accept-version'],
     host: request.host,
     remoteAddress: request.ip,
