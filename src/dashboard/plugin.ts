@@ -70,7 +70,7 @@ function errorPage (err: FastifyError): { status: number; title: string; message
     : isDatabaseUnavailable(err) ? databaseUnavailableError(err)
       : isRedisUnavailable(err) ? limitsUnavailableError(err)
         : undefined
-  if (outage) return { status: 503, title: 'Temporarily unavailable', message: 'The service cannot reach its storage right now. Try again in a moment.', headers: outage.headers }
+  if (outage) return { status: 503, title: 'Temporarily unavailable', message: 'This page cannot be served right now (the server is restarting, or cannot reach its storage). Try again in a moment.', headers: outage.headers }
   const status = err instanceof ApiError ? err.status : err.statusCode && err.statusCode >= 400 ? err.statusCode : 500
   if (err.code === 'FST_CSRF_INVALID_TOKEN' || err.code === 'FST_CSRF_MISSING_SECRET') {
     return { status: 403, title: 'Form expired', message: 'This form was not sent from this site, or it has expired. Go back, reload the page and try again.' }
