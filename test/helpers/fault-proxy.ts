@@ -55,6 +55,11 @@ export async function faultProxy (t: Test, target: { host: string; port: number 
     accepted++
     track(client)
     client.on('error', () => {})
+    if (mode === 'down') {
+      // Accepted in the instant before the port closed: refused all the same.
+      client.resetAndDestroy()
+      return
+    }
     if (mode === 'blackhole') {
       client.pause() // accepted, never answered
       return
