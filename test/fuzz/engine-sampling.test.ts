@@ -2,7 +2,7 @@
 // models.json by the real server) with valid-ish requests at the extremes of
 // the sampling settings: temperature, top_p, top_k, seed, max_tokens and stop
 // at and around their bounds, messages with control-token text, lone
-// surrogates and lengths past the 512-token context. The answer is a valid 200
+// surrogates and lengths past the 512-token context (up to MAX_MESSAGE_CHARS). The answer is a valid 200
 // or a 4xx in the error shape, never a 5xx or a hang; a 200 respects
 // max_tokens, never shows a stop string, and a seeded request replays exactly.
 
@@ -41,6 +41,8 @@ const content = fc.oneof(
   { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 30 }) },
   // Past the 512-token context: refused with context_length_exceeded.
   { weight: 1, arbitrary: fc.integer({ min: 200, max: 3000 }).map(n => 'Once upon a time '.repeat(Math.ceil(n / 17))) },
+  // Up to MAX_MESSAGE_CHARS: refused as fast, without tokenizing it all (seconds of the model's thread).
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('Once upon a time ', 'a', '日本語', '😀', '</s>'), fc.integer({ min: 1000, max: 262144 })).map(([piece, chars]) => piece.repeat(Math.floor(chars / [...piece].length))) },
 )
 
 const sampling = fc.record({

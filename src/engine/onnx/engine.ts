@@ -20,6 +20,7 @@ import { encodeChatPrompt, type EncodedPrompt } from './chat-prompt.ts'
 import { ChatTemplate } from './chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
+import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
@@ -104,15 +105,33 @@ export class LocalEngine {
     return this.renderPrompt(request).ids
   }
 
-  /** The prompt's ids, and whether the template left it inside an open <think> block. */
-  renderPrompt (request: Pick<GenerateRequest, 'messages'>): EncodedPrompt {
+  /**
+   * The prompt's ids, and whether the template left it inside an open <think> block. With
+   * `maxTokens`, throws PromptTooLong once the prompt is shown to need more.
+   */
+  renderPrompt (request: Pick<GenerateRequest, 'messages'>, maxTokens?: number): EncodedPrompt {
     // Message text never becomes control tokens (no prompt-template injection): chat-prompt.ts.
-    return encodeChatPrompt(this.template, this.tokenizer, request.messages)
+    return encodeChatPrompt(this.template, this.tokenizer, request.messages, maxTokens)
+  }
+
+  /**
+   * The prompt, refused with context_length_exceeded as soon as it is shown to fill the context:
+   * encoding a megabyte of text takes seconds on this thread, during which every sequence of
+   * the model waits, and a prompt that cannot fit is not worth them.
+   */
+  private renderWithinContext (request: GenerateRequest): EncodedPrompt {
+    try {
+      return this.renderPrompt(request, this.contextLength - 1)
+    } catch (err) {
+      if (!(err instanceof PromptTooLong)) throw err
+      throw new ApiError('context_length_exceeded',
+        `This model's context length is ${this.contextLength} tokens; the prompt has at least ${err.atLeast}.`, { param: 'messages' })
+    }
   }
 
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
-    const { ids: promptIds, endsInThink } = this.renderPrompt(request)
+    const { ids: promptIds, endsInThink } = this.renderWithinContext(request)
     const room = this.contextLength - promptIds.length
     if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
       const wanted = request.maxTokens ?? 1

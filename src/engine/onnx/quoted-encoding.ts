@@ -52,6 +52,44 @@ export class AddedTokenTable {
   }
 }
 
+/** Thrown when the prompt is shown to need more than the caller's limit before all of it is encoded. */
+export class PromptTooLong extends Error {
+  /** A lower bound on the prompt's token count, above the limit. */
+  readonly atLeast: number;
+
+  constructor(atLeast: number) {
+    super(`the prompt has at least ${atLeast} tokens`);
+    this.name = 'PromptTooLong';
+    this.atLeast = atLeast;
+  }
+}
+
+/**
+ * The most characters one token of the model can stand for, when the model is the library's BPE:
+ * every token it emits is a vocabulary entry, a byte-fallback byte (a character is at least one
+ * byte) or the unknown token for one symbol (one code point, at most 2 UTF-16 units). A piece of
+ * n characters therefore costs at least ceil(n / this) tokens. Undefined for other models
+ * (WordPiece, for one, may turn a whole word into one unknown token) and for BPE with word
+ * suffixes, where no bound is used.
+ */
+export function longestTokenChars(inner: Tokenizer, table: AddedTokenTable): number | undefined {
+  const model = inner.model;
+  const config = model?.config as { type?: string; end_of_word_suffix?: string | null; continuing_subword_suffix?: string | null } | undefined;
+  if (!model || config?.type !== 'BPE' || config.end_of_word_suffix || config.continuing_subword_suffix) return undefined;
+  const added = new Set([...table.byText.values()].map((t) => t.id));
+  let longest = 2;
+  model.vocab.forEach((token: string, id: number) => {
+    if (!added.has(id) && typeof token === 'string' && token.length > longest) longest = token.length;
+  });
+  return longest;
+}
+
+/** How encodeQuoted may stop early: at more than `maxTokens`, proven with `longestTokenChars`. */
+export interface EncodeLimit {
+  maxTokens: number;
+  longestTokenChars: number | undefined;
+}
+
 /** The two pre-normalization steps of the library, read from tokenizer_config.json. */
 export interface LegacyTextOptions {
   removeSpace: boolean;
@@ -64,6 +102,7 @@ export function encodeQuoted(
   options: LegacyTextOptions,
   text: string,
   quoting: ContentQuoting,
+  limit?: EncodeLimit,
 ): number[] {
   const sections = stripAroundTokens(table, table.rawSplitter.split(text));
   const ids: number[] = [];
@@ -78,6 +117,13 @@ export function encodeQuoted(
         continue;
       }
       const words = inner.pre_tokenizer !== null ? inner.pre_tokenizer(part.text, { section_index: sectionIndex }) : [part.text];
+      // BPE on one long piece is the costly step (seconds for a megabyte without word breaks):
+      // a prompt that cannot fit is refused before it is spent.
+      if (limit?.longestTokenChars !== undefined) {
+        let atLeast = ids.length;
+        for (const word of words) atLeast += Math.ceil(word.length / limit.longestTokenChars);
+        if (atLeast > limit.maxTokens) throw new PromptTooLong(atLeast);
+      }
       for (const token of inner.model!(words)) {
         const id = table.byText.get(token)?.id ?? inner.model!.tokens_to_ids.get(token) ?? inner.model!.unk_token_id;
         // Only a vocabulary without an unknown token and without byte coverage can miss; the
@@ -85,7 +131,10 @@ export function encodeQuoted(
         if (id !== undefined) ids.push(id);
       }
     }
+    if (limit !== undefined && ids.length > limit.maxTokens) throw new PromptTooLong(ids.length);
   });
+  // The template's own tokens after the last stretch of text count too.
+  if (limit !== undefined && ids.length > limit.maxTokens) throw new PromptTooLong(ids.length);
   return ids;
 }
 

@@ -12,7 +12,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ContentQuoting } from './content-quoting.ts';
-import { AddedTokenTable, encodeQuoted, type LegacyTextOptions } from './quoted-encoding.ts';
+import { AddedTokenTable, encodeQuoted, longestTokenChars, type LegacyTextOptions } from './quoted-encoding.ts';
 
 export interface EncodeOptions {
   /** Let the post-processor add BOS/EOS etc. Default true (the library's default). Use false for
@@ -92,6 +92,7 @@ export class TextTokenizer {
   #inner: Tokenizer;
   #addedTokens: AddedTokenTable;
   #legacyText: LegacyTextOptions;
+  #longestTokenChars: number | undefined;
 
   /**
    * @param tokenizerJson parsed tokenizer.json
@@ -135,15 +136,20 @@ export class TextTokenizer {
     this.#addedTokens = new AddedTokenTable(this.#inner);
     this.#legacyText = { removeSpace: cfg.remove_space === true, lowercaseAndRemoveAccents: cfg.do_lowercase_and_remove_accent === true };
     this.quoting = new ContentQuoting(this.#addedTokens.matchableTexts);
+    this.#longestTokenChars = longestTokenChars(this.#inner, this.#addedTokens);
   }
 
   /**
    * Encodes a prompt rendered from messages quoted with `this.quoting`, without adding special
    * tokens: the added tokens written by the template become their ids, the messages' text becomes
    * ordinary-text ids even where it spells an added token (see quoted-encoding.ts).
+   *
+   * With `maxTokens`, throws PromptTooLong as soon as the prompt is shown to need more tokens
+   * than that, often before the costly part of encoding a long text.
    */
-  encodeQuoted(text: string): number[] {
-    return encodeQuoted(this.#inner, this.#addedTokens, this.#legacyText, text, this.quoting);
+  encodeQuoted(text: string, maxTokens?: number): number[] {
+    const limit = maxTokens === undefined ? undefined : { maxTokens, longestTokenChars: this.#longestTokenChars };
+    return encodeQuoted(this.#inner, this.#addedTokens, this.#legacyText, text, this.quoting, limit);
   }
 
   encode(text: string, options: EncodeOptions = {}): number[] {
