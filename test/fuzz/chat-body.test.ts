@@ -75,6 +75,27 @@ t.test('arbitrary JSON values as the body', async t => {
   })
 })
 
+t.test('valid bodies on a tight tier: 200 or 429 with Retry-After, the limiter never fails', async t => {
+  // Token budgets and the per-request cap meet max_tokens up to 1e20, wordcount budgets and huge prompts.
+  const tight = await buildTestApp(t, {
+    tier: 'tight',
+    tiers: JSON.stringify({ default: 'tight', tiers: { tight: { requests_per_minute: 1000000, tokens_per_minute: 3000, calls_per_month: 1000000, max_tokens_per_request: 64, models: ['*'] } } }),
+  })
+  const body = fc.tuple(validBody(), fc.option(fc.constantFrom(1, 64, 65, 3000, 1e9, Number.MAX_SAFE_INTEGER, 1e20), { nil: undefined }))
+    .map(([b, maxTokens]) => maxTokens === undefined ? b : { ...b, max_tokens: maxTokens })
+  const tally = new Tally()
+  const started = performance.now()
+  await fc.assert(fc.asyncProperty(body, async b => {
+    const res = await withinDeadline(tight.app.inject({ method: 'POST', url: URL, headers: { ...tight.auth, 'content-type': 'application/json' }, payload: b }), CASE_DEADLINE_MS, 'one request')
+    const outcome = checkAnswer(res)
+    tally.add(outcome)
+    if (res.statusCode === 429 && !/^\d+$/.test(String(res.headers['retry-after']))) throw new Error(`429 without a Retry-After in seconds: ${res.headers['retry-after']}`)
+    if (res.statusCode === 200 && !String(res.headers['content-type']).startsWith('text/event-stream') && res.json().usage.completion_tokens > 64) throw new Error('the tier\'s max_tokens_per_request was passed')
+  }), fuzzParameters(fuzzRuns(200, 0.5)))
+  t.comment(`tight tier: ${tally.cases} cases, seed ${FUZZ_SEED}, ${((performance.now() - started) / 1000).toFixed(1)} s; ${tally}`)
+  t.ok(prototypeIsClean(), 'Object.prototype untouched')
+})
+
 t.test('raw JSON text: duplicate keys, odd literals, deep nesting, broken UTF-8, pollution keys', async t => {
   await fuzz(t, 'raw JSON text', fuzzRuns(500), rawJsonBody(), async (bytes, tally) => {
     const res = await post(app, bytes)
