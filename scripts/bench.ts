@@ -9,10 +9,14 @@
 //   - 1, 2, 4 and 8 concurrent streams: aggregate tokens/s and latencies;
 //   - the server's peak RSS;
 // then the engine alone (no worker, no HTTP) on the same model, to show the
-// server's overhead. Prints a table, writes bench-out/bench.json (or --json
+// server's overhead. Before any of that, llama.cpp in the same run on the same
+// machine (scripts/llama-cpp/: the pinned source from npm, built here once,
+// the same seeded weights as Q4_0) for the ratios our goals are stated in;
+// --no-llama-cpp skips it, and a machine without cmake or a C++ compiler skips
+// it with a message. Prints a table, writes bench-out/bench.json (or --json
 // FILE) and bench-out/bench.svg.
 //
-//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128]
+//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--no-llama-cpp]
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
@@ -23,6 +27,7 @@ import OpenAI from 'openai'
 import { LocalEngine } from '../src/engine/onnx/engine.ts'
 import { renderBenchChart } from './bench-chart.ts'
 import { benchModelDir } from './bench-model.ts'
+import { type LlamaCppReport, llamaCppRatios, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
 
 const { values } = parseArgs({
   options: {
@@ -32,7 +37,9 @@ const { values } = parseArgs({
     prompt: { type: 'string', default: '128' },
     gen: { type: 'string', default: '128' },
     concurrency: { type: 'string', default: '1,2,4,8' },
+    'llama-cpp': { type: 'boolean', default: true },
   },
+  allowNegative: true,
 })
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const OUT = path.join(ROOT, 'bench-out')
@@ -45,6 +52,24 @@ const KEY = 'sk-chatd-benchBENCHbenchBENCHbenchBENCH00'
 // ---- the model ----------------------------------------------------------------
 const modelDir = benchModelDir()
 const weightBytes = fs.statSync(path.join(modelDir, 'onnx', 'model_q4.onnx_data')).size
+
+// ---- llama.cpp, same machine, same run: before chatd, so its build and model writing never overlap a timing ----
+let llamaCpp: LlamaCppReport | null = null
+let llamaCppSkipped = ''
+if (!values['llama-cpp']) {
+  llamaCppSkipped = 'skipped (--no-llama-cpp)'
+} else if (values.device !== 'cpu') {
+  llamaCppSkipped = `skipped: the comparison build is CPU-only (device ${values.device})`
+} else {
+  try {
+    const prepared = prepareLlamaCpp({ out: OUT, threads: Number(values.threads) })
+    llamaCpp = measureLlamaCpp(prepared, { prompt: PROMPT_TOKENS, gen: GEN_TOKENS, levels: LEVELS })
+  } catch (err) {
+    // chatd's own figures are still worth having; the report says why the ratios are missing.
+    llamaCppSkipped = err instanceof LlamaCppUnavailable ? `not measured: ${err.message}` : `failed: ${(err as Error).message}`
+    console.error(`\nllama.cpp ${llamaCppSkipped}\n(chatd is measured without the llama.cpp ratios)\n`)
+  }
+}
 
 // ---- a prompt of exactly PROMPT_TOKENS tokens after the chat template -----------
 const probe = await LocalEngine.load({ modelDir, dtype: 'q4', device: 'cpu', threads: 1 }, { delta () {}, finish () {}, error () {} })
@@ -241,15 +266,21 @@ const report = {
     itl_p95_ms: round(r.itl_p95_ms),
   })),
 }
+// Ratios for every level measured, not only the four with their own report keys.
+const chatdFigures: Record<string, unknown> = { ...report, ...Object.fromEntries(report.levels.map(l => [`aggregate_tok_s_${l.concurrency}`, l.aggregate_tok_s])) }
+const comparison = llamaCpp
+  ? { ...llamaCpp, ...llamaCppRatios(chatdFigures, llamaCpp, LEVELS) }
+  : { llama_cpp_error: llamaCppSkipped }
+const full = { ...report, ...comparison }
 
 function round (x: number | undefined): number | null {
   return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10) / 10
 }
 
 const jsonPath = values.json ?? path.join(OUT, 'bench.json')
-fs.writeFileSync(jsonPath, JSON.stringify(report, null, 2) + '\n')
+fs.writeFileSync(jsonPath, JSON.stringify(full, null, 2) + '\n')
 const svgPath = path.join(OUT, 'bench.svg')
-fs.writeFileSync(svgPath, renderBenchChart(report))
+fs.writeFileSync(svgPath, renderBenchChart(full))
 
 console.log(`\nchatd benchmark: ${report.model}, ${report.machine}, device ${report.device}`)
 console.log(`prompt ${report.prompt_tokens} tokens, ${GEN_TOKENS} generated, greedy\n`)
@@ -261,6 +292,20 @@ for (const r of report.levels) {
 console.log(`\none stream: decode ${report.decode_tok_s_1} tok/s, prefill ${report.prefill_tok_s} tok/s, TTFT ${report.ttft_ms_128} ms`)
 console.log(`engine alone: decode ${report.engine_only_decode_tok_s_1} tok/s (HTTP and streaming overhead ${overhead()}%)`)
 console.log(`server peak RSS ${report.rss_mb} MB (weights ${report.weights_mb} MB)`)
+if (llamaCpp) {
+  const r = full as Record<string, unknown>
+  console.log(`\nllama.cpp ${llamaCpp.llama_cpp_version} in the same run: ${llamaCpp.llama_cpp_model}, ${llamaCpp.llama_cpp_threads} threads`)
+  console.log('\n| tok/s | chatd | llama.cpp | chatd / llama.cpp |')
+  console.log('|---|---:|---:|---:|')
+  console.log(`| decode, 1 stream | ${report.decode_tok_s_1} | ${llamaCpp.llama_cpp_decode_tok_s_1} | ${r.ratio_decode_1} |`)
+  console.log(`| prefill, ${PROMPT_TOKENS} tokens | ${report.prefill_tok_s} | ${llamaCpp.llama_cpp_prefill_tok_s} | ${r.ratio_prefill} |`)
+  for (const n of LEVELS) {
+    console.log(`| aggregate, ${n} stream${n === 1 ? '' : 's'} | ${chatdFigures[`aggregate_tok_s_${n}`]} | ${llamaCpp[`llama_cpp_aggregate_tok_s_${n}`]} | ${r[`ratio_aggregate_${n}`]} |`)
+  }
+  console.log('(llama.cpp: llama-bench pp/tg for one stream; llama-batched-bench for N streams, generated tokens over prefill + decode time as chatd counts them)')
+} else {
+  console.log(`\nllama.cpp: ${llamaCppSkipped}`)
+}
 console.log(`\nwrote ${path.relative(process.cwd(), jsonPath)} and ${path.relative(process.cwd(), svgPath)}`)
 
 function overhead (): string {

@@ -1,0 +1,81 @@
+// Builds the three llama.cpp tools the comparison runs, as a user building
+// llama.cpp for this CPU would: Release, -march=native (GGML_NATIVE), CPU
+// backend only, no network code. Only these targets are compiled (the full
+// tree takes several times longer), and the result is cached per commit.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { exec, hasProgram, LlamaCppUnavailable } from './exec.ts'
+import type { LlamaCppSource } from './source.ts'
+
+export const LLAMA_CPP_TOOLS = ['llama-bench', 'llama-batched-bench', 'llama-quantize'] as const
+export type LlamaCppTool = typeof LLAMA_CPP_TOOLS[number]
+
+/** Part of the cache key: changing a flag rebuilds. */
+export const CMAKE_FLAGS = [
+  '-DCMAKE_BUILD_TYPE=Release',
+  '-DGGML_NATIVE=ON',
+  // CPU only, also on macOS where Metal and Accelerate would otherwise be on by default.
+  '-DGGML_METAL=OFF',
+  '-DGGML_BLAS=OFF',
+  '-DGGML_CUDA=OFF',
+  '-DGGML_VULKAN=OFF',
+  // No downloads from the tools: curl (older releases) and OpenSSL-backed HTTPS (newer ones).
+  '-DLLAMA_CURL=OFF',
+  '-DLLAMA_OPENSSL=OFF',
+  // Static tools: nothing to find at run time besides libc, libstdc++ and OpenMP.
+  '-DBUILD_SHARED_LIBS=OFF',
+  '-DLLAMA_BUILD_TESTS=OFF',
+  '-DLLAMA_BUILD_EXAMPLES=OFF',
+  '-DLLAMA_BUILD_SERVER=OFF',
+]
+
+export interface LlamaCppBuild {
+  binDir: string
+  commit: string
+  /** Seconds the build took; 0 when it came from the cache. */
+  seconds: number
+  cached: boolean
+  bin: (tool: LlamaCppTool) => string
+}
+
+const MARKER = '.chatd-build.json'
+
+export function buildLlamaCpp (out: string, source: LlamaCppSource, opts: { jobs?: number; log?: (line: string) => void } = {}): LlamaCppBuild {
+  const buildDir = path.join(out, 'llama.cpp-build')
+  const binDir = path.join(buildDir, 'bin')
+  const bin = (tool: LlamaCppTool): string => path.join(binDir, os.platform() === 'win32' ? `${tool}.exe` : tool)
+  const key = { commit: source.commit, tag: source.tag, flags: CMAKE_FLAGS, tools: LLAMA_CPP_TOOLS }
+  const result = (seconds: number, cached: boolean): LlamaCppBuild => ({ binDir, commit: source.commit, seconds, cached, bin })
+  if (sameKey(readJson(path.join(buildDir, MARKER)), key) && LLAMA_CPP_TOOLS.every(t => fs.existsSync(bin(t)))) return result(0, true)
+
+  if (!hasProgram('cmake')) throw new LlamaCppUnavailable('`cmake` is not installed; it is needed to build llama.cpp (apt-get install cmake g++)')
+  if (!['c++', 'g++', 'clang++'].some(hasProgram)) throw new LlamaCppUnavailable('no C++ compiler (c++, g++ or clang++) is installed; it is needed to build llama.cpp (apt-get install g++)')
+
+  const jobs = opts.jobs ?? 2
+  const logFile = path.join(out, 'llama.cpp-build.log')
+  fs.rmSync(buildDir, { recursive: true, force: true })
+  fs.writeFileSync(logFile, `llama.cpp ${source.tag} (${source.commit})\n`)
+  opts.log?.(`building ${LLAMA_CPP_TOOLS.join(', ')} from llama.cpp ${source.tag} with -j${jobs} (once per llama.cpp version; several minutes on 2 cores), log: ${path.relative(process.cwd(), logFile)} ...`)
+  const started = performance.now()
+  exec('cmake', ['-S', source.dir, '-B', buildDir, ...CMAKE_FLAGS], { log: logFile })
+  exec('cmake', ['--build', buildDir, '--config', 'Release', '-j', String(jobs), '--target', ...LLAMA_CPP_TOOLS], { log: logFile })
+  const missing = LLAMA_CPP_TOOLS.filter(t => !fs.existsSync(bin(t)))
+  if (missing.length > 0) throw new Error(`llama.cpp build finished without ${missing.join(', ')} in ${binDir} (log: ${logFile})`)
+  const seconds = (performance.now() - started) / 1000
+  fs.writeFileSync(path.join(buildDir, MARKER), JSON.stringify({ ...key, seconds: Math.round(seconds) }, null, 2) + '\n')
+  return result(seconds, false)
+}
+
+function readJson (file: string): Record<string, unknown> | null {
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8'))
+  } catch {
+    return null
+  }
+}
+
+function sameKey (marker: Record<string, unknown> | null, key: Record<string, unknown>): boolean {
+  if (!marker) return false
+  return Object.entries(key).every(([k, v]) => JSON.stringify(marker[k]) === JSON.stringify(v))
+}

@@ -1,0 +1,96 @@
+// llama.cpp on this machine, for the benchmark's ratios: fetch the pinned
+// source, build the tools, write the same model as Q4_0 (all cached under
+// bench-out/), then measure. Preparing is split from measuring so the
+// benchmark can do the heavy, cached work before any timing starts.
+import os from 'node:os'
+import path from 'node:path'
+import { buildLlamaCpp, CMAKE_FLAGS, type LlamaCppBuild } from './build.ts'
+import { buildLlamaCppModel, type LlamaCppModel } from './model.ts'
+import { type BatchedLevel, runBatchedBench, runLlamaBench } from './run.ts'
+import { fetchLlamaCppSource, type LlamaCppSource } from './source.ts'
+
+export { LlamaCppUnavailable } from './exec.ts'
+
+export interface LlamaCppPrepared {
+  source: LlamaCppSource
+  build: LlamaCppBuild
+  model: LlamaCppModel
+  threads: number
+  /** Seconds spent fetching and cloning the source in this run (build and model carry their own). */
+  fetch_s: number
+}
+
+export function prepareLlamaCpp (opts: { out: string; threads: number; jobs?: number; npmVersion?: string; log?: (line: string) => void }): LlamaCppPrepared {
+  const log = opts.log ?? ((line: string) => console.error(line))
+  const started = performance.now()
+  const source = fetchLlamaCppSource(opts.out, opts.npmVersion, log)
+  const fetch_s = (performance.now() - started) / 1000
+  const build = buildLlamaCpp(opts.out, source, { jobs: opts.jobs, log })
+  if (!build.cached) log(`built llama.cpp tools in ${build.seconds.toFixed(0)} s`)
+  const threads = opts.threads > 0 ? opts.threads : os.availableParallelism()
+  const model = buildLlamaCppModel(opts.out, build, { threads, log })
+  if (!model.cached) log(`wrote ${path.relative(process.cwd(), model.file)} (${model.types}) in ${model.seconds.toFixed(0)} s`)
+  return { source, build, model, threads, fetch_s }
+}
+
+export interface LlamaCppReport {
+  llama_cpp_version: string
+  llama_cpp_commit: string
+  llama_cpp_source: string
+  llama_cpp_build: string
+  llama_cpp_model: string
+  llama_cpp_threads: number
+  llama_cpp_prefill_tok_s: number | null
+  llama_cpp_prefill_tok_s_stddev: number | null
+  llama_cpp_decode_tok_s_1: number | null
+  llama_cpp_decode_tok_s_1_stddev: number | null
+  /** llama_cpp_aggregate_tok_s_N for each level, as chatd's aggregate_tok_s_N. */
+  [key: `llama_cpp_aggregate_tok_s_${number}`]: number | null
+  llama_cpp_levels: Array<{ concurrency: number; aggregate_tok_s: number | null; decode_tok_s: number | null; prefill_tok_s: number | null }>
+}
+
+export function measureLlamaCpp (p: LlamaCppPrepared, opts: { prompt: number; gen: number; levels: number[]; reps?: number; log?: (line: string) => void }): LlamaCppReport {
+  const log = opts.log ?? ((line: string) => console.error(line))
+  log(`llama.cpp: llama-bench pp${opts.prompt} / tg${opts.gen}, ${p.threads} threads ...`)
+  const single = runLlamaBench(p.build.bin('llama-bench'), p.model.file, { prompt: opts.prompt, gen: opts.gen, threads: p.threads, reps: opts.reps ?? 5 })
+  log(`llama.cpp: llama-batched-bench at ${opts.levels.join(', ')} sequences ...`)
+  const batched = runBatchedBench(p.build.bin('llama-batched-bench'), p.model.file, { prompt: opts.prompt, gen: opts.gen, levels: opts.levels, threads: p.threads })
+  const at = (n: number): BatchedLevel | undefined => batched.find(l => l.sequences === n)
+  const report: LlamaCppReport = {
+    llama_cpp_version: p.source.tag,
+    llama_cpp_commit: p.source.commit,
+    llama_cpp_source: `node-llama-cpp@${p.source.npmVersion} (npm), llama.cpp ${p.source.tag} build ${single.build_commit}`,
+    llama_cpp_build: `${CMAKE_FLAGS.filter(f => /BUILD_TYPE|NATIVE/.test(f)).map(f => f.replace(/^-D/, '')).join(' ')}, CPU backend; ${single.cpu_info}`,
+    llama_cpp_model: `${single.model_type} from llama-quantize Q4_0 (${p.model.types}), ${(p.model.bytes / 2 ** 30).toFixed(2)} GiB`,
+    llama_cpp_threads: p.threads,
+    llama_cpp_prefill_tok_s: round(single.prefill_tok_s),
+    llama_cpp_prefill_tok_s_stddev: round(single.prefill_tok_s_stddev),
+    llama_cpp_decode_tok_s_1: round(single.decode_tok_s),
+    llama_cpp_decode_tok_s_1_stddev: round(single.decode_tok_s_stddev),
+    llama_cpp_levels: opts.levels.map(n => ({
+      concurrency: n,
+      aggregate_tok_s: round(at(n)?.aggregate_tok_s),
+      decode_tok_s: round(at(n)?.decode_tok_s),
+      prefill_tok_s: round(at(n)?.prefill_tok_s),
+    })),
+  }
+  for (const n of opts.levels) report[`llama_cpp_aggregate_tok_s_${n}`] = round(at(n)?.aggregate_tok_s)
+  return report
+}
+
+/** chatd's figure over llama.cpp's for the same quantity: above 1 means chatd is faster. */
+export function llamaCppRatios (chatd: Record<string, unknown>, llama: LlamaCppReport, levels: number[]): Record<string, number | null> {
+  const ratio = (ours: unknown, theirs: unknown): number | null =>
+    typeof ours === 'number' && typeof theirs === 'number' && theirs > 0 ? Math.round((ours / theirs) * 100) / 100 : null
+  const out: Record<string, number | null> = {
+    ratio_decode_1: ratio(chatd.decode_tok_s_1, llama.llama_cpp_decode_tok_s_1),
+    ratio_engine_decode_1: ratio(chatd.engine_only_decode_tok_s_1, llama.llama_cpp_decode_tok_s_1),
+    ratio_prefill: ratio(chatd.prefill_tok_s, llama.llama_cpp_prefill_tok_s),
+  }
+  for (const n of levels) out[`ratio_aggregate_${n}`] = ratio(chatd[`aggregate_tok_s_${n}`], llama[`llama_cpp_aggregate_tok_s_${n}`])
+  return out
+}
+
+function round (x: number | undefined): number | null {
+  return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10) / 10
+}
