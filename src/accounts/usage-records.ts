@@ -7,6 +7,7 @@
 import type { Db } from '../store/database.ts'
 import type { NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
 import { isDatabaseUnavailable } from '../store/unavailable.ts'
+import { GroupCommit } from './group-commit.ts'
 import { UsageOutbox, type OutboxOptions } from './usage-outbox.ts'
 
 export interface UsageRecord {
@@ -52,11 +53,18 @@ export const BILLABLE_STATUSES: UsageStatus[] = ['completed', 'cancelled']
 export class UsageRecords {
   readonly #db: Db
   readonly #outbox: UsageOutbox
+  /** Rows that end at about the same time share one commit (group-commit.ts). */
+  readonly #commits: GroupCommit<NewUsageRecordRow>
 
   /** `outbox`: how rows that met a database outage are retried (usage-outbox.ts). */
   constructor (db: Db, opts: { outbox?: OutboxOptions } = {}) {
     this.#db = db
-    this.#outbox = new UsageOutbox(row => this.#insert(row), opts.outbox)
+    this.#outbox = new UsageOutbox(row => this.#insert([row]), opts.outbox)
+    this.#commits = new GroupCommit({
+      writeMany: rows => this.#insert(rows),
+      writeOne: row => this.#insert([row]),
+      sharedFailure: isDatabaseUnavailable,
+    })
   }
 
   /**
@@ -77,7 +85,7 @@ export class UsageRecords {
       request_id: r.requestId ?? null,
     }
     try {
-      await this.#insert(row)
+      await this.#commits.add(row)
       return 'written'
     } catch (err) {
       if (!isDatabaseUnavailable(err)) throw err
@@ -86,9 +94,9 @@ export class UsageRecords {
     }
   }
 
-  async #insert (row: NewUsageRecordRow): Promise<void> {
+  async #insert (rows: NewUsageRecordRow[]): Promise<void> {
     // A retry of a row whose first insert did commit (only its answer was lost) changes nothing.
-    await this.#db.insertInto('usage_records').values(row)
+    await this.#db.insertInto('usage_records').values(rows)
       .onConflict(oc => oc.column('request_id').doNothing())
       .execute()
   }
