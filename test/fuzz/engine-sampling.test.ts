@@ -41,8 +41,9 @@ const content = fc.oneof(
   { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 30 }) },
   // Past the 512-token context: refused with context_length_exceeded.
   { weight: 1, arbitrary: fc.integer({ min: 200, max: 3000 }).map(n => 'Once upon a time '.repeat(Math.ceil(n / 17))) },
-  // Up to MAX_MESSAGE_CHARS: refused as fast, without tokenizing it all (seconds of the model's thread).
-  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('Once upon a time ', 'a', '日本語', '😀', '</s>'), fc.integer({ min: 1000, max: 262144 })).map(([piece, chars]) => piece.repeat(Math.floor(chars / [...piece].length))) },
+  // Up to MAX_MESSAGE_CHARS and just under BODY_LIMIT (1 MiB of UTF-8): refused as fast, without
+  // tokenizing it all (seconds of the model's thread).
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('Once upon a time ', 'a', '日本語', '😀', '</s>'), fc.integer({ min: 1000, max: 262144 })).map(([piece, chars]) => piece.repeat(Math.min(Math.floor(chars / [...piece].length), Math.floor(1_000_000 / Buffer.byteLength(piece))))) },
 )
 
 const sampling = fc.record({
