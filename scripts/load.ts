@@ -72,6 +72,9 @@ const { nonStreamed, streamed } = result
 const seconds = result.durationS
 const total = (key: keyof Pick<TallySummary, 'responses' | 'refusals' | 'refusalsWithRetryAfter' | 'completionTokens' | 'violations'>): number => nonStreamed[key] + streamed[key]
 const byCode = Object.fromEntries(metricSamples(finalText, 'chatd_errors_total').map(s => [s.labels.code, s.value]))
+// The server's own count of chat-completion answers by status, to set beside what the clients saw.
+const serverStatuses = Object.fromEntries(metricSamples(finalText, 'chatd_http_requests_total')
+  .filter(s => s.labels.route === '/api/v1/chat/completions').map(s => [s.labels.status, s.value]))
 const report = {
   machine: `${os.cpus().length} cores, ${process.platform} ${process.arch}`,
   load_average_before: loadBefore.map(round2),
@@ -94,6 +97,7 @@ const report = {
     gauges: idle.gauges,
     normal_request_status: recoveryStatus,
     errors_total_by_code: byCode,
+    chat_responses_by_status: serverStatuses,
   },
 }
 
@@ -115,7 +119,7 @@ console.log(row('streamed', streamed))
 console.log(`\nthroughput: ${report.requests_per_s} responses/s, ${report.served_per_s} completions/s, ${report.tokens_per_s} tokens/s`)
 console.log(`memory, RSS / server heap MB: before ${mem(before)}, peak ${mem(peak)}, after ${mem(after)} (now ${mem(memoryNow())})`)
 console.log(`after the load: gauges ${idle.idle ? 'idle' : 'NOT idle'} after ${report.after_load.idle_after_ms} ms ${JSON.stringify(idle.gauges)}; a normal request: ${recoveryStatus}`)
-console.log(`chatd_errors_total: ${JSON.stringify(byCode)}`)
+console.log(`server side: chat completions by status ${JSON.stringify(serverStatuses)}, chatd_errors_total ${JSON.stringify(byCode)}`)
 const examples = [...nonStreamed.examples.map(e => `non-streamed: ${e}`), ...streamed.examples.map(e => `streamed: ${e}`)]
 console.log(report.violations === 0 ? 'violations: none' : `violations: ${report.violations}\n  ${examples.join('\n  ')}`)
 if (values.json) {
