@@ -3,7 +3,7 @@
 // greedy tokens. Builds (once, cached) an int4 random model of the
 // DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
 //
-//   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3]
+//   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3] [--block-size 32|128]
 import os from 'node:os'
 import { parseArgs } from 'node:util'
 import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
@@ -19,12 +19,13 @@ const { values } = parseArgs({
     gen: { type: 'string', default: '128' },
     threads: { type: 'string', default: '0' },
     runs: { type: 'string', default: '3' },
+    'block-size': { type: 'string', default: '32' },
   },
 })
 const promptLen = Number(values.prompt)
 const genLen = Number(values.gen)
 
-const modelDir = values['model-dir'] ?? benchModelDir()
+const modelDir = values['model-dir'] ?? benchModelDir(Number(values['block-size']))
 
 const model = readModelDir(modelDir, values.dtype as ModelDtype)
 const session = await DecoderSession.load(model, { device: 'cpu', threads: Number(values.threads) })

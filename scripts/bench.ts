@@ -16,7 +16,7 @@
 // it with a message. Prints a table, writes bench-out/bench.json (or --json
 // FILE) and bench-out/bench.svg.
 //
-//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--no-llama-cpp]
+//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--no-llama-cpp] [--block-size 32|128]
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
@@ -38,6 +38,7 @@ const { values } = parseArgs({
     gen: { type: 'string', default: '128' },
     concurrency: { type: 'string', default: '1,2,4,8' },
     'llama-cpp': { type: 'boolean', default: true },
+    'block-size': { type: 'string', default: '32' },
   },
   allowNegative: true,
 })
@@ -50,7 +51,8 @@ const MODEL_ID = 'bench-1.5b-int4'
 const KEY = 'sk-chatd-benchBENCHbenchBENCHbenchBENCH00'
 
 // ---- the model ----------------------------------------------------------------
-const modelDir = benchModelDir()
+// Block 32 is like for like with llama.cpp's Q4_0; --block-size 128 shows what fewer scales buy.
+const modelDir = benchModelDir(Number(values['block-size']))
 const weightBytes = fs.statSync(path.join(modelDir, 'onnx', 'model_q4.onnx_data')).size
 
 // ---- llama.cpp, same machine, same run: before chatd, so its build and model writing never overlap a timing ----
@@ -239,7 +241,8 @@ const kvBytesPerToken = 28 * 2 * 2 * 128 * 4 // layers x (k, v) x kv heads x hea
 const report = {
   machine: `${process.platform} ${process.arch}, ${(await import('node:os')).availableParallelism()} cores`,
   device: values.device,
-  model: `random int4, DeepSeek-R1-Distill-Qwen-1.5B shape (${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights)`,
+  model: `random int4 (blocks of ${values['block-size']}), DeepSeek-R1-Distill-Qwen-1.5B shape (${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights)`,
+  int4_block_size: Number(values['block-size']),
   prompt_tokens: single.promptTokens || promptTokens,
   generated_tokens: GEN_TOKENS,
   decode_tok_s_1: round((single.completionTokens - 1) / ((single.end - single.first) / 1000)),
