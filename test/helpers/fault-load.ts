@@ -5,6 +5,7 @@
 // the test can count status codes per phase and match each complete 200 to its
 // usage row by the completion id.
 
+import { setTimeout as sleep } from 'node:timers/promises'
 import { FAKE_MODEL } from './fake-upstream.ts'
 
 export interface Outcome {
@@ -102,4 +103,20 @@ export function tally (outcomes: Outcome[]): Record<string, number> {
     counts[key] = (counts[key] ?? 0) + 1
   }
   return counts
+}
+
+/**
+ * The test's timeline: `phase(name, ms, during)` names the load's phase, runs
+ * `during` (the fault, or a side request) inside it, and lasts at least `ms`;
+ * `began` keeps when each phase started.
+ */
+export function phaseClock (load: Load): { began: Record<string, number>; phase: (name: string, ms: number, during?: () => Promise<void>) => Promise<void> } {
+  const began: Record<string, number> = {}
+  const phase = async (name: string, ms: number, during?: () => Promise<void>): Promise<void> => {
+    load.phase = name
+    const started = began[name] = Date.now()
+    await during?.()
+    await sleep(Math.max(0, ms - (Date.now() - started)))
+  }
+  return { began, phase }
 }

@@ -16,7 +16,7 @@ import { Sessions } from '../../src/accounts/sessions.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 import { startChatd } from '../helpers/chatd-process.ts'
 import { fakeModelsFile, fakeUpstream } from '../helpers/fake-upstream.ts'
-import { driveLoad, tally, type Outcome } from '../helpers/fault-load.ts'
+import { driveLoad, phaseClock, tally, type Outcome } from '../helpers/fault-load.ts'
 import { faultProxy } from '../helpers/fault-proxy.ts'
 import { POSTGRES_URL, throwawayPostgres } from '../helpers/services.ts'
 
@@ -49,13 +49,7 @@ t.test('PostgreSQL restarted, partitioned and its connections ended during load'
   const dashboard = () => fetch(`${chatd.url}/api`, { headers: { cookie: `chatd_session=${session}` }, redirect: 'manual' })
   const usage = () => fetch(`${chatd.url}/api/v1/usage`, { headers: { authorization: `Bearer ${key}` } })
   const load = driveLoad({ url: chatd.url, key, workers: 4 })
-  const began: Record<string, number> = {}
-  const phase = async (name: string, ms: number, during?: () => Promise<void>): Promise<void> => {
-    load.phase = name
-    const started = began[name] = Date.now()
-    await during?.()
-    await sleep(Math.max(0, ms - (Date.now() - started)))
-  }
+  const { began, phase } = phaseClock(load)
 
   const side: Record<string, Response> = {}
   await phase('before', 1500)

@@ -16,7 +16,7 @@ import { RECONNECT_MAX_MS } from '../../src/limits/open-store.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 import { startChatd } from '../helpers/chatd-process.ts'
 import { FAKE_MODEL, fakeModelsFile, fakeUpstream } from '../helpers/fake-upstream.ts'
-import { driveLoad, tally, type Outcome } from '../helpers/fault-load.ts'
+import { driveLoad, phaseClock, tally, type Outcome } from '../helpers/fault-load.ts'
 import { ownRedis } from '../helpers/redis-process.ts'
 
 /** ioredis's commandTimeout in src/limits/open-store.ts: the longest a request waits on Redis. */
@@ -66,13 +66,7 @@ t.test('Redis killed and restarted empty during load', async t => {
   t.same([(await chat(keys.monthly)).status, (await chat(keys.monthly)).status], [200, 200], 'monthly: 2 of its 3 calls used')
 
   const load = driveLoad({ url: chatd.url, key: keys.load, workers: 4 })
-  const began: Record<string, number> = {}
-  const phase = async (name: string, ms: number, during?: () => Promise<void>): Promise<void> => {
-    load.phase = name
-    const started = began[name] = Date.now()
-    await during?.()
-    await sleep(Math.max(0, ms - (Date.now() - started)))
-  }
+  const { began, phase } = phaseClock(load)
   const side: Record<string, Response> = {}
   await phase('before', 1500)
   await redis.kill9()
