@@ -4,21 +4,26 @@
  * template's own control tokens become control-token ids. Text a client sends, including text
  * that spells `</s>` or `<｜User｜>`, always reaches the model as ordinary text.
  */
-import type { ChatMessage } from '../backend.ts';
-import type { ChatTemplate } from './chat-template.ts';
-import type { TextTokenizer } from './tokenizer.ts';
+import type { ChatMessage } from '../backend.ts'
+import type { ChatTemplate } from './chat-template.ts'
+import type { TextTokenizer } from './tokenizer.ts'
 
 export interface EncodedPrompt {
-  ids: number[];
+  ids: number[]
   /** The template left the prompt inside an open `<think>` block (chat-template.ts). */
-  endsInThink: boolean;
+  endsInThink: boolean
 }
 
 /** With `maxTokens`, throws PromptTooLong once the prompt is shown to need more (tokenizer.ts). */
-export function encodeChatPrompt(template: ChatTemplate, tokenizer: TextTokenizer, messages: readonly ChatMessage[], maxTokens?: number): EncodedPrompt {
-  const quoted = messages.map((m) => ({ role: m.role, content: tokenizer.quoting.quote(m.content) }));
+export function encodeChatPrompt (
+  template: ChatTemplate,
+  tokenizer: TextTokenizer,
+  messages: readonly ChatMessage[],
+  maxTokens?: number,
+): EncodedPrompt {
+  const quoted = messages.map(m => ({ role: m.role, content: tokenizer.quoting.quote(m.content) }))
   // Rendered from quoted text, the `<think>` check sees only what the template wrote.
-  const rendered = template.render(quoted);
+  const rendered = template.render(quoted)
   // The template writes BOS itself; the encoder adds no special tokens of its own.
-  return { ids: tokenizer.encodeQuoted(rendered.text, maxTokens), endsInThink: rendered.endsInThink };
+  return { ids: tokenizer.encodeQuoted(rendered.text, maxTokens), endsInThink: rendered.endsInThink }
 }

@@ -9,70 +9,70 @@
  */
 
 interface TrieNode {
-  next: Map<string, TrieNode>;
+  next: Map<string, TrieNode>
   /** The word that ends at this node, if any. */
-  word?: string;
+  word?: string
 }
 
-export type SplitPiece = { kind: 'text'; text: string } | { kind: 'word'; text: string };
+export type SplitPiece = { kind: 'text'; text: string } | { kind: 'word'; text: string }
 
 export class TokenSplitter {
-  readonly #root: TrieNode = { next: new Map() };
-  readonly size: number;
+  readonly #root: TrieNode = { next: new Map() }
+  readonly size: number
 
-  constructor(words: Iterable<string>) {
-    let size = 0;
+  constructor (words: Iterable<string>) {
+    let size = 0
     for (const word of words) {
-      if (word.length === 0) continue;
-      let node = this.#root;
+      if (word.length === 0) continue
+      let node = this.#root
       for (const unit of word) {
-        let child = node.next.get(unit);
+        let child = node.next.get(unit)
         if (!child) {
-          child = { next: new Map() };
-          node.next.set(unit, child);
+          child = { next: new Map() }
+          node.next.set(unit, child)
         }
-        node = child;
+        node = child
       }
-      if (node.word === undefined) size++;
-      node.word = word;
+      if (node.word === undefined) size++
+      node.word = word
     }
-    this.size = size;
+    this.size = size
   }
 
   /** The longest word starting at `at`, or undefined. */
-  matchAt(text: string, at: number): string | undefined {
-    let node: TrieNode | undefined = this.#root;
-    let match: string | undefined;
-    let i = at;
+  matchAt (text: string, at: number): string | undefined {
+    let node: TrieNode | undefined = this.#root
+    let match: string | undefined
+    let i = at
     while (i < text.length) {
       // Walk by code point, as the words were inserted, so a surrogate pair stays one step.
-      const unit = String.fromCodePoint(text.codePointAt(i)!);
-      node = node.next.get(unit);
-      if (!node) break;
-      if (node.word !== undefined) match = node.word;
-      i += unit.length;
+      const unit = String.fromCodePoint(text.codePointAt(i)!)
+      node = node.next.get(unit)
+      if (!node) break
+      if (node.word !== undefined) match = node.word
+      i += unit.length
     }
-    return match;
+    return match
   }
 
   /** The text cut into words of the list and the text between them, in order; empty text is left out. */
-  split(text: string): SplitPiece[] {
-    const pieces: SplitPiece[] = [];
-    if (this.size === 0) return text === '' ? pieces : [{ kind: 'text', text }];
-    let start = 0;
-    let i = 0;
+  split (text: string): SplitPiece[] {
+    const pieces: SplitPiece[] = []
+    if (this.size === 0) return text === '' ? pieces : [{ kind: 'text', text }]
+    let start = 0
+    let i = 0
     while (i < text.length) {
-      const word = this.matchAt(text, i);
+      const word = this.matchAt(text, i)
       if (word === undefined) {
-        i++;
-        continue;
+        i++
+        continue
       }
-      if (i > start) pieces.push({ kind: 'text', text: text.slice(start, i) });
-      pieces.push({ kind: 'word', text: word });
-      i += word.length;
-      start = i;
+      if (i > start) pieces.push({ kind: 'text', text: text.slice(start, i) })
+      pieces.push({ kind: 'word', text: word })
+      i += word.length
+      start = i
     }
-    if (start < text.length) pieces.push({ kind: 'text', text: text.slice(start) });
-    return pieces;
+    if (start < text.length) pieces.push({ kind: 'text', text: text.slice(start) })
+    return pieces
   }
 }
