@@ -1,36 +1,19 @@
 // A full queue on the real engine: with QUEUE_SIZE requests in progress, the
 // next ones are refused at once with 503 server_overloaded and Retry-After,
 // and every admitted request still completes exactly as it would alone.
-import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
 import t from 'tap'
 import { createParser } from 'eventsource-parser'
-import { loadConfig } from '../../src/config.ts'
-import { startServer } from '../../src/server.ts'
-import { storiesModelDir } from '../helpers/models.ts'
+import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const KEY = `sk-chatd-${'overload'.repeat(4)}`
-const dir = t.testdir({
-  'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu' }] }),
-})
-const config = loadConfig({
+const { url } = await startStoriesServer(t, {
+  modelId: 'stories',
+  key: KEY,
   // Streams commit their 200 as soon as they are admitted, with keep-alive comments while they wait.
-  SSE_KEEPALIVE_MS: '20',
-  PORT: '0',
-  LOG_LEVEL: 'silent',
-  DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
-  MODELS_FILE: join(dir, 'models.json'),
-  CHATD_ADMIN_KEY: KEY,
-  CHATD_AUTO_PULL: '0',
-  QUEUE_SIZE: '2',
-  MAX_BATCH: '1',
+  env: { SSE_KEEPALIVE_MS: '20', QUEUE_SIZE: '2', MAX_BATCH: '1' },
 })
-const app = await startServer(config, { print: () => {}, logger: false })
-t.teardown(() => app.close())
-while ((await app.inject({ url: '/readyz' })).statusCode !== 200) await new Promise(resolve => setTimeout(resolve, 20))
-const { port } = app.server.address() as AddressInfo
 
-const ask = (content: string, stream: boolean, maxTokens = 300) => fetch(`http://127.0.0.1:${port}/api/v1/chat/completions`, {
+const ask = (content: string, stream: boolean, maxTokens = 300) => fetch(`${url}/api/v1/chat/completions`, {
   method: 'POST',
   headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
   body: JSON.stringify({ model: 'stories', messages: [{ role: 'user', content }], temperature: 0, max_tokens: maxTokens, stream }),

@@ -2,36 +2,20 @@
 // keep-alive agent (no custom dispatcher): after a client abandons a stream,
 // close() must not wait on the connections that client keeps open.
 
-import type { AddressInfo } from 'node:net'
 import type { Socket } from 'node:net'
-import { join } from 'node:path'
 import t from 'tap'
 import OpenAI from 'openai'
-import { loadConfig } from '../../src/config.ts'
-import { startServer } from '../../src/server.ts'
-import { storiesModelDir } from '../helpers/models.ts'
+import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const MODEL = 'stories260k'
 const KEY = `sk-chatd-${'shutDown'.repeat(4)}`
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
 
 t.test('close() is prompt after a client with keep-alive connections abandoned a stream', async t => {
-  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu' }] }) })
-  const app = await startServer(loadConfig({
-    PORT: '0',
-    LOG_LEVEL: 'silent',
-    DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
-    MODELS_FILE: join(dir, 'models.json'),
-    CHATD_ADMIN_KEY: KEY,
-  }), { print: () => {}, logger: false })
+  const { app, url } = await startStoriesServer(t, { modelId: MODEL, key: KEY, closeOnTeardown: false })
   const sockets = new Set<Socket>()
   app.server.on('connection', (socket: Socket) => { sockets.add(socket); socket.once('close', () => sockets.delete(socket)) })
-  const deadline = Date.now() + 60_000
-  while ((await app.inject({ url: '/readyz' })).statusCode !== 200) {
-    if (Date.now() > deadline) throw new Error('the model did not become ready')
-    await new Promise(resolve => setTimeout(resolve, 50))
-  }
-  const client = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/api/v1`, maxRetries: 0 })
+  const client = new OpenAI({ apiKey: KEY, baseURL: `${url}/api/v1`, maxRetries: 0 })
 
   // A few whole replies at once leave several pooled keep-alive connections open.
   const replies = await Promise.all([1, 2, 3].map(() => client.chat.completions.create({ model: MODEL, messages, max_tokens: 5 })))

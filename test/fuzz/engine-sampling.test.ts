@@ -6,30 +6,15 @@
 // or a 4xx in the error shape, never a 5xx or a hang; a 200 respects
 // max_tokens, never shows a stop string, and a seeded request replays exactly.
 
-import { join } from 'node:path'
 import t from 'tap'
 import fc from 'fast-check'
-import { loadConfig } from '../../src/config.ts'
-import { startServer } from '../../src/server.ts'
 import { trickyUnit } from '../helpers/fuzz-bodies.ts'
 import { checkAnswer, FUZZ_SEED, fuzzParameters, fuzzRuns, prototypeIsClean, Tally, withinDeadline } from '../helpers/fuzz.ts'
-import { storiesModelDir } from '../helpers/models.ts'
+import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const KEY = `sk-chatd-${'enginefz'.repeat(4)}`
 const URL = '/api/v1/chat/completions'
-const dir = t.testdir({
-  'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu', threads: 1 }] }),
-})
-const app = await startServer(loadConfig({
-  PORT: '0',
-  LOG_LEVEL: 'silent',
-  DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
-  MODELS_FILE: join(dir, 'models.json'),
-  CHATD_ADMIN_KEY: KEY,
-  CHATD_AUTO_PULL: '0',
-}), { print: () => {}, logger: false })
-t.teardown(() => app.close())
-while ((await app.inject({ url: '/readyz' })).statusCode !== 200) await new Promise(resolve => setTimeout(resolve, 20))
+const { app } = await startStoriesServer(t, { modelId: 'stories', key: KEY, threads: 1 })
 
 const ask = (body: unknown) => withinDeadline(app.inject({
   method: 'POST', url: URL, headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, payload: JSON.stringify(body),
