@@ -4,12 +4,21 @@
 // DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
 //
 //   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3] [--block-size 32|128]
+//                                [--profile]
+//
+// --profile records onnxruntime's per-node trace (bench-out/profile/) and
+// prints where prompt runs and decode steps spend their time, by operator and
+// by node family. Profiling slows every node a little: read its shares, and
+// take tokens/s from a run without it.
+import fs from 'node:fs'
 import os from 'node:os'
+import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { argmax } from '../src/engine/onnx/sampler.ts'
 import { benchModelDir } from './bench-model.ts'
+import { formatProfile, summarizeTrace } from './profile-trace.ts'
 
 const { values } = parseArgs({
   options: {
@@ -20,6 +29,7 @@ const { values } = parseArgs({
     threads: { type: 'string', default: '0' },
     runs: { type: 'string', default: '3' },
     'block-size': { type: 'string', default: '32' },
+    profile: { type: 'boolean', default: false },
   },
 })
 const promptLen = Number(values.prompt)
@@ -28,7 +38,13 @@ const genLen = Number(values.gen)
 const modelDir = values['model-dir'] ?? benchModelDir(Number(values['block-size']))
 
 const model = readModelDir(modelDir, values.dtype as ModelDtype)
-const session = await DecoderSession.load(model, { device: 'cpu', threads: Number(values.threads) })
+const profileDir = path.resolve('bench-out', 'profile')
+if (values.profile) fs.mkdirSync(profileDir, { recursive: true })
+// onnxruntime creates its trace file when the session loads: any file not here before is this run's.
+const tracesBefore = new Set(values.profile ? fs.readdirSync(profileDir) : [])
+const session = await DecoderSession.load(model, {
+  device: 'cpu', threads: Number(values.threads), profilePrefix: values.profile ? path.join(profileDir, 'engine') : undefined,
+})
 const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
 
 async function once (): Promise<{ prefill: number; decode: number }> {
@@ -68,4 +84,19 @@ const report = {
   rss_mb: Math.round(process.memoryUsage().rss / 2 ** 20),
 }
 console.log(JSON.stringify(report, null, 2))
+if (values.profile) {
+  session.endProfiling()
+  const trace = fs.readdirSync(profileDir).find(f => f.startsWith('engine') && !tracesBefore.has(f))
+  if (!trace) throw new Error(`onnxruntime wrote no trace into ${profileDir}`)
+  const file = path.join(profileDir, trace)
+  // Each pass is one prompt run followed by genLen decode steps.
+  const isPrompt = (i: number): boolean => i % (genLen + 1) === 0
+  const prompt = summarizeTrace(file, isPrompt)
+  const decode = summarizeTrace(file, i => !isPrompt(i))
+  console.log(`\ntrace: ${path.relative(process.cwd(), file)}\n`)
+  console.log(formatProfile('decode steps, by operator', decode, decode.byOp) + '\n')
+  console.log(formatProfile('decode steps, by node family', decode, decode.byNode) + '\n')
+  console.log(formatProfile(`prompt runs (${promptLen} tokens), by operator`, prompt, prompt.byOp) + '\n')
+  console.log(formatProfile(`prompt runs (${promptLen} tokens), by node family`, prompt, prompt.byNode))
+}
 await session.close()

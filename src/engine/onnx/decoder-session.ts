@@ -100,6 +100,11 @@ export class DecoderSession {
     return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(model.onnxPath))
   }
 
+  /** Stops onnxruntime's profiler (sessions loaded with `profilePrefix`) and writes its trace file. */
+  endProfiling (): void {
+    this.session.endProfiling()
+  }
+
   /** An empty cache for `batch` rows. */
   emptyCache (batch: number): KvCache {
     const tensors: Record<string, OrtTensor> = {}

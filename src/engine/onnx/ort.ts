@@ -30,6 +30,12 @@ export interface SessionSettings {
   device: DeviceChoice
   /** Intra-op threads; 0 lets chatd pick the machine's parallelism. */
   threads: number
+  /**
+   * Where onnxruntime writes its per-node timing trace (Chrome trace JSON,
+   * `<prefix>_<date>.json`); unset in a server. For profiling only: every
+   * node of every step is recorded.
+   */
+  profilePrefix?: string
 }
 
 export interface LoadedSession {
@@ -54,6 +60,7 @@ export async function createSession (modelPath: string, settings: SessionSetting
     enableMemPattern: true,
     // Warnings only: onnxruntime's info logs are noise in a server's output.
     logSeverityLevel: 3,
+    ...(settings.profilePrefix ? { enableProfiling: true, profileFilePrefix: settings.profilePrefix } : {}),
   }
   // Without the CUDA provider's library beside the binding (a CPU install),
   // `auto` goes straight to CPU: trying CUDA there only makes onnxruntime

@@ -1,0 +1,75 @@
+// Reads onnxruntime's profiling trace (Chrome trace JSON) and says where a
+// step's time goes: per operator type and per node family (the node name with
+// its layer number taken out, so 28 layers' o_proj count as one line), split
+// into prompt runs and decode steps. Used by `npm run bench:engine -- --profile`.
+import fs from 'node:fs'
+
+interface TraceEvent {
+  cat: string
+  name: string
+  ts: number
+  dur: number
+  args?: { op_name?: string }
+}
+
+export interface ProfileLine {
+  /** Operator type, or node family with the layer index replaced by `*`. */
+  key: string
+  /** Microseconds per run of this kind, summed over the nodes on this line. */
+  usPerRun: number
+  share: number
+  nodesPerRun: number
+}
+
+export interface ProfileSummary {
+  runs: number
+  /** Wall time of one run as onnxruntime measured it (model_run), mean, µs. */
+  runUs: number
+  /** Sum of node kernel times per run, µs; the rest of runUs is scheduling and copies outside nodes. */
+  kernelUs: number
+  byOp: ProfileLine[]
+  byNode: ProfileLine[]
+}
+
+/**
+ * Splits the trace by run (`model_run` events) and summarizes the runs that
+ * `isKind(runIndex)` picks, so prompt runs and decode steps can be told apart.
+ */
+export function summarizeTrace (file: string, isKind: (runIndex: number) => boolean): ProfileSummary {
+  const events = JSON.parse(fs.readFileSync(file, 'utf8')) as TraceEvent[]
+  const runs = events.filter(e => e.cat === 'Session' && e.name === 'model_run').sort((a, b) => a.ts - b.ts)
+  const picked = runs.filter((_, i) => isKind(i))
+  const inPicked = (e: TraceEvent): boolean => picked.some(r => e.ts >= r.ts && e.ts <= r.ts + r.dur)
+  const nodes = events.filter(e => e.cat === 'Node' && e.name.endsWith('_kernel_time') && inPicked(e))
+  const n = Math.max(1, picked.length)
+  const group = (keyOf: (e: TraceEvent) => string): ProfileLine[] => {
+    const sums = new Map<string, { us: number; count: number }>()
+    for (const e of nodes) {
+      const key = keyOf(e)
+      const s = sums.get(key) ?? { us: 0, count: 0 }
+      s.us += e.dur
+      s.count++
+      sums.set(key, s)
+    }
+    const total = [...sums.values()].reduce((a, s) => a + s.us, 0) || 1
+    return [...sums.entries()]
+      .map(([key, s]) => ({ key, usPerRun: s.us / n, share: s.us / total, nodesPerRun: s.count / n }))
+      .sort((a, b) => b.usPerRun - a.usPerRun)
+  }
+  const kernelUs = nodes.reduce((a, e) => a + e.dur, 0) / n
+  return {
+    runs: picked.length,
+    runUs: picked.reduce((a, r) => a + r.dur, 0) / n,
+    kernelUs,
+    byOp: group(e => e.args?.op_name ?? '?'),
+    byNode: group(e => e.name.replace(/_kernel_time$/, '').replace(/\.\d+\./g, '.*.').replace(/_\d+$/, '')),
+  }
+}
+
+/** A Markdown table of the heaviest lines. */
+export function formatProfile (title: string, s: ProfileSummary, lines: ProfileLine[], top = 15): string {
+  const out = [`${title}: ${s.runs} runs, ${(s.runUs / 1000).toFixed(2)} ms per run, ${(s.kernelUs / 1000).toFixed(2)} ms in node kernels`,
+    '| what | ms per run | share of kernel time | nodes per run |', '|---|---:|---:|---:|']
+  for (const l of lines.slice(0, top)) out.push(`| ${l.key} | ${(l.usPerRun / 1000).toFixed(3)} | ${(100 * l.share).toFixed(1)}% | ${l.nodesPerRun.toFixed(0)} |`)
+  return out.join('\n')
+}
