@@ -4,7 +4,7 @@
 // DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
 //
 //   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3] [--block-size 32|128]
-//                                [--profile]
+//                                [--profile] [--no-huge-pages]
 //
 // --profile records onnxruntime's per-node trace (bench-out/profile/) and
 // prints where prompt runs and decode steps spend their time, by operator and
@@ -18,6 +18,7 @@ import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { argmax } from '../src/engine/onnx/sampler.ts'
 import { benchModelDir } from './bench-model.ts'
+import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 import { formatProfile, summarizeTrace } from './profile-trace.ts'
 
 const { values } = parseArgs({
@@ -30,8 +31,11 @@ const { values } = parseArgs({
     runs: { type: 'string', default: '3' },
     'block-size': { type: 'string', default: '32' },
     profile: { type: 'boolean', default: false },
+    'huge-pages': { type: 'boolean', default: true },
   },
+  allowNegative: true,
 })
+ensureHugePages(values['huge-pages'])
 const promptLen = Number(values.prompt)
 const genLen = Number(values.gen)
 
@@ -77,6 +81,7 @@ const report = {
   model: modelDir,
   dtype: values.dtype,
   threads: Number(values.threads) || os.availableParallelism(),
+  huge_pages: hugePagesOn(),
   prompt_tokens: promptLen,
   generated_tokens: genLen,
   prefill_tok_s: Number(median(results.map(r => r.prefill)).toFixed(1)),

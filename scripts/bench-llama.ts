@@ -4,10 +4,11 @@
 // a llama.cpp-only look, or to prepare (fetch, build, write the model) ahead.
 //
 //   npm run bench:llama -- [--threads N] [--prompt 128] [--gen 128] [--concurrency 1,2,4,8]
-//                          [--reps 5] [--jobs 2] [--json FILE] [--prepare-only]
+//                          [--reps 5] [--jobs 2] [--json FILE] [--prepare-only] [--no-huge-pages]
 import fs from 'node:fs'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
+import { ensureHugePages } from './huge-pages.ts'
 import { LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
 
 const { values } = parseArgs({
@@ -20,8 +21,11 @@ const { values } = parseArgs({
     jobs: { type: 'string', default: '2' },
     json: { type: 'string' },
     'prepare-only': { type: 'boolean', default: false },
+    'huge-pages': { type: 'boolean', default: true },
   },
+  allowNegative: true,
 })
+ensureHugePages(values['huge-pages'])
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const OUT = path.join(ROOT, 'bench-out')
 fs.mkdirSync(OUT, { recursive: true })

@@ -16,7 +16,11 @@
 // it with a message. Prints a table, writes bench-out/bench.json (or --json
 // FILE) and bench-out/bench.svg.
 //
-//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--no-llama-cpp] [--block-size 32|128]
+//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--no-llama-cpp] [--block-size 32|64|128]
+//                    [--no-huge-pages]
+//
+// On Linux the benchmark runs with glibc's huge-page tunable, as the Docker
+// image runs chatd (scripts/huge-pages.ts); --no-huge-pages measures without.
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import net from 'node:net'
@@ -27,6 +31,7 @@ import OpenAI from 'openai'
 import { LocalEngine } from '../src/engine/onnx/engine.ts'
 import { renderBenchChart } from './bench-chart.ts'
 import { benchModelDir } from './bench-model.ts'
+import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 import { type LlamaCppReport, llamaCppRatios, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
 
 const { values } = parseArgs({
@@ -39,9 +44,11 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '1,2,4,8' },
     'llama-cpp': { type: 'boolean', default: true },
     'block-size': { type: 'string', default: '32' },
+    'huge-pages': { type: 'boolean', default: true },
   },
   allowNegative: true,
 })
+ensureHugePages(values['huge-pages'])
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const OUT = path.join(ROOT, 'bench-out')
 const PROMPT_TOKENS = Number(values.prompt)
@@ -243,6 +250,7 @@ const report = {
   device: values.device,
   model: `random int4 (blocks of ${values['block-size']}), DeepSeek-R1-Distill-Qwen-1.5B shape (${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights)`,
   int4_block_size: Number(values['block-size']),
+  huge_pages: hugePagesOn(),
   prompt_tokens: single.promptTokens || promptTokens,
   generated_tokens: GEN_TOKENS,
   decode_tok_s_1: round((single.completionTokens - 1) / ((single.end - single.first) / 1000)),

@@ -73,6 +73,8 @@ for (const name of ['cpu', 'gpu']) {
     t.match(body.find(i => i.op === 'VOLUME')?.args, /"\/models".*"\/data"/)
     const env = body.filter(i => i.op === 'ENV').map(i => i.args).join(' ')
     for (const setting of ['HOST=0.0.0.0', 'MODELS_DIR=/models', 'DATABASE_URL=sqlite:///data/chatd.db']) t.match(env, setting)
+    // glibc reads it only at process start, so it must be in the image's environment.
+    t.match(env, /GLIBC_TUNABLES=glibc\.malloc\.hugetlb=1/, 'malloc asks for transparent huge pages')
     t.match(body.find(i => i.op === 'ENTRYPOINT')?.args, /\["node", "bin\/chatd\.js"\]/)
     t.match(body.find(i => i.op === 'CMD')?.args, /\["serve"\]/)
   })
