@@ -6,7 +6,7 @@
 //
 // The cache is rebuilt (one copy) only when rows join or leave; between those
 // events each step's `present` output simply becomes the next step's past.
-import type { DecoderSession, ForwardInput, KvCache } from './decoder-session.ts'
+import { DecoderSession, type ForwardInput, type KvCache } from './decoder-session.ts'
 import { ort, type OrtTensor } from './ort.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -113,6 +113,6 @@ export class DecodeBatch {
   }
 
   private release (cache: KvCache | null): void {
-    if (cache) for (const t of Object.values(cache.tensors)) t.dispose()
+    if (cache) DecoderSession.disposeCache(cache)
   }
 }

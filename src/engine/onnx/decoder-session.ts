@@ -5,7 +5,7 @@
 import fs from 'node:fs'
 import type { ModelDir } from './model-dir.ts'
 import { ModelDirError } from './model-dir.ts'
-import { createSession, float16BitsToFloat32, ort, type OrtTensor, type SessionSettings } from './ort.ts'
+import { createSession, float16BitsToFloat32, freeTensor, ort, type OrtTensor, type SessionSettings } from './ort.ts'
 
 export type CacheType = 'float32' | 'float16'
 
@@ -146,8 +146,9 @@ export class DecoderSession {
   }
 
   /** Frees a cache's native memory now rather than at garbage collection. */
+  /** Frees a cache that no step will read again (its memory at once, see freeTensor). */
   static disposeCache (cache: KvCache): void {
-    for (const t of Object.values(cache.tensors)) t.dispose()
+    for (const t of Object.values(cache.tensors)) freeTensor(t)
   }
 
   async close (): Promise<void> {

@@ -85,6 +85,24 @@ export function cudaProviderInstalled (): boolean {
   return fs.existsSync(path.join(binding, 'libonnxruntime_providers_cuda.so')) || fs.existsSync(path.join(binding, 'onnxruntime_providers_cuda.dll'))
 }
 
+/**
+ * Disposes a CPU tensor and frees its memory at once. A dropped tensor's
+ * ArrayBuffer waits for the garbage collector, and a decode step replaces the
+ * whole KV cache (onnxruntime's outputs are copied into fresh buffers), so
+ * several steps' caches used to pile up: at 8 streams about 2.5x the live
+ * cache. The buffer is detached (transfer(0) releases its memory now) only
+ * when this tensor's data is the whole of it, so no other view can lose data.
+ */
+export function freeTensor (tensor: OrtTensor): void {
+  const data = tensor.location === 'cpu' ? tensor.data : null
+  tensor.dispose()
+  if (!ArrayBuffer.isView(data)) return
+  const buffer = data.buffer
+  if (!(buffer instanceof ArrayBuffer) || buffer.detached || buffer.byteLength === 0) return
+  if (data.byteOffset !== 0 || data.byteLength !== buffer.byteLength) return
+  buffer.transfer(0)
+}
+
 /** A float16 tensor's raw bits (Uint16Array) widened to float32. */
 export function float16BitsToFloat32 (bits: Uint16Array): Float32Array {
   const half = new Float16Array(bits.buffer, bits.byteOffset, bits.length)
