@@ -32,12 +32,12 @@ t.test('disposeCache frees the cache a step returned; the next step still runs o
   const second = await session.forward({
     batch: 1, inputIds: [[7]], attentionMask: [[1, 1, 1, 1, 1]], positionIds: [[4]], past: first.present, logitsToKeep: 1,
   })
-  const buffers = Object.values(first.present.tensors).map(x => (x.data as Float32Array).buffer)
+  const buffers = Object.values(first.present.tensors).map(x => (x.data as Float32Array).buffer as ArrayBuffer)
   t.ok(buffers.every(b => b.byteLength > 0), 'the step output owns real buffers')
   DecoderSession.disposeCache(first.present)
   t.ok(buffers.every(b => b.detached), 'every tensor of the old cache is released')
   const live = Object.values(second.present.tensors)
-  t.ok(live.every(x => !(x.data as Float32Array).buffer.detached && x.dims[2] === 5), 'the new cache is intact')
+  t.ok(live.every(x => !((x.data as Float32Array).buffer as ArrayBuffer).detached && x.dims[2] === 5), 'the new cache is intact')
   const third = await session.forward({
     batch: 1, inputIds: [[8]], attentionMask: [[1, 1, 1, 1, 1, 1]], positionIds: [[5]], past: second.present, logitsToKeep: 1,
   })
