@@ -27,7 +27,7 @@ const ConfigSchema = Type.Object({
   ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto' }),
   ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: '0 lets onnxruntime choose.' }),
   MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: 8, description: 'Sequences per model that decode together in one batched step (continuous batching).' }),
-  PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode, so a long prompt never freezes them; 0 sizes chunks from measured timings to keep a chunk within ~2.5 decode steps.' }),
+  PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode, so a long prompt never freezes them; 0 sizes chunks from measured timings to keep a chunk within ~1.75 decode steps.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model in progress (generating or waiting) before 503 server_overloaded.' }),
   BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
   MAX_MESSAGES: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessages, description: 'Messages per chat completion request; more gets 400 invalid_parameter (param messages).' }),

@@ -6,9 +6,13 @@
 // learns from the engine's own timings: a run costs about one decode step (one
 // pass over the weights) plus a cost per prompt token, both tracked as moving
 // averages, so the size fits the machine (measured on a 2-core CPU with the
-// 1.5B int4 model: ~90 ms per step and ~15 ms per prompt token give chunks of
-// about 9; a GPU's per-token cost is tiny and its chunks grow to the cap).
-const STALL_FACTOR = 2.5
+// 1.5B int4 model: ~90 ms per 4-row step and ~10 ms per prompt token give
+// chunks of about 6; a GPU's per-token cost is tiny and its chunks grow to the
+// cap). A decoding stream's longest gaps are one step plus one chunk, about
+// (1 + STALL_FACTOR) steps: 1.75 keeps them within 3x a lone stream's
+// inter-token p95 at 4 streams (2.5 gave 3.7x: `npm run bench`, block 64,
+// ITL p95 58 ms alone, 212 ms at 4 streams; chunks of 6: 2.8x).
+const STALL_FACTOR = 1.75
 const SMOOTHING = 0.2
 const MIN_CHUNK = 4
 const MAX_CHUNK = 512

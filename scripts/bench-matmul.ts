@@ -1,0 +1,86 @@
+// The int4 kernel alone: one com.microsoft MatMulNBits node of a decoder's
+// shape, timed at decode-like (1, 4 rows) and prompt-like (128 rows) inputs for
+// each block size, as GB/s of weights read and GFLOP/s. A decode step is ~85%
+// this kernel (npm run bench:engine -- --profile), so these figures bound it.
+//
+//   npm run bench:matmul -- [--n 17920] [--k 1536] [--blocks 32,64,128] [--rows 1,4,128]
+//                           [--copies 40] [--threads N] [--accuracy-level 4] [--no-huge-pages]
+//
+// The graph chains `--copies` nodes with distinct weights and inputs (40 x the
+// MLP's gate/up projection is ~700 MB), so the weights cannot sit in cache and
+// onnxruntime cannot merge identical nodes: with one node, or copies of one
+// weight, it measures cache bandwidth instead of memory bandwidth.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import { attr, GraphBuilder } from '../src/engine/onnx/convert/graph-builder.ts'
+import { DataType, encodeModel } from '../src/engine/onnx/convert/onnx-proto.ts'
+import { quantizeInt4, toFloat32Bytes } from '../src/engine/onnx/convert/tensors.ts'
+import { ort } from '../src/engine/onnx/ort.ts'
+import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
+
+const { values } = parseArgs({
+  options: {
+    n: { type: 'string', default: '17920' },
+    k: { type: 'string', default: '1536' },
+    blocks: { type: 'string', default: '32,64,128' },
+    rows: { type: 'string', default: '1,4,128' },
+    copies: { type: 'string', default: '40' },
+    threads: { type: 'string', default: '0' },
+    'accuracy-level': { type: 'string', default: '4' },
+    'huge-pages': { type: 'boolean', default: true },
+  },
+  allowNegative: true,
+})
+ensureHugePages(values['huge-pages'])
+
+const N = Number(values.n)
+const K = Number(values.k)
+const copies = Number(values.copies)
+const threads = Number(values.threads) || os.availableParallelism()
+const OUT = path.resolve('bench-out', 'matmul')
+fs.mkdirSync(OUT, { recursive: true })
+
+// Seeded weights, quantized once per block size; each copy flips a different
+// bit pattern in the packed bytes so no two nodes share a weight.
+const weights = new Float32Array(N * K)
+let seed = 1
+for (let i = 0; i < weights.length; i++) {
+  seed = (Math.imul(seed, 1103515245) + 12345) >>> 0
+  weights[i] = (seed / 2 ** 32 - 0.5) * 0.1
+}
+
+console.log(`MatMulNBits N=${N} K=${K}, ${copies} distinct nodes, ${threads} threads, accuracy_level ${values['accuracy-level']}, huge pages ${hugePagesOn()}`)
+console.log('| block | rows | ms per node | weights GB/s | GFLOP/s |')
+console.log('|---:|---:|---:|---:|---:|')
+for (const blockSize of values.blocks.split(',').map(Number)) {
+  const q = quantizeInt4({ shape: [N, K], data: weights }, blockSize)
+  const g = new GraphBuilder(null)
+  const x = g.input('x', DataType.FLOAT, ['rows', K])
+  for (let c = 0; c < copies; c++) {
+    const packed = q.packed.map((v, i) => v ^ ((i * 7 + c * 13) & 0x77))
+    const b = g.initializer(`w${c}.qweight`, DataType.UINT8, [N, q.blocksPerRow, q.blockSize / 2], packed)
+    const s = g.initializer(`w${c}.scales`, DataType.FLOAT, [N * q.blocksPerRow], toFloat32Bytes(q.scales))
+    const input = g.op('Mul', [x, g.float([1 + c / 64], true)])
+    const y = g.op('MatMulNBits', [input, b, s], {
+      K: attr.i(K), N: attr.i(N), bits: attr.i(4), block_size: attr.i(blockSize), accuracy_level: attr.i(Number(values['accuracy-level'])),
+    }, { domain: 'com.microsoft', output: `y${c}` })
+    g.output(y, DataType.FLOAT, ['rows', N])
+  }
+  const file = path.join(OUT, `matmul-${N}x${K}-block${blockSize}.onnx`)
+  fs.writeFileSync(file, encodeModel(g.build([{ domain: '', version: 17 }, { domain: 'com.microsoft', version: 1 }], {})))
+  const session = await ort.InferenceSession.create(file, { intraOpNumThreads: threads, graphOptimizationLevel: 'all', logSeverityLevel: 3 })
+  const bytesPerNode = q.packed.byteLength + q.scales.byteLength
+  for (const rows of values.rows.split(',').map(Number)) {
+    const feeds = { x: new ort.Tensor('float32', new Float32Array(rows * K).fill(0.01), [rows, K]) }
+    for (let i = 0; i < 2; i++) await session.run(feeds)
+    const reps = rows >= 64 ? 3 : 10
+    const started = performance.now()
+    for (let i = 0; i < reps; i++) await session.run(feeds)
+    const ms = (performance.now() - started) / reps / copies
+    console.log(`| ${blockSize} | ${rows} | ${ms.toFixed(3)} | ${(bytesPerNode / ms / 1e6).toFixed(1)} | ${((2 * rows * N * K) / ms / 1e6).toFixed(0)} |`)
+  }
+  await session.release()
+  fs.rmSync(file)
+}
