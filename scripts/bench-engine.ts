@@ -3,7 +3,7 @@
 // greedy tokens. Builds (once, cached) an int4 random model of the
 // DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
 //
-//   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3] [--block-size 32|128]
+//   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3] [--block-size 32|64|128]
 //                                [--profile] [--no-huge-pages]
 //
 // --profile records onnxruntime's per-node trace (bench-out/profile/) and
