@@ -8,22 +8,12 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { convertCheckpoint, convertRandom } from '../../src/engine/onnx/convert/index.ts'
 import type { WeightFormat } from '../../src/engine/onnx/convert/decoder-graph.ts'
+import { converterFingerprint } from '../../src/engine/onnx/convert/fingerprint.ts'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 export const REPO_ROOT = path.resolve(here, '../..')
 export const STORIES_SOURCE = path.resolve(REPO_ROOT, '../shared/models/stories260k')
-const CONVERTER_DIR = path.join(REPO_ROOT, 'src/engine/onnx/convert')
-
-function converterHash (): string {
-  const hash = crypto.createHash('sha256')
-  for (const file of fs.readdirSync(CONVERTER_DIR).sort()) {
-    hash.update(file)
-    hash.update(fs.readFileSync(path.join(CONVERTER_DIR, file)))
-  }
-  return hash.digest('hex').slice(0, 12)
-}
-
-const CACHE_ROOT = path.join(os.tmpdir(), `chatd-test-models-${converterHash()}`)
+const CACHE_ROOT = path.join(os.tmpdir(), `chatd-test-models-${converterFingerprint()}`)
 
 /** Builds into a private directory, then renames it into place, so parallel test files never see half a model. */
 function cached (name: string, build: (out: string) => void): string {
