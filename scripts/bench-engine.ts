@@ -19,7 +19,7 @@ import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { argmax } from '../src/engine/onnx/sampler.ts'
 import { benchModelDir } from './bench-model.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
-import { formatProfile, summarizeTrace } from './profile-trace.ts'
+import { formatProfile, readTrace, summarizeTrace } from './profile-trace.ts'
 
 const { values } = parseArgs({
   options: {
@@ -94,10 +94,11 @@ if (values.profile) {
   const trace = fs.readdirSync(profileDir).find(f => f.startsWith('engine') && !tracesBefore.has(f))
   if (!trace) throw new Error(`onnxruntime wrote no trace into ${profileDir}`)
   const file = path.join(profileDir, trace)
+  const events = readTrace(file)
   // Each pass is one prompt run followed by genLen decode steps.
   const isPrompt = (i: number): boolean => i % (genLen + 1) === 0
-  const prompt = summarizeTrace(file, isPrompt)
-  const decode = summarizeTrace(file, i => !isPrompt(i))
+  const prompt = summarizeTrace(events, isPrompt)
+  const decode = summarizeTrace(events, i => !isPrompt(i))
   console.log(`\ntrace: ${path.relative(process.cwd(), file)}\n`)
   console.log(formatProfile('decode steps, by operator', decode, decode.byOp) + '\n')
   console.log(formatProfile('decode steps, by node family', decode, decode.byNode) + '\n')

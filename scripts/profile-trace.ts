@@ -31,16 +31,33 @@ export interface ProfileSummary {
   byNode: ProfileLine[]
 }
 
-/**
- * Splits the trace by run (`model_run` events) and summarizes the runs that
- * `isKind(runIndex)` picks, so prompt runs and decode steps can be told apart.
- */
-export function summarizeTrace (file: string, isKind: (runIndex: number) => boolean): ProfileSummary {
+/** A trace read once: its runs in time order, and each node event tagged with the run it falls in. */
+export interface Trace {
+  runs: TraceEvent[]
+  nodes: Array<TraceEvent & { run: number }>
+}
+
+export function readTrace (file: string): Trace {
   const events = JSON.parse(fs.readFileSync(file, 'utf8')) as TraceEvent[]
   const runs = events.filter(e => e.cat === 'Session' && e.name === 'model_run').sort((a, b) => a.ts - b.ts)
-  const picked = runs.filter((_, i) => isKind(i))
-  const inPicked = (e: TraceEvent): boolean => picked.some(r => e.ts >= r.ts && e.ts <= r.ts + r.dur)
-  const nodes = events.filter(e => e.cat === 'Node' && e.name.endsWith('_kernel_time') && inPicked(e))
+  const kernels = events.filter(e => e.cat === 'Node' && e.name.endsWith('_kernel_time')).sort((a, b) => a.ts - b.ts)
+  // Both in time order: one walk pairs every node with the run around it.
+  const nodes: Trace['nodes'] = []
+  let run = 0
+  for (const e of kernels) {
+    while (run < runs.length && e.ts > runs[run].ts + runs[run].dur) run++
+    if (run < runs.length && e.ts >= runs[run].ts) nodes.push({ ...e, run })
+  }
+  return { runs, nodes }
+}
+
+/**
+ * Summarizes the runs that `isKind(runIndex)` picks, so prompt runs and
+ * decode steps can be told apart.
+ */
+export function summarizeTrace (trace: Trace, isKind: (runIndex: number) => boolean): ProfileSummary {
+  const picked = trace.runs.filter((_, i) => isKind(i))
+  const nodes = trace.nodes.filter(e => isKind(e.run))
   const n = Math.max(1, picked.length)
   const group = (keyOf: (e: TraceEvent) => string): ProfileLine[] => {
     const sums = new Map<string, { us: number; count: number }>()
@@ -56,11 +73,10 @@ export function summarizeTrace (file: string, isKind: (runIndex: number) => bool
       .map(([key, s]) => ({ key, usPerRun: s.us / n, share: s.us / total, nodesPerRun: s.count / n }))
       .sort((a, b) => b.usPerRun - a.usPerRun)
   }
-  const kernelUs = nodes.reduce((a, e) => a + e.dur, 0) / n
   return {
     runs: picked.length,
     runUs: picked.reduce((a, r) => a + r.dur, 0) / n,
-    kernelUs,
+    kernelUs: nodes.reduce((a, e) => a + e.dur, 0) / n,
     byOp: group(e => e.args?.op_name ?? '?'),
     byNode: group(e => e.name.replace(/_kernel_time$/, '').replace(/\.\d+\./g, '.*.').replace(/_\d+$/, '')),
   }

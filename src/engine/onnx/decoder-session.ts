@@ -145,7 +145,6 @@ export class DecoderSession {
     return { logits, rows, present }
   }
 
-  /** Frees a cache's native memory now rather than at garbage collection. */
   /** Frees a cache that no step will read again (its memory at once, see freeTensor). */
   static disposeCache (cache: KvCache): void {
     for (const t of Object.values(cache.tensors)) freeTensor(t)
