@@ -2,6 +2,7 @@
 // source, build the tools, write the same model as Q4_0 (all cached under
 // bench-out/), then measure. Preparing is split from measuring so the
 // benchmark can do the heavy, cached work before any timing starts.
+import { spawnSync } from 'node:child_process'
 import os from 'node:os'
 import path from 'node:path'
 import { buildLlamaCpp, CMAKE_FLAGS, type LlamaCppBuild } from './build.ts'
@@ -25,12 +26,28 @@ export function prepareLlamaCpp (opts: { out: string; threads: number; jobs?: nu
   const started = performance.now()
   const source = fetchLlamaCppSource(opts.out, opts.npmVersion, log)
   const fetch_s = (performance.now() - started) / 1000
-  const build = buildLlamaCpp(opts.out, source, { jobs: opts.jobs, log })
+  let build = buildLlamaCpp(opts.out, source, { jobs: opts.jobs, log })
   if (!build.cached) log(`built llama.cpp tools in ${build.seconds.toFixed(0)} s`)
   const threads = opts.threads > 0 ? opts.threads : os.availableParallelism()
   const model = buildLlamaCppModel(opts.out, build, { threads, log })
   if (!model.cached) log(`wrote ${path.relative(process.cwd(), model.file)} (${model.types}) in ${model.seconds.toFixed(0)} s`)
+  const crash = smokeRun(build, model.file, threads)
+  if (crash && build.variant === 'native') {
+    log(`llama.cpp's native build died by ${crash} in a smoke run (seen with ggml's AMX kernels on a VM); rebuilding with AMX off ...`)
+    build = buildLlamaCpp(opts.out, source, { jobs: opts.jobs, log, variant: 'no-amx' })
+    log(`built llama.cpp tools (no-amx) in ${build.seconds.toFixed(0)} s`)
+    const again = smokeRun(build, model.file, threads)
+    if (again) throw new Error(`llama-bench still dies by ${again} with AMX off; no llama.cpp figures on this machine`)
+  } else if (crash) {
+    throw new Error(`llama-bench (${build.variant} build) dies by ${crash}; no llama.cpp figures on this machine`)
+  }
   return { source, build, model, threads, fetch_s }
+}
+
+/** A few tokens through llama-bench: the signal that killed it, or null when it ran. */
+function smokeRun (build: LlamaCppBuild, model: string, threads: number): string | null {
+  const r = spawnSync(build.bin('llama-bench'), ['-m', model, '-p', '8', '-n', '4', '-r', '1', '-t', String(threads), '-o', 'json'], { stdio: 'ignore' })
+  return r.signal ?? null
 }
 
 export interface LlamaCppReport {
@@ -60,7 +77,7 @@ export function measureLlamaCpp (p: LlamaCppPrepared, opts: { prompt: number; ge
     llama_cpp_version: p.source.tag,
     llama_cpp_commit: p.source.commit,
     llama_cpp_source: `node-llama-cpp@${p.source.npmVersion} (npm), llama.cpp ${p.source.tag} build ${single.build_commit}`,
-    llama_cpp_build: `${CMAKE_FLAGS.filter(f => /BUILD_TYPE|NATIVE/.test(f)).map(f => f.replace(/^-D/, '')).join(' ')}, CPU backend; ${single.cpu_info}`,
+    llama_cpp_build: `${CMAKE_FLAGS.filter(f => /BUILD_TYPE|NATIVE/.test(f)).map(f => f.replace(/^-D/, '')).join(' ')}${p.build.variant === 'no-amx' ? ' with AMX off (the native build crashed in ggml\'s AMX matmul here)' : ''}, CPU backend; ${single.cpu_info}`,
     llama_cpp_model: `${single.model_type} from llama-quantize Q4_0 (${p.model.types}), ${(p.model.bytes / 2 ** 30).toFixed(2)} GiB`,
     llama_cpp_threads: p.threads,
     llama_cpp_prefill_tok_s: round(single.prefill_tok_s),
