@@ -1,7 +1,10 @@
 // One ONNX decoder session with the inputs and outputs discovered from the
 // graph itself: input_ids, attention_mask, optional position_ids and
-// num_logits_to_keep, past_key_values.N.key/value -> logits, present.N.key/value,
-// with float32 or float16 caches and logits.
+// num_logits_to_keep, past_key_values.N.key/value -> logits and either
+// present.N.key/value (the whole cache: the onnx-community signature) or
+// new_key_values.N.key/value (only this run's positions: graphs chatd convert
+// writes), with float32 or float16 caches and logits. kv-cache.ts keeps the
+// cache between runs in the way each of the two needs.
 import fs from 'node:fs'
 import type { ModelDir } from './model-dir.ts'
 import { ModelDirError } from './model-dir.ts'
@@ -15,6 +18,12 @@ export type CacheType = 'float32' | 'float16'
  * computes wrong results for left-padded rows.
  */
 export type GraphStyle = 'standard' | 'gqa'
+
+/**
+ * concat: present.N.* outputs hold the past with the new positions appended.
+ * append: new_key_values.N.* outputs hold only the new positions.
+ */
+export type CacheOutputs = 'concat' | 'append'
 
 /** A sequence batch's key/value cache: one key and one value tensor per layer. */
 export interface KvCache {
@@ -40,6 +49,10 @@ export interface ForwardOutput {
   /** Float32 logits, [batch, rows, vocab]. */
   logits: Float32Array
   rows: number
+  /**
+   * Keyed by the past_key_values.N.* names. concat graphs: the whole cache after this run
+   * (length past + seqLen). append graphs: this run's positions only (length seqLen).
+   */
   present: KvCache
 }
 
@@ -50,6 +63,7 @@ export class DecoderSession {
   readonly hasPositionIds: boolean
   readonly hasLogitsToKeep: boolean
   readonly graphStyle: GraphStyle
+  readonly cacheOutputs: CacheOutputs
   private readonly session: ort.InferenceSession
 
   private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
@@ -78,10 +92,13 @@ export class DecoderSession {
     if ((typeof kvHeads === 'number' && kvHeads !== model.numKvHeads) || (typeof headDim === 'number' && headDim !== model.headDim)) {
       throw new ModelDirError(`${where}: cache shape [batch, ${kvHeads}, past, ${headDim}] does not match config.json (num_key_value_heads ${model.numKvHeads}, head_dim ${model.headDim})`)
     }
+    this.cacheOutputs = outputs.has('present.0.key') || !outputs.has('new_key_values.0.key') ? 'concat' : 'append'
+    const outputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
+    if (this.cacheOutputs === 'append' && graphStyle === 'gqa') throw new ModelDirError(`${where}: a GroupQueryAttention graph must return present.N.key/value`)
     for (let i = 0; i < model.numLayers; i++) {
       for (const kv of ['key', 'value']) {
         if (!inputs.has(`past_key_values.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no past_key_values.${i}.${kv} input`)
-        if (!outputs.has(`present.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no present.${i}.${kv} output`)
+        if (!outputs.has(`${outputPrefix}.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no ${outputPrefix}.${i}.${kv} output`)
       }
     }
     this.hasPositionIds = inputs.has('position_ids')
@@ -136,10 +153,12 @@ export class DecoderSession {
     const logits = logitsTensor.type === 'float16'
       ? float16BitsToFloat32(logitsTensor.data as Uint16Array)
       : logitsTensor.data as Float32Array
-    const present: KvCache = { tensors: {}, length: totalLen }
+    const append = this.cacheOutputs === 'append'
+    const prefix = append ? 'new_key_values' : 'present'
+    const present: KvCache = { tensors: {}, length: append ? seqLen : totalLen }
     for (let i = 0; i < this.model.numLayers; i++) {
-      present.tensors[`past_key_values.${i}.key`] = out[`present.${i}.key`]
-      present.tensors[`past_key_values.${i}.value`] = out[`present.${i}.value`]
+      present.tensors[`past_key_values.${i}.key`] = out[`${prefix}.${i}.key`]
+      present.tensors[`past_key_values.${i}.value`] = out[`${prefix}.${i}.value`]
     }
     logitsTensor.dispose()
     return { logits, rows, present }

@@ -22,6 +22,7 @@ import { DecodeBatch } from './decode-batch.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
+import { cacheLayoutFor, type CacheLayout } from './kv-cache.ts'
 import { readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { Sequence, type StepResult } from './sequence.ts'
@@ -59,6 +60,8 @@ export class LocalEngine {
   readonly tokenizer: TextTokenizer
   readonly template: ChatTemplate
   readonly scheduler: SchedulerSettings
+  /** How key/value caches are kept between runs, as the graph's outputs require. */
+  readonly cacheLayout: CacheLayout
   private readonly events: EngineEvents
   /** Admitted sequences whose prompt has not started. */
   private readonly waiting: Sequence[] = []
@@ -76,6 +79,7 @@ export class LocalEngine {
     this.template = template
     this.events = events
     this.scheduler = scheduler
+    this.cacheLayout = cacheLayoutFor(session)
     this.pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
   }
 
@@ -209,20 +213,12 @@ export class LocalEngine {
       ? SOLO_PREFILL_CHUNK
       : this.scheduler.prefillChunk || this.pacer.chunkSize()
     const chunk = seq.nextPromptChunk(size)
-    const start = seq.cachedTokens
     let result: StepResult | undefined
     const started = performance.now()
     try {
-      const out = await this.session.forward({
-        batch: 1,
-        inputIds: [chunk],
-        attentionMask: [new Array(start + chunk.length).fill(1)],
-        positionIds: [chunk.map((_, k) => start + k)],
-        past: seq.cache ?? this.session.emptyCache(1),
-        logitsToKeep: 1,
-      })
-      if (seq.cache) DecoderSession.disposeCache(seq.cache)
-      seq.cache = out.present
+      seq.cache ??= this.cacheLayout.empty()
+      const out = await this.cacheLayout.run(seq.cache, [chunk], 1)
+      seq.cache = out.cache
       seq.cachedTokens += chunk.length
       this.pacer.recordPrefill(chunk.length, performance.now() - started)
       if (!seq.prefilling) result = seq.advance(this.lastRow(out.logits, 0))
@@ -245,10 +241,8 @@ export class LocalEngine {
     let logits: Float32Array
     const started = performance.now()
     try {
-      const out = await this.session.forward(batch.stepInput())
+      logits = await batch.step()
       this.pacer.recordDecode(performance.now() - started)
-      batch.advance(out.present)
-      logits = out.logits
     } catch (err) {
       const rows = batch.rows
       batch.leave(new Set(rows))
@@ -280,7 +274,7 @@ export class LocalEngine {
   private batchWithRoom (): DecodeBatch {
     let batch = this.batches.find(b => b.hasRoom)
     if (!batch) {
-      batch = new DecodeBatch(this.session, this.batchCapacity)
+      batch = new DecodeBatch(this.cacheLayout, this.batchCapacity)
       this.batches.push(batch)
     }
     return batch
@@ -297,7 +291,7 @@ export class LocalEngine {
     const pre = this.prefilling
     if (pre?.cancelled) {
       this.prefilling = null
-      if (pre.cache) DecoderSession.disposeCache(pre.cache)
+      if (pre.cache) this.cacheLayout.free(pre.cache)
       pre.cache = null
       this.finish(pre, 'cancelled')
     }
@@ -316,7 +310,7 @@ export class LocalEngine {
 
   private fail (seqs: Sequence[], err: unknown): void {
     for (const seq of seqs) {
-      if (seq.cache) DecoderSession.disposeCache(seq.cache)
+      if (seq.cache) this.cacheLayout.free(seq.cache)
       seq.cache = null
       this.events.error(seq.id, new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
     }

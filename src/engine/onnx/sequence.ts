@@ -2,7 +2,7 @@
 // cache, sampler, and the text pipeline (incremental detokenizer, then stop
 // strings) that turns sampled ids into deltas safe to send.
 import type { FinishReason, GenerateRequest } from '../backend.ts'
-import type { KvCache } from './decoder-session.ts'
+import type { RowCache } from './kv-cache.ts'
 import { IncrementalDetokenizer } from './detokenizer.ts'
 import { createRng, type Rng } from './rng.ts'
 import { sample } from './sampler.ts'
@@ -27,7 +27,7 @@ export class Sequence {
   /** The token to feed at the next decode step (the last one sampled). */
   pending: number[] = []
   /** This sequence's own cache while it prefills; a DecodeBatch holds it afterwards. */
-  cache: KvCache | null = null
+  cache: RowCache | null = null
   /** Positions of this sequence in its cache (prompt and generated tokens fed so far). */
   cachedTokens = 0
   generated = 0

@@ -8,13 +8,14 @@ import { writeOnnx } from '../../../src/engine/onnx/convert/index.ts'
 import { dequantizeInt4, quantizeInt4 } from '../../../src/engine/onnx/convert/tensors.ts'
 import { RandomWeights } from '../../../src/engine/onnx/convert/weight-sources.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
+import { cacheLayoutFor } from '../../../src/engine/onnx/kv-cache.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
 import { DTYPE_OF, randomGqaModelDir, randomModelDir, type RandomKind } from '../../helpers/models.ts'
 
 const TOKENS = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 17]
 
-async function load (kind: RandomKind, weights: 'fp32' | 'fp16' | 'int4'): Promise<DecoderSession> {
-  const model = readModelDir(randomModelDir(kind, weights), DTYPE_OF[weights])
+async function load (kind: RandomKind, weights: 'fp32' | 'fp16' | 'int4', cache?: 'append' | 'concat'): Promise<DecoderSession> {
+  const model = readModelDir(randomModelDir(kind, weights, 7, cache), DTYPE_OF[weights])
   return DecoderSession.load(model, { device: 'cpu', threads: 1 })
 }
 
@@ -39,29 +40,27 @@ function maxAbsDiff (a: Float32Array, b: Float32Array): number {
 
 for (const kind of ['llama', 'qwen2'] as const) {
   for (const [weights, tolerance] of [['fp32', 1e-4], ['fp16', 1e-2]] as const) {
-    t.test(`${kind} ${weights}: cached decoding equals full-prefix recomputation`, async t => {
-      const s = await load(kind, weights)
-      t.equal(s.cacheType, weights === 'fp16' ? 'float16' : 'float32', 'cache dtype discovered from the graph')
-      // Prefill a 5-token prompt, then feed the rest one token at a time.
-      const prompt = TOKENS.slice(0, 5)
-      let step = await s.forward({
-        batch: 1, inputIds: [prompt], attentionMask: [prompt.map(() => 1)], positionIds: [prompt.map((_, k) => k)],
-        past: s.emptyCache(1), logitsToKeep: 1,
+    for (const cacheStyle of ['append', 'concat'] as const) {
+      t.test(`${kind} ${weights} (${cacheStyle} cache): cached decoding equals full-prefix recomputation`, async t => {
+        const s = await load(kind, weights, cacheStyle)
+        t.equal(s.cacheType, weights === 'fp16' ? 'float16' : 'float32', 'cache dtype discovered from the graph')
+        t.equal(s.cacheOutputs, cacheStyle, 'cache outputs discovered from the graph')
+        const layout = cacheLayoutFor(s)
+        // Prefill a 5-token prompt, then feed the rest one token at a time.
+        const prompt = TOKENS.slice(0, 5)
+        let step = await layout.run(layout.empty(), [prompt], 1)
+        t.equal(step.logits.length, s.model.vocabSize, 'num_logits_to_keep = 1 returns only the last position')
+        let worst = maxAbsDiff(step.logits, await fullPass(s, prompt))
+        for (let n = prompt.length; n < TOKENS.length; n++) {
+          step = await layout.run(step.cache, [[TOKENS[n]]], 1)
+          t.same(step.cache.lengths, [n + 1])
+          worst = Math.max(worst, maxAbsDiff(step.logits, await fullPass(s, TOKENS.slice(0, n + 1))))
+        }
+        t.ok(worst < tolerance, `max |cached - full| = ${worst.toExponential(2)} < ${tolerance}`)
+        layout.free(step.cache)
+        await s.close()
       })
-      t.equal(step.rows, 1, 'num_logits_to_keep = 1 returns only the last position')
-      let worst = maxAbsDiff(step.logits, await fullPass(s, prompt))
-      for (let n = prompt.length; n < TOKENS.length; n++) {
-        const past = step.present
-        step = await s.forward({
-          batch: 1, inputIds: [[TOKENS[n]]], attentionMask: [TOKENS.slice(0, n + 1).map(() => 1)], positionIds: [[n]],
-          past, logitsToKeep: 1,
-        })
-        t.equal(step.present.length, n + 1)
-        worst = Math.max(worst, maxAbsDiff(step.logits, await fullPass(s, TOKENS.slice(0, n + 1))))
-      }
-      t.ok(worst < tolerance, `max |cached - full| = ${worst.toExponential(2)} < ${tolerance}`)
-      await s.close()
-    })
+    }
   }
 }
 

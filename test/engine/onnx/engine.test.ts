@@ -6,6 +6,7 @@ import t, { type Test } from 'tap'
 import type { GenerateEvent, GenerateRequest } from '../../../src/engine/backend.ts'
 import { ApiError } from '../../../src/errors.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
+import { cacheLayoutFor } from '../../../src/engine/onnx/kv-cache.ts'
 import { OnnxBackend } from '../../../src/engine/onnx/backend.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
 import { argmax } from '../../../src/engine/onnx/sampler.ts'
@@ -36,29 +37,30 @@ async function startBackend (t: Test, dir: string, dtype = 'fp32'): Promise<Onnx
   return backend
 }
 
-t.test('stories260k: greedy decoding reproduces the reference token for token', async t => {
-  const model = readModelDir(storiesModelDir(), 'fp32')
-  const session = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
-  for (const golden of goldens) {
-    let cache = session.emptyCache(1)
-    let feed = golden.prompt_ids
-    let length = 0
-    const ids: number[] = []
-    while (ids.length < golden.generated_ids.length) {
-      const out = await session.forward({
-        batch: 1, inputIds: [feed], attentionMask: [new Array(length + feed.length).fill(1)],
-        positionIds: [feed.map((_, k) => length + k)], past: cache, logitsToKeep: 1,
-      })
-      length += feed.length
-      cache = out.present
-      const next = argmax(out.logits)
-      ids.push(next)
-      feed = [next]
+for (const cacheStyle of ['append', 'concat'] as const) {
+  t.test(`stories260k (${cacheStyle} cache): greedy decoding reproduces the reference token for token`, async t => {
+    const model = readModelDir(storiesModelDir('fp32', cacheStyle), 'fp32')
+    const session = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
+    t.equal(session.cacheOutputs, cacheStyle, 'cache outputs discovered from the graph')
+    const layout = cacheLayoutFor(session)
+    for (const golden of goldens) {
+      let cache = layout.empty()
+      let feed = golden.prompt_ids
+      const ids: number[] = []
+      while (ids.length < golden.generated_ids.length) {
+        const out = await layout.run(cache, [feed], 1)
+        cache = out.cache
+        const next = argmax(out.logits)
+        ids.push(next)
+        feed = [next]
+      }
+      t.same(ids, golden.generated_ids, `"${golden.prompt}"`)
+      t.same(cache.lengths, [golden.prompt_ids.length + golden.generated_ids.length - 1], 'every fed token is cached')
+      layout.free(cache)
     }
-    t.same(ids, golden.generated_ids, `"${golden.prompt}"`)
-  }
-  await session.close()
-})
+    await session.close()
+  })
+}
 
 t.test('stories260k through the engine worker: goldens as text, usage, finish reason', async t => {
   const backend = await startBackend(t, storiesModelDir())

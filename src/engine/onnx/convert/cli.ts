@@ -2,14 +2,15 @@
 //   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
 //   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>]
 import { parseArgs } from 'node:util'
-import type { AttentionStyle, WeightFormat } from './decoder-graph.ts'
+import type { AttentionStyle, CacheStyle, WeightFormat } from './decoder-graph.ts'
 import { convertCheckpoint, convertRandom, type ConvertResult } from './index.ts'
 import { INT4_BLOCK_SIZES } from './tensors.ts'
 
 export const CONVERT_USAGE = `Usage:
   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype fp32|fp16|int4] [--tokenizer <dir>]
-  either form also takes --attention standard|gqa (default standard)
+  either form also takes --attention standard|gqa (default standard),
+  --cache append|concat (default append; gqa is always concat)
   and, with int4, --block-size 16|32|64|128|256 (default 32)
 
 Writes an onnx-community-style model directory (config.json, tokenizer files,
@@ -19,6 +20,10 @@ shape a config.json describes. Without --tokenizer a random model gets a small
 byte-level tokenizer. The default dtype is int4 (onnx dtype q4). --attention gqa writes attention as
 com.microsoft GroupQueryAttention (the onnxruntime-genai style; fp32 and int4),
 which chatd decodes one sequence per run because it cannot take padded rows.
+--cache concat writes the onnx-community signature (present.N.key/value: the
+whole cache, returned every run); append, the default, returns only the new
+positions (new_key_values.N.key/value), which chatd writes into cache buffers it
+keeps, saving a copy of the whole cache per step. Other runtimes expect concat.
 --block-size sets how many weights share one int4 scale: 32 is what onnx-community
 q4 exports and llama.cpp's Q4_0 use; 128 reads ~15% fewer bytes per token and
 runs faster on CPU, at some cost in precision.`
@@ -40,6 +45,7 @@ export function runConvert (args: string[]): ConvertResult {
         seed: { type: 'string', default: '0' },
         tokenizer: { type: 'string' },
         attention: { type: 'string', default: 'standard' },
+        cache: { type: 'string' },
         'block-size': { type: 'string' },
       },
       strict: true,
@@ -51,6 +57,9 @@ export function runConvert (args: string[]): ConvertResult {
   if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
   const attention = values.attention as AttentionStyle
   if (attention !== 'standard' && attention !== 'gqa') throw new ConvertUsageError(`--attention must be standard or gqa (got ${values.attention})`)
+  const cache = (values.cache ?? (attention === 'gqa' ? 'concat' : 'append')) as CacheStyle
+  if (cache !== 'append' && cache !== 'concat') throw new ConvertUsageError(`--cache must be append or concat (got ${values.cache})`)
+  if (attention === 'gqa' && cache !== 'concat') throw new ConvertUsageError('--attention gqa returns the whole cache: it takes --cache concat only')
   let int4BlockSize: number | undefined
   if (values['block-size'] !== undefined) {
     int4BlockSize = Number(values['block-size'])
@@ -61,9 +70,9 @@ export function runConvert (args: string[]): ConvertResult {
   if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
   if (values.from) {
     if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
-    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, int4BlockSize })
+    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, cache, int4BlockSize })
   }
   const seed = Number(values.seed)
   if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
-  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, int4BlockSize })
+  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, cache, int4BlockSize })
 }

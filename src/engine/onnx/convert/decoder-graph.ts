@@ -9,6 +9,17 @@
 // Attention is written with plain opset-17 operators (no fused contrib
 // attention), so an attention_mask with zeros anywhere, including left
 // padding, is honoured exactly: batched rows can have different lengths.
+//
+// Two ways to hand the key/value cache back (`cache`):
+//   concat (the onnx-community signature): present.N.key/value, the past with
+//     this run's positions appended, [batch, kv heads, past + seq, head_dim];
+//   append (chatd's default): new_key_values.N.key/value, only this run's
+//     positions, [batch, kv heads, seq, head_dim]. The engine writes them into
+//     cache buffers it keeps with room to spare, and feeds those buffers back
+//     as the past with the unused slots masked out. onnxruntime-node copies
+//     every output into a fresh JavaScript buffer, so returning the whole
+//     cache each step costs a copy (and fresh pages) of all of it; returning
+//     the new positions costs a few kilobytes.
 // Compute is float32; `weights` picks how weights are stored (fp32, fp16 or
 // int4 through com.microsoft MatMulNBits), and `io` the dtype of the KV cache
 // and logits.
@@ -19,6 +30,8 @@ import { concat1d, concatRows, quantizeInt4, toFloat16Bytes, toFloat32Bytes, tra
 
 export type WeightFormat = 'fp32' | 'fp16' | 'int4'
 export type AttentionStyle = 'standard' | 'gqa'
+/** What the graph returns of the key/value cache (see the head of this file). */
+export type CacheStyle = 'concat' | 'append'
 
 export interface WeightSource {
   has (name: string): boolean
@@ -39,6 +52,8 @@ export interface DecoderGraphOptions {
    * chatd can test that it detects such graphs and batches them safely.
    */
   attention?: AttentionStyle
+  /** append (default): only the new positions come back; concat: the whole cache (gqa is always concat). */
+  cache?: CacheStyle
 }
 
 const MS_DOMAIN = 'com.microsoft'
@@ -46,6 +61,8 @@ const MS_DOMAIN = 'com.microsoft'
 export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: WeightSource, opts: DecoderGraphOptions): void {
   const ioType = opts.weights === 'fp16' ? DataType.FLOAT16 : DataType.FLOAT
   if (opts.attention === 'gqa' && opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
+  const cache = opts.cache ?? 'append'
+  if (opts.attention === 'gqa' && cache !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
   const accuracyLevel = opts.int4AccuracyLevel ?? 4
 
@@ -122,7 +139,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -150,8 +167,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
     const [qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
     const merged = attention(i, qFlat, kFlat, vFlat, past[i])
-    g.output(`present.${i}.key`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
-    g.output(`present.${i}.value`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
+    for (const kv of ['key', 'value']) {
+      if (cache === 'append') g.output(`new_key_values.${i}.${kv}`, ioType, ['batch_size', nKv, 'sequence_length', hd])
+      else g.output(`present.${i}.${kv}`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
+    }
     const attnOut = linear(merged, `${a}.o_proj`, [src.get(`${a}.o_proj.weight`)], biasOf([`${a}.o_proj.bias`], cfg.oBias))
 
     const m = `${p}.mlp`
@@ -194,7 +213,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
   return inv
 }
 
-function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number): AttentionBuilder {
+function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -230,23 +249,23 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
 
   return (i, qFlat, kFlat, vFlat, past) => {
     const q = toHeads(rotary(qFlat, nH), nH)
-    let k = toHeads(rotary(kFlat, nKv), nKv)
-    let v = toHeads(vFlat, nKv)
     // The cache holds rotated keys. With an fp16 cache the new entries are
     // rounded before use, so cached and uncached runs see the same values.
-    let keys: string
-    let values: string
-    if (ioType === DataType.FLOAT16) {
-      k = g.op('Cast', [k], { to: attr.i(DataType.FLOAT16) })
-      v = g.op('Cast', [v], { to: attr.i(DataType.FLOAT16) })
-      const presentK = g.op('Concat', [past.key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
-      const presentV = g.op('Concat', [past.value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
-      keys = g.op('Cast', [presentK], { to: attr.i(DataType.FLOAT) })
-      values = g.op('Cast', [presentV], { to: attr.i(DataType.FLOAT) })
-    } else {
-      keys = g.op('Concat', [past.key, k], { axis: attr.i(2) }, { output: `present.${i}.key` })
-      values = g.op('Concat', [past.value, v], { axis: attr.i(2) }, { output: `present.${i}.value` })
+    // In the append style the new entries (in the cache's type) are outputs themselves.
+    const cacheEntry = (x: string, kv: 'key' | 'value'): string => {
+      const output = cache === 'append' ? { output: `new_key_values.${i}.${kv}` } : {}
+      return ioType === DataType.FLOAT16
+        ? g.op('Cast', [x], { to: attr.i(DataType.FLOAT16) }, output)
+        : cache === 'append' ? g.op('Identity', [x], {}, output) : x
     }
+    const k = cacheEntry(toHeads(rotary(kFlat, nKv), nKv), 'key')
+    const v = cacheEntry(toHeads(vFlat, nKv), 'value')
+    const whole = (pastKv: string, entry: string, kv: 'key' | 'value'): string => {
+      const joined = g.op('Concat', [pastKv, entry], { axis: attr.i(2) }, cache === 'concat' ? { output: `present.${i}.${kv}` } : {})
+      return ioType === DataType.FLOAT16 ? g.op('Cast', [joined], { to: attr.i(DataType.FLOAT) }) : joined
+    }
+    const keys = whole(past.key, k, 'key')
+    const values = whole(past.value, v, 'value')
     // Grouped-query attention without copying the cache per query head:
     // the query heads that share a kv head are folded into its row axis.
     const qGrouped = g.op('Reshape', [g.op('Mul', [q, qScale]), g.int64([0, nKv, -1, hd])]) // [B, nKv, rep*S, hd]

@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
 import { parseDecoderConfig } from './decoder-config.ts'
-import { buildDecoderGraph, DECODER_OPSETS, type AttentionStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { buildDecoderGraph, DECODER_OPSETS, type AttentionStyle, type CacheStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
@@ -24,6 +24,8 @@ const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tok
 export interface GraphOptions {
   weights: WeightFormat
   attention?: AttentionStyle
+  /** append (default for standard attention): the graph returns only new cache positions; concat: the whole cache. */
+  cache?: CacheStyle
   /** int4 only: MatMulNBits block size along K (default 32). */
   int4BlockSize?: number
 }
@@ -96,6 +98,7 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
 /** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
   const { weights, attention = 'standard', int4BlockSize } = graph
+  const cache = graph.cache ?? (attention === 'gqa' ? 'concat' : 'append')
   const fileName = ONNX_FILE_BY_FORMAT[weights]
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
@@ -104,9 +107,9 @@ export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfi
   let bytes: Uint8Array
   try {
     const g = new GraphBuilder(external)
-    buildDecoderGraph(g, cfg, source, { weights, attention, int4BlockSize })
+    buildDecoderGraph(g, cfg, source, { weights, attention, int4BlockSize, cache })
     const blockMeta: Record<string, string> = weights === 'int4' ? { 'chatd.int4_block_size': String(int4BlockSize ?? INT4_BLOCK_SIZE) } : {}
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, ...blockMeta, ...prefixKeys(meta) }))
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, 'chatd.cache': cache, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }
