@@ -15,6 +15,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
+import { cacheLayoutFor } from '../src/engine/onnx/kv-cache.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { argmax } from '../src/engine/onnx/sampler.ts'
 import { benchModelDir } from './bench-model.ts'
@@ -49,27 +50,21 @@ const tracesBefore = new Set(values.profile ? fs.readdirSync(profileDir) : [])
 const session = await DecoderSession.load(model, {
   device: 'cpu', threads: Number(values.threads), profilePrefix: values.profile ? path.join(profileDir, 'engine') : undefined,
 })
+// The engine's own cache handling (kv-cache.ts), whichever cache outputs the graph has.
+const layout = cacheLayoutFor(session)
 const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
 
 async function once (): Promise<{ prefill: number; decode: number }> {
   const t0 = performance.now()
-  let out = await session.forward({
-    batch: 1, inputIds: [prompt], attentionMask: [prompt.map(() => 1)], positionIds: [prompt.map((_, k) => k)],
-    past: session.emptyCache(1), logitsToKeep: 1,
-  })
+  let out = await layout.run(layout.empty(), [prompt], 1)
   const t1 = performance.now()
   let next = argmax(out.logits.subarray(0, model.vocabSize))
   for (let i = 0; i < genLen; i++) {
-    const len = out.present.length
-    const past = out.present
-    out = await session.forward({
-      batch: 1, inputIds: [[next]], attentionMask: [new Array(len + 1).fill(1)], positionIds: [[len]], past, logitsToKeep: 1,
-    })
-    DecoderSession.disposeCache(past)
+    out = await layout.run(out.cache, [[next]], 1)
     next = argmax(out.logits.subarray(0, model.vocabSize))
   }
   const t2 = performance.now()
-  DecoderSession.disposeCache(out.present)
+  layout.free(out.cache)
   return { prefill: promptLen / ((t1 - t0) / 1000), decode: genLen / ((t2 - t1) / 1000) }
 }
 
@@ -80,6 +75,7 @@ const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length /
 const report = {
   model: modelDir,
   dtype: values.dtype,
+  cache_outputs: session.cacheOutputs,
   threads: Number(values.threads) || os.availableParallelism(),
   huge_pages: hugePagesOn(),
   prompt_tokens: promptLen,

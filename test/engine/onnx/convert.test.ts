@@ -26,7 +26,25 @@ t.test('--random writes an onnx-community layout with a byte-level tokenizer', a
   t.same(model.eosTokenIds, [257])
   const session = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
   t.equal(session.cacheType, 'float16')
+  t.equal(session.cacheOutputs, 'append', 'by default the graph returns only the new cache positions')
   await session.close()
+})
+
+t.test('--cache concat writes the onnx-community signature; gqa graphs are always concat', async t => {
+  const dir = t.testdir({})
+  for (const [args, expected] of [
+    [['--cache', 'concat'], 'concat'],
+    [['--cache', 'append'], 'append'],
+    [['--attention', 'gqa'], 'concat'],
+  ] as const) {
+    const out = path.join(dir, args.join('-'))
+    runConvert(['--random', TINY, '--out', out, '--dtype', 'fp32', ...args])
+    const session = await DecoderSession.load(readModelDir(out, 'fp32'), { device: 'cpu', threads: 1 })
+    t.equal(session.cacheOutputs, expected, `${args.join(' ')}: ${expected}`)
+    await session.close()
+  }
+  t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'x'), '--cache', 'ring']), /--cache must be append or concat/)
+  t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'y'), '--attention', 'gqa', '--cache', 'append']), /--attention gqa .* --cache concat only/)
 })
 
 t.test('the same seed gives the same weights; another seed does not', async t => {
