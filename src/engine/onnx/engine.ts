@@ -13,12 +13,13 @@
 // from the attention mask and cannot take left-padded rows; for them every
 // sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
-import { setImmediate as yieldToEventLoop } from 'node:timers/promises'
+import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
 import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { encodeChatPrompt, type EncodedPrompt } from './chat-prompt.ts'
 import { ChatTemplate } from './chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
+import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
@@ -53,6 +54,13 @@ export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk:
 const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
+/**
+ * How long an idle engine waits after the first request before it starts, so requests that
+ * arrive together (a burst reaches the engine over a few milliseconds, each through its own
+ * authentication and limit checks) are prefilled as one group and decode together from their
+ * first step, instead of one decoding alone while the others' prompts are fed between its steps.
+ */
+const ADMISSION_WINDOW_MS = 10
 
 export class LocalEngine {
   readonly model: ModelDir
@@ -65,8 +73,8 @@ export class LocalEngine {
   private readonly events: EngineEvents
   /** Admitted sequences whose prompt has not started. */
   private readonly waiting: Sequence[] = []
-  /** The sequence whose prompt is being fed, chunk by chunk. */
-  private prefilling: Sequence | null = null
+  /** The sequences whose prompts are being fed together, chunk by chunk. */
+  private prefill: PrefillGroup | null = null
   private readonly batches: DecodeBatch[] = []
   private looping = false
   /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
@@ -165,7 +173,7 @@ export class LocalEngine {
 
   /** Sequences admitted and not finished: waiting, prefilling or decoding. */
   get activeCount (): number {
-    return this.waiting.length + (this.prefilling ? 1 : 0) + this.decodingCount
+    return this.waiting.length + (this.prefill?.size ?? 0) + this.decodingCount
   }
 
   private get decodingCount (): number {
@@ -174,20 +182,23 @@ export class LocalEngine {
 
   private * allSequences (): Iterable<Sequence> {
     yield * this.waiting
-    if (this.prefilling) yield this.prefilling
+    if (this.prefill) yield * this.prefill.rows
     for (const batch of this.batches) yield * batch.rows
   }
 
   private async loop (): Promise<void> {
     this.looping = true
     try {
+      await sleep(ADMISSION_WINDOW_MS)
       while (this.activeCount > 0) {
         this.dropCancelled()
-        if (!this.prefilling && this.waiting.length > 0 && this.decodingCount < this.scheduler.maxBatch) {
-          this.prefilling = this.waiting.shift() as Sequence
+        const room = this.scheduler.maxBatch - this.decodingCount
+        if (!this.prefill && this.waiting.length > 0 && room > 0) {
+          // Every waiting prompt that will have a row to decode in, up to what one run may batch.
+          this.prefill = new PrefillGroup(this.cacheLayout, this.waiting.splice(0, Math.min(room, this.batchCapacity)))
         }
-        if (this.prefilling) {
-          await this.prefillChunk(this.prefilling)
+        if (this.prefill) {
+          await this.prefillChunk(this.prefill)
           await yieldToEventLoop()
           this.dropCancelled()
         }
@@ -207,34 +218,45 @@ export class LocalEngine {
     }
   }
 
-  /** Feeds the next slice of a prompt; after the last one the first token is sampled and the sequence joins a batch. */
-  private async prefillChunk (seq: Sequence): Promise<void> {
-    const size = this.decodingCount === 0
+  /**
+   * Feeds the next slice of the group's prompts. A row whose prompt is complete samples its first
+   * token and leaves the group for a decode batch.
+   */
+  private async prefillChunk (group: PrefillGroup): Promise<void> {
+    // Tokens for this run, shared by the rows: alone, large chunks (bounded for attention's scratch
+    // memory); beside decoding streams, what the pacer allows between their steps.
+    const budget = this.decodingCount === 0
       ? SOLO_PREFILL_CHUNK
       : this.scheduler.prefillChunk || this.pacer.chunkSize()
-    const chunk = seq.nextPromptChunk(size)
-    let result: StepResult | undefined
     const started = performance.now()
+    let logits: Float32Array
     try {
-      seq.cache ??= this.cacheLayout.empty()
-      const out = await this.cacheLayout.run(seq.cache, [chunk], 1)
-      seq.cache = out.cache
-      seq.cachedTokens += chunk.length
-      this.pacer.recordPrefill(chunk.length, performance.now() - started)
-      if (!seq.prefilling) result = seq.advance(this.lastRow(out.logits, 0))
+      const out = await group.feed(Math.max(1, Math.floor(budget / group.size)))
+      logits = out.logits
+      this.pacer.recordPrefill(out.tokens, performance.now() - started)
     } catch (err) {
-      this.prefilling = null
-      this.fail([seq], err)
+      const rows = group.rows
+      group.free()
+      this.prefill = null
+      this.fail(rows, err)
       return
     }
-    if (!result) return
-    this.prefilling = null
-    this.emit(seq, result)
-    if (result.finish) {
-      this.finish(seq, result.finish)
-      return
+    const ready = new Map<Sequence, StepResult>()
+    group.rows.forEach((seq, b) => {
+      if (!seq.prefilling) ready.set(seq, seq.advance(this.lastRow(logits, b)))
+    })
+    group.remove(new Set(ready.keys()))
+    if (group.size === 0) this.prefill = null
+    for (const [seq, result] of ready) {
+      this.emit(seq, result)
+      if (result.finish) {
+        if (seq.cache) this.cacheLayout.free(seq.cache)
+        seq.cache = null
+        this.finish(seq, result.finish)
+      } else {
+        this.batchWithRoom().join(seq)
+      }
     }
-    this.batchWithRoom().join(seq)
   }
 
   private async decodeStep (batch: DecodeBatch): Promise<void> {
@@ -288,12 +310,15 @@ export class LocalEngine {
         this.finish(seq, 'cancelled')
       }
     }
-    const pre = this.prefilling
-    if (pre?.cancelled) {
-      this.prefilling = null
-      if (pre.cache) this.cacheLayout.free(pre.cache)
-      pre.cache = null
-      this.finish(pre, 'cancelled')
+    const group = this.prefill
+    const gone = new Set(group?.rows.filter(r => r.cancelled))
+    if (group && gone.size > 0) {
+      group.remove(gone, true)
+      if (group.size === 0) {
+        group.free()
+        this.prefill = null
+      }
+      for (const seq of gone) this.finish(seq, 'cancelled')
     }
     for (const batch of this.batches) {
       const gone = new Set(batch.rows.filter(r => r.cancelled))

@@ -34,8 +34,8 @@ export interface CacheRun {
 }
 
 export interface CacheLayout {
-  /** One row holding nothing. */
-  empty (): RowCache
+  /** `rows` rows (default one) holding nothing. */
+  empty (rows?: number): RowCache
   /**
    * Feeds `tokens[b]` to row b (the same count for every row) and returns the logits of the last
    * `logitsToKeep` positions. When it throws, the cache passed in is unchanged and still the caller's.
@@ -66,8 +66,8 @@ class ConcatLayout implements CacheLayout {
     this.session = session
   }
 
-  empty (): ConcatCache {
-    return { kv: this.session.emptyCache(1), lengths: [0] }
+  empty (rows = 1): ConcatCache {
+    return { kv: this.session.emptyCache(rows), lengths: new Array(rows).fill(0) }
   }
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {
@@ -136,8 +136,8 @@ class AppendLayout implements CacheLayout {
     this.names = Object.keys(session.emptyCache(1).tensors)
   }
 
-  empty (): AppendCache {
-    return this.allocate([0], 0)
+  empty (rows = 1): AppendCache {
+    return this.allocate(new Array(rows).fill(0), 0)
   }
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {

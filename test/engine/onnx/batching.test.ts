@@ -120,3 +120,22 @@ t.test('at most maxBatch sequences decode at once; the rest wait their turn', as
   t.equal(Math.max(...batch.runs), 2, 'never more than 2 rows')
   await batch.engine.close()
 })
+
+t.test('requests that arrive together are prefilled together, then decode together, each as it would alone', async t => {
+  const dir = storiesModelDir()
+  const prompts: Array<[string, number]> = [['Once upon a time', 20], ['The dog', 20], ['Lily and Tom went to the park', 20]]
+  const solo = await engineFor(dir, 'fp32')
+  const expected: Outcome[] = []
+  for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
+  await solo.engine.close()
+
+  const burst = await engineFor(dir, 'fp32')
+  const got = await Promise.all(prompts.map(([p, m]) => burst.generate(greedy(p, m)).result))
+  got.forEach((g, i) => t.same(g, expected[i], `prompt ${i}: same text, reason and count as alone`))
+  t.equal(burst.runs[0], 3, 'the first run feeds all three prompts')
+  // Prompts of different lengths: the shortest completes first and starts decoding, the
+  // others finish their prompts in the following runs; no run ever holds more than three rows.
+  t.ok(burst.runs.every(n => n <= 3))
+  t.ok(burst.runs.filter(n => n === 3).length >= 15, 'most decode steps hold all three')
+  await burst.engine.close()
+})

@@ -1,0 +1,62 @@
+// Prompts being fed together: one batched run per chunk, every row taking the
+// same number of its own prompt's tokens, until each prompt is in. Requests
+// that arrive together (a burst, several users at once) are prefilled in one
+// run per chunk instead of one after another, so none of them starts decoding
+// alone while the others still wait for their first token: they then share
+// every decode step from the first one.
+//
+// A row whose prompt is complete leaves with a cache of its own (one copy),
+// which a DecodeBatch then takes over.
+import type { CacheLayout, RowCache } from './kv-cache.ts'
+import type { Sequence } from './sequence.ts'
+
+export class PrefillGroup {
+  private readonly layout: CacheLayout
+  /** Sequences in row order. */
+  rows: Sequence[]
+  private cache: RowCache
+
+  constructor (layout: CacheLayout, rows: Sequence[]) {
+    this.layout = layout
+    this.rows = rows
+    this.cache = layout.empty(rows.length)
+  }
+
+  get size (): number {
+    return this.rows.length
+  }
+
+  /**
+   * Feeds up to `perRow` prompt tokens to every row (fewer when a prompt has fewer left, so all
+   * rows take the same count) and returns the logits of each row's last position, [rows, vocab].
+   */
+  async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
+    const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
+    const count = Math.max(1, Math.min(perRow, remaining))
+    const out = await this.layout.run(this.cache, this.rows.map(r => r.nextPromptChunk(count)), 1)
+    this.cache = out.cache
+    for (const row of this.rows) row.cachedTokens += count
+    return { logits: out.logits, tokens: count * this.rows.length }
+  }
+
+  /** Takes the given rows out: each leaves with its own single-row cache (in `seq.cache`) unless `discard`. */
+  remove (leaving: Set<Sequence>, discard = false): void {
+    if (leaving.size === 0) return
+    if (!discard) {
+      this.rows.forEach((seq, row) => {
+        if (leaving.has(seq)) seq.cache = this.layout.gather([{ cache: this.cache, row }])
+      })
+    }
+    const keep = this.rows.map((seq, row) => ({ seq, row })).filter(r => !leaving.has(r.seq))
+    const old = this.cache
+    this.cache = keep.length > 0 ? this.layout.gather(keep.map(r => ({ cache: old, row: r.row }))) : this.layout.empty(1)
+    this.layout.free(old)
+    this.rows = keep.map(r => r.seq)
+  }
+
+  /** Frees the group's cache (the group is done or failed). */
+  free (): void {
+    this.layout.free(this.cache)
+    this.rows = []
+  }
+}
