@@ -2,9 +2,10 @@
 // tokenizer and chat template, and the scheduler loop.
 //
 // Scheduling (continuous batching): sequences that are generating share one
-// batched session.run per decode step; a new request's prompt is fed in
-// chunks between those steps, so it never freezes the others for its whole
-// length, and joins the batch as soon as its first token is out. Finished
+// batched session.run per decode step; new requests' prompts are fed in
+// chunks between those steps (several waiting prompts together, one run per
+// chunk: prefill-group.ts), so they never freeze the others for their whole
+// length, and each joins the batch as soon as its first token is out. Finished
 // and cancelled sequences leave between steps. The loop yields to the event
 // loop after every run, so cancellations and new requests are seen within
 // one step.
