@@ -1,0 +1,63 @@
+// npm run bench:steps: the engine's decode step alone, by batch size. Each
+// row gets its own 128-token prompt, the rows are gathered into one batch
+// cache as the scheduler does, and the batch decodes N steps; prints the
+// prompt rate and the median step time and tokens/s for each batch size.
+// Runs through the engine's cache layout (kv-cache.ts), so it measures what
+// a batch of streams costs with the graph's own cache outputs (append or
+// concat), without HTTP, sampling or the scheduler.
+//
+//   npm run bench:steps -- [--model-dir DIR] [--block-size 32|64|128] [--rows 1,4,8] [--steps 128] [--prompt 128]
+//                          [--threads N] [--no-huge-pages]
+import { parseArgs } from 'node:util'
+import { DecoderSession } from '../src/engine/onnx/decoder-session.ts'
+import { cacheLayoutFor, type RowCache } from '../src/engine/onnx/kv-cache.ts'
+import { readModelDir } from '../src/engine/onnx/model-dir.ts'
+import { benchModelDir } from './bench-model.ts'
+import { ensureHugePages } from './huge-pages.ts'
+
+const { values } = parseArgs({
+  options: {
+    'model-dir': { type: 'string' },
+    'block-size': { type: 'string', default: '32' },
+    rows: { type: 'string', default: '1,4,8' },
+    steps: { type: 'string', default: '128' },
+    prompt: { type: 'string', default: '128' },
+    threads: { type: 'string', default: '0' },
+    'huge-pages': { type: 'boolean', default: true },
+  },
+  allowNegative: true,
+})
+ensureHugePages(values['huge-pages'])
+const modelDir = values['model-dir'] ?? benchModelDir(Number(values['block-size']))
+const session = await DecoderSession.load(readModelDir(modelDir, 'q4'), { device: 'cpu', threads: Number(values.threads) })
+const layout = cacheLayoutFor(session)
+const promptLen = Number(values.prompt)
+const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
+
+async function measure (rows: number, steps: number): Promise<{ prefill: number; stepMs: number }> {
+  const started = performance.now()
+  const solo: RowCache[] = []
+  for (let b = 0; b < rows; b++) solo.push((await layout.run(layout.empty(), [prompt], 1)).cache)
+  const prefilled = performance.now()
+  let cache = layout.gather(solo.map(c => ({ cache: c, row: 0 })))
+  for (const c of solo) layout.free(c)
+  const times: number[] = []
+  for (let i = 0; i < steps; i++) {
+    const t = performance.now()
+    cache = (await layout.run(cache, Array.from({ length: rows }, () => [100]), 1)).cache
+    times.push(performance.now() - t)
+  }
+  layout.free(cache)
+  times.sort((a, b) => a - b)
+  return { prefill: (rows * promptLen) / ((prefilled - started) / 1000), stepMs: times[times.length >> 1] }
+}
+
+await measure(1, 8) // warm-up: the first runs allocate and prepack
+console.log(`${modelDir} (${session.cacheOutputs} cache), ${promptLen}-token prompts\n`)
+console.log('| rows | prompt tok/s | step ms (median) | decode tok/s |')
+console.log('|---:|---:|---:|---:|')
+for (const rows of values.rows.split(',').map(Number)) {
+  const r = await measure(rows, Number(values.steps))
+  console.log(`| ${rows} | ${r.prefill.toFixed(1)} | ${r.stepMs.toFixed(1)} | ${((rows * 1000) / r.stepMs).toFixed(1)} |`)
+}
+await session.close()
