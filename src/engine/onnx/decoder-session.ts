@@ -64,6 +64,8 @@ export class DecoderSession {
   readonly hasLogitsToKeep: boolean
   readonly graphStyle: GraphStyle
   readonly cacheOutputs: CacheOutputs
+  /** The names of the cache outputs: present.N.* (concat) or new_key_values.N.* (append). */
+  private readonly cacheOutputPrefix: 'present' | 'new_key_values'
   private readonly session: ort.InferenceSession
 
   private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
@@ -93,12 +95,13 @@ export class DecoderSession {
       throw new ModelDirError(`${where}: cache shape [batch, ${kvHeads}, past, ${headDim}] does not match config.json (num_key_value_heads ${model.numKvHeads}, head_dim ${model.headDim})`)
     }
     this.cacheOutputs = outputs.has('present.0.key') || !outputs.has('new_key_values.0.key') ? 'concat' : 'append'
-    const outputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
+    this.cacheOutputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
     if (this.cacheOutputs === 'append' && graphStyle === 'gqa') throw new ModelDirError(`${where}: a GroupQueryAttention graph must return present.N.key/value`)
     for (let i = 0; i < model.numLayers; i++) {
       for (const kv of ['key', 'value']) {
         if (!inputs.has(`past_key_values.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no past_key_values.${i}.${kv} input`)
-        if (!outputs.has(`${outputPrefix}.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no ${outputPrefix}.${i}.${kv} output`)
+        const output = `${this.cacheOutputPrefix}.${i}.${kv}`
+        if (!outputs.has(output)) throw new ModelDirError(`${where}: graph has no ${output} output`)
       }
     }
     this.hasPositionIds = inputs.has('position_ids')
@@ -153,9 +156,8 @@ export class DecoderSession {
     const logits = logitsTensor.type === 'float16'
       ? float16BitsToFloat32(logitsTensor.data as Uint16Array)
       : logitsTensor.data as Float32Array
-    const append = this.cacheOutputs === 'append'
-    const prefix = append ? 'new_key_values' : 'present'
-    const present: KvCache = { tensors: {}, length: append ? seqLen : totalLen }
+    const prefix = this.cacheOutputPrefix
+    const present: KvCache = { tensors: {}, length: this.cacheOutputs === 'append' ? seqLen : totalLen }
     for (let i = 0; i < this.model.numLayers; i++) {
       present.tensors[`past_key_values.${i}.key`] = out[`${prefix}.${i}.key`]
       present.tensors[`past_key_values.${i}.value`] = out[`${prefix}.${i}.value`]

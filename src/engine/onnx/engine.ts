@@ -315,10 +315,7 @@ export class LocalEngine {
     const gone = new Set(group?.rows.filter(r => r.cancelled))
     if (group && gone.size > 0) {
       group.remove(gone, true)
-      if (group.size === 0) {
-        group.free()
-        this.prefill = null
-      }
+      if (group.size === 0) this.prefill = null
       for (const seq of gone) this.finish(seq, 'cancelled')
     }
     for (const batch of this.batches) {

@@ -14,7 +14,8 @@ export class PrefillGroup {
   private readonly layout: CacheLayout
   /** Sequences in row order. */
   rows: Sequence[]
-  private cache: RowCache
+  /** The rows' shared cache; null once every row has left. */
+  private cache: RowCache | null
 
   constructor (layout: CacheLayout, rows: Sequence[]) {
     this.layout = layout
@@ -33,7 +34,7 @@ export class PrefillGroup {
   async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
     const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
     const count = Math.max(1, Math.min(perRow, remaining))
-    const out = await this.layout.run(this.cache, this.rows.map(r => r.nextPromptChunk(count)), 1)
+    const out = await this.layout.run(this.cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1)
     this.cache = out.cache
     for (const row of this.rows) row.cachedTokens += count
     return { logits: out.logits, tokens: count * this.rows.length }
@@ -42,21 +43,22 @@ export class PrefillGroup {
   /** Takes the given rows out: each leaves with its own single-row cache (in `seq.cache`) unless `discard`. */
   remove (leaving: Set<Sequence>, discard = false): void {
     if (leaving.size === 0) return
+    const old = this.cache as RowCache
     if (!discard) {
       this.rows.forEach((seq, row) => {
-        if (leaving.has(seq)) seq.cache = this.layout.gather([{ cache: this.cache, row }])
+        if (leaving.has(seq)) seq.cache = this.layout.gather([{ cache: old, row }])
       })
     }
     const keep = this.rows.map((seq, row) => ({ seq, row })).filter(r => !leaving.has(r.seq))
-    const old = this.cache
-    this.cache = keep.length > 0 ? this.layout.gather(keep.map(r => ({ cache: old, row: r.row }))) : this.layout.empty(1)
+    this.cache = keep.length > 0 ? this.layout.gather(keep.map(r => ({ cache: old, row: r.row }))) : null
     this.layout.free(old)
     this.rows = keep.map(r => r.seq)
   }
 
-  /** Frees the group's cache (the group is done or failed). */
+  /** Frees the group's cache (the group failed); a group whose rows all left has nothing to free. */
   free (): void {
-    this.layout.free(this.cache)
+    if (this.cache) this.layout.free(this.cache)
+    this.cache = null
     this.rows = []
   }
 }

@@ -57,9 +57,10 @@ export function runConvert (args: string[]): ConvertResult {
   if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
   const attention = values.attention as AttentionStyle
   if (attention !== 'standard' && attention !== 'gqa') throw new ConvertUsageError(`--attention must be standard or gqa (got ${values.attention})`)
-  const cache = (values.cache ?? (attention === 'gqa' ? 'concat' : 'append')) as CacheStyle
-  if (cache !== 'append' && cache !== 'concat') throw new ConvertUsageError(`--cache must be append or concat (got ${values.cache})`)
-  if (attention === 'gqa' && cache !== 'concat') throw new ConvertUsageError('--attention gqa returns the whole cache: it takes --cache concat only')
+  // Unset, the converter picks the style that goes with the attention (writeOnnx).
+  const cache = values.cache as CacheStyle | undefined
+  if (cache !== undefined && cache !== 'append' && cache !== 'concat') throw new ConvertUsageError(`--cache must be append or concat (got ${values.cache})`)
+  if (attention === 'gqa' && cache === 'append') throw new ConvertUsageError('--attention gqa returns the whole cache: it takes --cache concat only')
   let int4BlockSize: number | undefined
   if (values['block-size'] !== undefined) {
     int4BlockSize = Number(values['block-size'])

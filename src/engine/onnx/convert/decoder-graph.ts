@@ -33,6 +33,11 @@ export type AttentionStyle = 'standard' | 'gqa'
 /** What the graph returns of the key/value cache (see the head of this file). */
 export type CacheStyle = 'concat' | 'append'
 
+/** The cache style when none is asked for: append, except for gqa graphs, which return the whole cache. */
+export function defaultCacheStyle (attention: AttentionStyle = 'standard'): CacheStyle {
+  return attention === 'gqa' ? 'concat' : 'append'
+}
+
 export interface WeightSource {
   has (name: string): boolean
   /** A float32 tensor in Hugging Face layout; throws when missing. */
@@ -61,7 +66,7 @@ const MS_DOMAIN = 'com.microsoft'
 export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: WeightSource, opts: DecoderGraphOptions): void {
   const ioType = opts.weights === 'fp16' ? DataType.FLOAT16 : DataType.FLOAT
   if (opts.attention === 'gqa' && opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
-  const cache = opts.cache ?? 'append'
+  const cache = opts.cache ?? defaultCacheStyle(opts.attention)
   if (opts.attention === 'gqa' && cache !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
   const accuracyLevel = opts.int4AccuracyLevel ?? 4

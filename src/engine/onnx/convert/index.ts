@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
 import { parseDecoderConfig } from './decoder-config.ts'
-import { buildDecoderGraph, DECODER_OPSETS, type AttentionStyle, type CacheStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { buildDecoderGraph, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
@@ -98,7 +98,7 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
 /** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
   const { weights, attention = 'standard', int4BlockSize } = graph
-  const cache = graph.cache ?? (attention === 'gqa' ? 'concat' : 'append')
+  const cache = graph.cache ?? defaultCacheStyle(attention)
   const fileName = ONNX_FILE_BY_FORMAT[weights]
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
