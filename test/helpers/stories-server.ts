@@ -27,8 +27,11 @@ export async function startStoriesServer (t: Test, opts: {
   threads?: number
   /** False when the test closes the server itself (and checks how). */
   closeOnTeardown?: boolean
+  /** Another model directory (and its dtype) instead of chatd's own fp32 stories260k build. */
+  modelDir?: string
+  dtype?: string
 }): Promise<StoriesServer> {
-  const model = { id: opts.modelId, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu', ...(opts.threads ? { threads: opts.threads } : {}) }
+  const model = { id: opts.modelId, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: 'cpu', ...(opts.threads ? { threads: opts.threads } : {}) }
   const dir = t.testdir({ 'models.json': JSON.stringify({ models: [model] }) })
   const app = await startServer(loadConfig({
     PORT: '0',

@@ -5,6 +5,13 @@
 // new_key_values.N.key/value (only this run's positions: graphs chatd convert
 // writes), with float32 or float16 caches and logits. kv-cache.ts keeps the
 // cache between runs in the way each of the two needs.
+//
+// Graphs from elsewhere differ in ways that change the answer if ignored:
+// without num_logits_to_keep, logits come back for every position fed (the
+// last one of each row is the one to sample from); without position_ids, the
+// graph derives positions itself, so rows cannot be padded. A graph with an
+// input or output chatd does not know how to feed or read is refused at load,
+// never run on a guess.
 import fs from 'node:fs'
 import type { ModelDir } from './model-dir.ts'
 import { ModelDirError } from './model-dir.ts'
@@ -16,8 +23,10 @@ export type CacheType = 'float32' | 'float16'
  * standard: attention from plain operators; any attention_mask (left padding included) is exact.
  * gqa: com.microsoft GroupQueryAttention, which derives positions from the mask's row sums and so
  * computes wrong results for left-padded rows.
+ * mha: com.microsoft MultiHeadAttention; how it treats padding depends on how the exporter wired
+ * the mask, so chatd does not pad its rows either.
  */
-export type GraphStyle = 'standard' | 'gqa'
+export type GraphStyle = 'standard' | 'gqa' | 'mha'
 
 /**
  * concat: present.N.* outputs hold the past with the new positions appended.
@@ -56,11 +65,15 @@ export interface ForwardOutput {
   present: KvCache
 }
 
+/** The inputs chatd knows how to feed. */
+const KNOWN_INPUT = /^(input_ids|attention_mask|position_ids|num_logits_to_keep|past_key_values\.\d+\.(key|value))$/
+
 export class DecoderSession {
   readonly model: ModelDir
   readonly device: 'cpu' | 'cuda'
   readonly cacheType: CacheType
   readonly hasPositionIds: boolean
+  /** The graph takes num_logits_to_keep; without it, logits come back for every position fed. */
   readonly hasLogitsToKeep: boolean
   readonly graphStyle: GraphStyle
   readonly cacheOutputs: CacheOutputs
@@ -79,7 +92,20 @@ export class DecoderSession {
     for (const name of ['input_ids', 'attention_mask']) {
       if (!inputs.has(name)) throw new ModelDirError(`${where}: graph has no ${name} input (inputs: ${session.inputNames.join(', ')})`)
     }
+    for (const name of session.inputNames) {
+      if (!KNOWN_INPUT.test(name)) {
+        throw new ModelDirError(`${where}: graph input ${name} is not one chatd can feed (it feeds input_ids, attention_mask, position_ids, num_logits_to_keep and past_key_values.N.key/value)`)
+      }
+    }
     if (!outputs.has('logits')) throw new ModelDirError(`${where}: graph has no logits output`)
+    const logitsInfo = session.outputMetadata.find(m => m.name === 'logits')
+    if (logitsInfo?.isTensor) {
+      const width = logitsInfo.shape[logitsInfo.shape.length - 1]
+      if (logitsInfo.shape.length !== 3) throw new ModelDirError(`${where}: logits output has ${logitsInfo.shape.length} dimensions, expected [batch, positions, vocab]`)
+      if (typeof width === 'number' && width !== model.vocabSize) {
+        throw new ModelDirError(`${where}: logits output is ${width} wide but config.json says vocab_size ${model.vocabSize}`)
+      }
+    }
     const pastLayers = session.inputNames.filter(n => /^past_key_values\.\d+\.key$/.test(n)).length
     if (pastLayers !== model.numLayers) {
       throw new ModelDirError(`${where}: graph has ${pastLayers} past_key_values layers but config.json says num_hidden_layers ${model.numLayers}`)
@@ -94,9 +120,19 @@ export class DecoderSession {
     if ((typeof kvHeads === 'number' && kvHeads !== model.numKvHeads) || (typeof headDim === 'number' && headDim !== model.headDim)) {
       throw new ModelDirError(`${where}: cache shape [batch, ${kvHeads}, past, ${headDim}] does not match config.json (num_key_value_heads ${model.numKvHeads}, head_dim ${model.headDim})`)
     }
-    this.cacheOutputs = outputs.has('present.0.key') || !outputs.has('new_key_values.0.key') ? 'concat' : 'append'
+    if (outputs.has('present.0.key')) this.cacheOutputs = 'concat'
+    else if (outputs.has('new_key_values.0.key')) this.cacheOutputs = 'append'
+    else throw new ModelDirError(`${where}: unknown cache layout: the graph returns neither present.N.key/value (the whole cache) nor new_key_values.N.key/value (new positions); outputs: ${session.outputNames.join(', ')}`)
     this.cacheOutputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
+    this.hasPositionIds = inputs.has('position_ids')
+    this.hasLogitsToKeep = inputs.has('num_logits_to_keep')
     if (this.cacheOutputs === 'append' && graphStyle === 'gqa') throw new ModelDirError(`${where}: a GroupQueryAttention graph must return present.N.key/value`)
+    // Spare cache slots are masked out and every row's positions come from position_ids; a graph
+    // that derives positions from the mask would count the slots wrong.
+    if (this.cacheOutputs === 'append' && !this.hasPositionIds) throw new ModelDirError(`${where}: a graph that returns new_key_values.N.* must take position_ids`)
+    if (graphStyle === 'gqa' && model.headDim % 16 !== 0) {
+      throw new ModelDirError(`${where}: GroupQueryAttention needs a head size that is a multiple of 16 (onnxruntime's kernel); config.json gives head_dim ${model.headDim}`)
+    }
     for (let i = 0; i < model.numLayers; i++) {
       for (const kv of ['key', 'value']) {
         if (!inputs.has(`past_key_values.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no past_key_values.${i}.${kv} input`)
@@ -104,8 +140,15 @@ export class DecoderSession {
         if (!outputs.has(output)) throw new ModelDirError(`${where}: graph has no ${output} output`)
       }
     }
-    this.hasPositionIds = inputs.has('position_ids')
-    this.hasLogitsToKeep = inputs.has('num_logits_to_keep')
+  }
+
+  /**
+   * Whether rows of different lengths can share a run: they are padded, so the graph must take
+   * each row's positions (position_ids) and honour any attention mask (plain attention, not
+   * GroupQueryAttention, which derives positions from the mask's row sums).
+   */
+  get takesPaddedRows (): boolean {
+    return this.graphStyle === 'standard' && this.hasPositionIds
   }
 
   static async load (model: ModelDir, settings: SessionSettings): Promise<DecoderSession> {
@@ -152,10 +195,13 @@ export class DecoderSession {
     if (this.hasLogitsToKeep) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(input.logitsToKeep)), [])
     const out = await this.session.run(feeds)
     const logitsTensor = out.logits
-    const rows = logitsTensor.dims[1]
-    const logits = logitsTensor.type === 'float16'
-      ? float16BitsToFloat32(logitsTensor.data as Uint16Array)
-      : logitsTensor.data as Float32Array
+    const [, positions, vocab] = logitsTensor.dims
+    // Graphs without num_logits_to_keep return every position's logits: keep the last ones of each row.
+    const rows = input.logitsToKeep > 0 ? Math.min(input.logitsToKeep, positions) : positions
+    const kept = rows === positions
+      ? logitsTensor.data as Float32Array | Uint16Array
+      : lastPositions(logitsTensor.data as Float32Array | Uint16Array, batch, positions, rows, vocab)
+    const logits = logitsTensor.type === 'float16' ? float16BitsToFloat32(kept as Uint16Array) : kept as Float32Array
     const prefix = this.cacheOutputPrefix
     const present: KvCache = { tensors: {}, length: this.cacheOutputs === 'append' ? seqLen : totalLen }
     for (let i = 0; i < this.model.numLayers; i++) {
@@ -177,28 +223,43 @@ export class DecoderSession {
 }
 
 /**
- * Finds the attention style by looking for the operator's name in the graph
- * file. Op types are stored as plain strings in the protobuf; scanning bytes
- * avoids decoding a graph that may carry gigabytes of inline weights.
+ * Finds the attention style by looking for the fused operators' names in the
+ * graph file. Op types are stored as plain strings in the protobuf; scanning
+ * bytes avoids decoding a graph that may carry gigabytes of inline weights.
  */
 export function detectGraphStyle (onnxPath: string): GraphStyle {
-  const needle = Buffer.from('GroupQueryAttention')
+  const needles: Array<[Buffer, GraphStyle]> = [[Buffer.from('GroupQueryAttention'), 'gqa'], [Buffer.from('MultiHeadAttention'), 'mha']]
+  const longest = Math.max(...needles.map(([n]) => n.length))
   const fd = fs.openSync(onnxPath, 'r')
   try {
     const chunk = Buffer.alloc(1 << 22)
     let position = 0
     let carry = Buffer.alloc(0)
+    let found: GraphStyle = 'standard'
     for (;;) {
       const read = fs.readSync(fd, chunk, 0, chunk.length, position)
-      if (read === 0) return 'standard'
+      if (read === 0) return found
       const window = Buffer.concat([carry, chunk.subarray(0, read)])
-      if (window.includes(needle)) return 'gqa'
-      carry = window.subarray(Math.max(0, window.length - needle.length + 1))
+      for (const [needle, style] of needles) {
+        if (style === 'gqa' && window.includes(needle)) return 'gqa'
+        if (window.includes(needle)) found = style
+      }
+      carry = window.subarray(Math.max(0, window.length - longest + 1))
       position += read
     }
   } finally {
     fs.closeSync(fd)
   }
+}
+
+/** The last `keep` positions of each row of [batch, positions, vocab] logits. */
+function lastPositions<T extends Float32Array | Uint16Array> (data: T, batch: number, positions: number, keep: number, vocab: number): T {
+  const out = new (data.constructor as new (n: number) => T)(batch * keep * vocab)
+  for (let b = 0; b < batch; b++) {
+    const from = (b * positions + positions - keep) * vocab
+    out.set(data.subarray(from, from + keep * vocab), b * keep * vocab)
+  }
+  return out
 }
 
 function int64Tensor (rows: number[][], dims: number[]): OrtTensor {

@@ -10,9 +10,9 @@
 // loop after every run, so cancellations and new requests are seen within
 // one step.
 //
-// Graphs built around com.microsoft GroupQueryAttention derive positions
-// from the attention mask and cannot take left-padded rows; for them every
-// sequence decodes in a batch of its own, taking turns.
+// Graphs built around com.microsoft GroupQueryAttention, and graphs without a
+// position_ids input, derive positions themselves and cannot take padded
+// rows; for them every sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
 import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
@@ -55,6 +55,8 @@ export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk:
 const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
+/** Bound on one run's logits for graphs that return every position's. */
+const ALL_POSITION_LOGITS_BYTES = 64 << 20
 /**
  * How long an idle engine waits after the first request before it starts, so requests that
  * arrive together (a burst reaches the engine over a few milliseconds, each through its own
@@ -110,7 +112,17 @@ export class LocalEngine {
 
   /** Rows per decode batch: graphs that cannot take padded rows decode one sequence per run. */
   private get batchCapacity (): number {
-    return this.session.graphStyle === 'standard' ? this.scheduler.maxBatch : 1
+    return this.session.takesPaddedRows ? this.scheduler.maxBatch : 1
+  }
+
+  /**
+   * Most positions one run may feed. A graph without num_logits_to_keep returns logits for every
+   * position fed (4 bytes x vocabulary each: 300 MB for 512 positions of a 150k vocabulary), so
+   * its prompt chunks are bounded by the memory those logits take.
+   */
+  private get positionsPerRun (): number {
+    if (this.session.hasLogitsToKeep) return SOLO_PREFILL_CHUNK
+    return Math.max(1, Math.min(SOLO_PREFILL_CHUNK, Math.floor(ALL_POSITION_LOGITS_BYTES / (4 * this.model.vocabSize))))
   }
 
   /** The prompt's token ids, exactly as the model will see them. */
@@ -209,7 +221,7 @@ export class LocalEngine {
           await yieldToEventLoop()
           this.dropCancelled()
         }
-        // Idle GroupQueryAttention batches are dropped; the shared standard batch is kept.
+        // Idle one-row batches (graphs that cannot pad rows) are dropped; the shared batch is kept.
         for (let i = this.batches.length - 1; i >= 0; i--) {
           if (this.batches[i].size === 0 && this.batchCapacity === 1) this.batches.splice(i, 1)
         }
@@ -226,9 +238,9 @@ export class LocalEngine {
   private async prefillChunk (group: PrefillGroup): Promise<void> {
     // Tokens for this run, shared by the rows: alone, large chunks (bounded for attention's scratch
     // memory); beside decoding streams, what the pacer allows between their steps.
-    const budget = this.decodingCount === 0
+    const budget = Math.min(this.positionsPerRun, this.decodingCount === 0
       ? SOLO_PREFILL_CHUNK
-      : this.scheduler.prefillChunk || this.pacer.chunkSize()
+      : this.scheduler.prefillChunk || this.pacer.chunkSize())
     const started = performance.now()
     let logits: Float32Array
     try {

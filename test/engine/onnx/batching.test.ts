@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import type { FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
 import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
-import { randomGqaModelDir, randomModelDir, storiesModelDir } from '../../helpers/models.ts'
+import { randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir } from '../../helpers/models.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -81,6 +81,9 @@ for (const [name, dirOf, dtype] of [
   // The onnx-community signature: the whole cache returned every run, rows left-padded.
   ['stories260k fp32, concat cache', () => storiesModelDir('fp32', 'concat'), 'fp32'],
   ['random qwen2 int4, concat cache', () => randomModelDir('qwen2', 'int4', 7, 'concat'), 'q4'],
+  // Files chatd did not write (onnx-community / optimum form): every position's logits, no num_logits_to_keep.
+  ['stories260k exported elsewhere, fp32', () => STORIES_OPTIMUM, 'fp32'],
+  ['stories260k exported elsewhere, q4 without accuracy_level', () => STORIES_OPTIMUM, 'q4'],
 ] as const) {
   t.test(`${name}: batched greedy output equals unbatched`, async t => {
     await checkBatchedEqualsSolo(t, dirOf(), dtype, true)
