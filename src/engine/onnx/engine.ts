@@ -25,7 +25,7 @@ import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { cacheLayoutFor, type CacheLayout } from './kv-cache.ts'
-import { readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
+import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { Sequence, type StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from './tokenizer.ts'
@@ -97,6 +97,10 @@ export class LocalEngine {
   static async load (opts: EngineSettings, events: EngineEvents): Promise<LocalEngine> {
     const model = readModelDir(opts.modelDir, opts.dtype)
     const tokenizer = await loadTokenizer(opts.modelDir)
+    // A token id past the embedding table fails inside the graph on every request that uses it.
+    if (tokenizer.vocabSize > model.vocabSize) {
+      throw new ModelDirError(`${opts.modelDir}: tokenizer.json has ids up to ${tokenizer.vocabSize - 1} but config.json says vocab_size ${model.vocabSize}: the tokenizer does not belong to this model`)
+    }
     const template = ChatTemplate.fromTokenizerConfig(tokenizer.config, `${opts.modelDir}/tokenizer_config.json`)
     const session = await DecoderSession.load(model, { device: opts.device, threads: opts.threads })
     const scheduler = {

@@ -204,3 +204,13 @@ t.test('a graph without position_ids runs its sequences one per run (it derives 
   const together = await Promise.all(goldens.map(g => collect(backend.generate(request(g), never))))
   together.forEach((r, i) => t.equal(r.text, goldens[i].completion_text, `together: "${goldens[i].prompt}"`))
 })
+
+t.test('a tokenizer with ids past the config\'s vocab_size is refused at load (the model would fail every request using them)', async t => {
+  const dir = editedExport(t.testdir({}), () => {})
+  const config = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'))
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...config, vocab_size: 300 }))
+  const backend = new OnnxBackend({ id: 'small-vocab', path: dir, dtype: 'fp32', device: 'cpu', threads: 1 })
+  await t.rejects(backend.load())
+  t.teardown(() => backend.close())
+  t.match(backend.state(), { state: 'unavailable', reason: /tokenizer.json has ids up to 511 but config.json says vocab_size 300/ })
+})
