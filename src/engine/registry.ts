@@ -42,6 +42,8 @@ const OnnxEntry = Type.Object({
   /** Branch, tag or commit of hubRepo; "main" by default. */
   hubRevision: Type.Optional(Type.String({ minLength: 1 })),
   thinkingBudget: Type.Optional(ThinkingBudget),
+  /** Lowers the model's context length (prompt + generated tokens) below what its files allow. */
+  contextLength: Type.Optional(Type.Integer({ minimum: 1 })),
 })
 
 const OpenAiEntry = Type.Object({
@@ -189,7 +191,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk'>>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
     & Partial<Pick<Config, 'upstream'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
@@ -239,6 +241,8 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     threads: threads === 0 ? undefined : threads,
     maxBatch: ctx.config.maxBatch,
     prefillChunk: ctx.config.prefillChunk,
+    contextLength: entry.contextLength,
+    kvCacheBytes: ctx.config.kvCacheBytes,
   })
 }
 

@@ -11,6 +11,8 @@ function describe (models: ModelRegistry, model: RegisteredModel): Model {
   const state = models.state(model.id)
   const described: Model = { id: model.id, object: 'model', created: model.created, owned_by: 'chatd', status: state.state }
   if (state.state === 'unavailable') described.status_reason = state.hint ? `${state.reason} (${state.hint})` : state.reason
+  const contextLength = model.backend.contextLength
+  if (contextLength !== undefined) described.context_length = contextLength
   return described
 }
 

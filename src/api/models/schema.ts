@@ -7,6 +7,7 @@ export const Model = Type.Object({
   owned_by: Type.String(),
   status: Type.Enum(['ready', 'loading', 'unavailable'], { description: 'chatd extra: whether the model can answer now.' }),
   status_reason: Type.Optional(Type.String({ description: 'chatd extra: why the model is unavailable, and how to fix it.' })),
+  context_length: Type.Optional(Type.Integer({ description: 'chatd extra: the most tokens (prompt plus reply) one request may use, once the model has loaded (local models) or when models.json gives it (upstream).' })),
 })
 
 export type Model = Static<typeof Model>

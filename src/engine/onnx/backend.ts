@@ -20,6 +20,10 @@ export interface OnnxBackendOptions {
   maxBatch?: number
   /** Prompt tokens per run while others decode. */
   prefillChunk?: number
+  /** models.json `contextLength`. */
+  contextLength?: number
+  /** KV_CACHE_MB in bytes (0: derived from the machine's memory). */
+  kvCacheBytes?: number
 }
 
 export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
@@ -52,7 +56,8 @@ export class OnnxBackend implements Backend {
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
-    this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0, maxBatch: opts.maxBatch, prefillChunk: opts.prefillChunk }
+    this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0, maxBatch: opts.maxBatch, prefillChunk: opts.prefillChunk,
+      contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes }
   }
 
   state (): BackendState {

@@ -24,6 +24,7 @@ import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
+import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout } from './kv-cache.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
@@ -48,6 +49,10 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   dtype: ModelDtype
   device: DeviceChoice
   threads: number
+  /** models.json `contextLength`: lowers the model's own context length. */
+  contextLength?: number
+  /** Memory for the KV cache in bytes (KV_CACHE_MB); 0 or absent: defaultKvCacheBytes(). */
+  kvCacheBytes?: number
 }
 
 export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk: 0 }
@@ -64,6 +69,11 @@ const ALL_POSITION_LOGITS_BYTES = 64 << 20
  * first step, instead of one decoding alone while the others' prompts are fed between its steps.
  */
 const ADMISSION_WINDOW_MS = 10
+
+/** Cache positions a sequence may come to hold. */
+function reserveOf (seq: Sequence): number {
+  return KvBudget.reserveOf(seq.promptIds.length, seq.maxNewTokens)
+}
 
 export class LocalEngine {
   readonly model: ModelDir
@@ -82,8 +92,13 @@ export class LocalEngine {
   private looping = false
   /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
   private readonly pacer: PrefillPacer
+  /** Admission: sequences start only while their reserved caches fit in it. */
+  readonly kvBudget: KvBudget
+  /** Prompt plus generated tokens of one sequence; see contextLength. */
+  private readonly contextLimit: number
 
-  private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents, scheduler: SchedulerSettings) {
+  private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number }) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -92,6 +107,11 @@ export class LocalEngine {
     this.scheduler = scheduler
     this.cacheLayout = cacheLayoutFor(session)
     this.pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
+    this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
+    this.contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    if (this.contextLimit < 1) {
+      throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
+    }
   }
 
   static async load (opts: EngineSettings, events: EngineEvents): Promise<LocalEngine> {
@@ -107,11 +127,16 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
-    return new LocalEngine(model, session, tokenizer, template, events, scheduler)
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes })
   }
 
+  /**
+   * Prompt plus generated tokens one sequence may hold: the smallest of the model's own limit
+   * (max_position_embeddings, the tokenizer's model_max_length), models.json `contextLength`, and
+   * what the KV cache budget holds for one sequence.
+   */
   get contextLength (): number {
-    return this.model.contextLength
+    return this.contextLimit
   }
 
   /** Rows per decode batch: graphs that cannot take padded rows decode one sequence per run. */
@@ -197,6 +222,22 @@ export class LocalEngine {
     return this.batches.reduce((n, b) => n + b.size, 0)
   }
 
+  /**
+   * How many waiting sequences, from the front of the queue, may start now: at most `limit`, and
+   * only while every cache-holding sequence's reservation still fits the budget. The queue is
+   * never reordered, so a long request is not starved by short ones behind it.
+   */
+  private admissible (limit: number): number {
+    const reserves = [...(this.prefill?.rows ?? []), ...this.batches.flatMap(b => b.rows)].map(reserveOf)
+    let count = 0
+    while (count < limit && count < this.waiting.length) {
+      reserves.push(reserveOf(this.waiting[count]))
+      if (!this.kvBudget.fits(reserves)) break
+      count++
+    }
+    return count
+  }
+
   private * allSequences (): Iterable<Sequence> {
     yield * this.waiting
     if (this.prefill) yield * this.prefill.rows
@@ -211,8 +252,10 @@ export class LocalEngine {
         this.dropCancelled()
         const room = this.scheduler.maxBatch - this.decodingCount
         if (!this.prefill && this.waiting.length > 0 && room > 0) {
-          // Every waiting prompt that will have a row to decode in, up to what one run may batch.
-          this.prefill = new PrefillGroup(this.cacheLayout, this.waiting.splice(0, Math.min(room, this.batchCapacity)))
+          // Waiting prompts in arrival order that will have a row to decode in, up to what one run
+          // may batch and what the KV cache budget still holds.
+          const admitted = this.admissible(Math.min(room, this.batchCapacity))
+          if (admitted > 0) this.prefill = new PrefillGroup(this.cacheLayout, this.waiting.splice(0, admitted))
         }
         if (this.prefill) {
           await this.prefillChunk(this.prefill)

@@ -45,6 +45,8 @@ export interface CacheLayout {
   gather (rows: Array<{ cache: RowCache; row: number }>): RowCache
   /** Frees a cache's memory now. */
   free (cache: RowCache): void
+  /** Bytes of the caches this layout has handed out and not yet freed. */
+  readonly bytesHeld: number
 }
 
 export function cacheLayoutFor (session: DecoderSession): CacheLayout {
@@ -61,6 +63,7 @@ interface ConcatCache extends RowCache {
 
 class ConcatLayout implements CacheLayout {
   private readonly session: DecoderSession
+  bytesHeld = 0
 
   constructor (session: DecoderSession) {
     this.session = session
@@ -85,6 +88,7 @@ class ConcatLayout implements CacheLayout {
       past: cache.kv,
       logitsToKeep,
     })
+    this.bytesHeld += kvBytes(out.present) - kvBytes(cache.kv)
     DecoderSession.disposeCache(cache.kv)
     const next: ConcatCache = { kv: out.present, lengths: cache.lengths.map(len => len + seqLen) }
     return { logits: out.logits, cache: next }
@@ -112,11 +116,15 @@ class ConcatLayout implements CacheLayout {
       })
       tensors[name] = new ort.Tensor(this.session.cacheType, out, [sources.length, heads, length, dim])
     }
-    return { kv: { tensors, length }, lengths: sources.map(s => s.len) }
+    const gathered = { kv: { tensors, length }, lengths: sources.map(s => s.len) }
+    this.bytesHeld += kvBytes(gathered.kv)
+    return gathered
   }
 
   free (cache: RowCache): void {
-    DecoderSession.disposeCache((cache as ConcatCache).kv)
+    const { kv } = cache as ConcatCache
+    this.bytesHeld -= kvBytes(kv)
+    DecoderSession.disposeCache(kv)
   }
 }
 
@@ -130,6 +138,7 @@ interface AppendCache extends RowCache {
 class AppendLayout implements CacheLayout {
   private readonly session: DecoderSession
   private readonly names: string[]
+  bytesHeld = 0
 
   constructor (session: DecoderSession) {
     this.session = session
@@ -202,7 +211,10 @@ class AppendLayout implements CacheLayout {
     for (const name of this.names) {
       // The buffers are this module's own, never shared with a tensor that outlives the run.
       const buffer = cache.buffers[name].buffer
-      if (buffer instanceof ArrayBuffer && !buffer.detached) buffer.transfer(0)
+      if (buffer instanceof ArrayBuffer && !buffer.detached) {
+        this.bytesHeld -= buffer.byteLength
+        buffer.transfer(0)
+      }
     }
   }
 
@@ -213,7 +225,10 @@ class AppendLayout implements CacheLayout {
   private allocate (lengths: number[], capacity: number): AppendCache {
     const { heads, dim } = this.shape()
     const buffers: Record<string, CacheData> = {}
-    for (const name of this.names) buffers[name] = newCacheData(this.session, lengths.length * heads * capacity * dim)
+    for (const name of this.names) {
+      buffers[name] = newCacheData(this.session, lengths.length * heads * capacity * dim)
+      this.bytesHeld += buffers[name].byteLength
+    }
     return { lengths: [...lengths], capacity, buffers }
   }
 
@@ -238,6 +253,13 @@ class AppendLayout implements CacheLayout {
       })
     }
   }
+}
+
+/** Bytes of a cache's tensors (still attached). */
+function kvBytes (kv: KvCache): number {
+  let bytes = 0
+  for (const t of Object.values(kv.tensors)) bytes += (t.data as CacheData).byteLength
+  return bytes
 }
 
 function newCacheData (session: DecoderSession, size: number): CacheData {

@@ -27,7 +27,12 @@ export interface ModelDir {
   headDim: number
   /** Logits width of the graph (may exceed the tokenizer's real vocabulary). */
   vocabSize: number
-  /** Prompt plus generated tokens may not exceed this. */
+  /**
+   * Prompt plus generated tokens may not exceed this: the smaller of config.json's
+   * max_position_embeddings and tokenizer_config.json's model_max_length (what the model was
+   * trained for; R1 distills say 131072 and 16384). models.json `contextLength` and the KV cache
+   * budget may lower it further (engine.ts).
+   */
   contextLength: number
   bosTokenId: number | null
   /** Every id that ends generation. */
@@ -67,6 +72,7 @@ export function readModelDir (dir: string, dtype: ModelDtype = 'q4'): ModelDir {
 
   const configPath = path.join(dir, 'config.json')
   const int = positiveIntegers(config, configPath, message => new ModelDirError(message))
+  const tokenizerConfig = readJson(path.join(dir, 'tokenizer_config.json'))
   const hidden = int('hidden_size')
   const heads = int('num_attention_heads')
   const eos = generation.eos_token_id ?? config.eos_token_id
@@ -80,10 +86,18 @@ export function readModelDir (dir: string, dtype: ModelDtype = 'q4'): ModelDir {
     numKvHeads: int('num_key_value_heads', heads),
     headDim: int('head_dim', hidden / heads),
     vocabSize: int('vocab_size'),
-    contextLength: int('max_position_embeddings', 2048),
+    contextLength: Math.min(int('max_position_embeddings', 2048), trainedLength(tokenizerConfig.model_max_length)),
     bosTokenId: Number.isInteger(bos) ? bos as number : null,
     eosTokenIds,
   }
+}
+
+/**
+ * tokenizer_config.json's model_max_length, when it says something: transformers writes a huge
+ * sentinel (about 1e30) for tokenizers that set none.
+ */
+function trainedLength (value: unknown): number {
+  return typeof value === 'number' && Number.isInteger(value) && value > 0 && value < 1e9 ? value : Infinity
 }
 
 /** External data files named by onnx-community's convention must be present beside the graph. */

@@ -13,6 +13,10 @@ export interface WorkerSettings {
   maxBatch?: number
   /** Prompt tokens per run while others decode; default DEFAULT_SCHEDULER.prefillChunk. */
   prefillChunk?: number
+  /** models.json `contextLength`: lowers the model's own. */
+  contextLength?: number
+  /** KV cache budget in bytes; 0 or absent: derived from the machine's memory. */
+  kvCacheBytes?: number
 }
 
 export type ToWorker =
