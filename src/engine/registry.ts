@@ -24,6 +24,12 @@ const ModelId = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$' 
 /** How a reasoning model's thinking reaches the client (DESIGN.md "Reasoning"). */
 const ReasoningMode = Type.Enum(['separate', 'inline', 'hidden'])
 
+/**
+ * Where the model takes instructions: "system" (a system message, the default) or "user" (the
+ * start of the first user turn, for models whose authors advise against system prompts).
+ */
+const SystemPrompt = Type.Enum(['system', 'user'])
+
 /** Tokens of thinking allowed on top of the answer when `wordcount` sets the token budget (0: the model does not reason). */
 const ThinkingBudget = Type.Integer({ minimum: 0, maximum: 1000000 })
 
@@ -44,6 +50,7 @@ const OnnxEntry = Type.Object({
   thinkingBudget: Type.Optional(ThinkingBudget),
   /** Lowers the model's context length (prompt + generated tokens) below what its files allow. */
   contextLength: Type.Optional(Type.Integer({ minimum: 1 })),
+  systemPrompt: Type.Optional(SystemPrompt),
 })
 
 const OpenAiEntry = Type.Object({
@@ -60,6 +67,7 @@ const OpenAiEntry = Type.Object({
   /** The upstream model's context window in tokens, when known (caps wordcount's token budget). */
   contextLength: Type.Optional(Type.Integer({ minimum: 1 })),
   thinkingBudget: Type.Optional(ThinkingBudget),
+  systemPrompt: Type.Optional(SystemPrompt),
 })
 
 const Entry = Type.Union([OnnxEntry, OpenAiEntry])
@@ -279,6 +287,8 @@ export interface RegisteredModel {
   thinkingBudget?: number
   /** For local models: the execution provider asked for (ONNX_DEVICE or the entry's device). */
   requestedDevice?: 'auto' | 'cpu' | 'cuda'
+  /** Where chatd's instruction and client system messages go (models.json `systemPrompt`). */
+  systemPrompt: 'system' | 'user'
 }
 
 /** A backend still fetching its files (CHATD_AUTO_PULL); see src/pull/pulling-backend.ts. */
@@ -312,7 +322,7 @@ export class ModelRegistry {
   readonly #loadErrors = new Map<string, string>()
   #loading?: Promise<void>
 
-  constructor (models: Array<Omit<RegisteredModel, 'created' | 'fingerprint' | 'reasoning'> & Partial<RegisteredModel>>) {
+  constructor (models: Array<Omit<RegisteredModel, 'created' | 'fingerprint' | 'reasoning' | 'systemPrompt'> & Partial<RegisteredModel>>) {
     const created = Math.floor(Date.now() / 1000)
     for (const m of models) {
       this.#models.set(m.id, {
@@ -323,6 +333,7 @@ export class ModelRegistry {
         reasoning: m.reasoning ?? 'separate',
         thinkingBudget: m.thinkingBudget ?? 0,
         requestedDevice: m.requestedDevice,
+        systemPrompt: m.systemPrompt ?? 'system',
       })
     }
   }
@@ -358,6 +369,7 @@ export class ModelRegistry {
         reasoning: entry.reasoning ?? 'separate',
         thinkingBudget: entry.thinkingBudget,
         requestedDevice: entry.backend === 'onnx' ? entry.device ?? opts.config.onnxDevice : undefined,
+        systemPrompt: entry.systemPrompt,
       })
     }
     return new ModelRegistry(models)

@@ -7,6 +7,10 @@
 //    sent. It is appended to the client's (last leading) system message rather
 //    than sent as a second one, because templates such as R1's keep only one
 //    system message and would drop the other.
+//    Models whose authors advise against a system prompt (DeepSeek's R1
+//    distills: "all instructions should be contained within the user prompt")
+//    get that text, and any system message the client sent, at the start of
+//    the first user turn instead (models.json `systemPrompt: "user"`).
 
 import type { ChatMessage } from '../engine/backend.ts'
 import { stripThinking } from '../engine/reasoning.ts'
@@ -27,7 +31,27 @@ export function placeSystemText (messages: ChatMessage[], text: string): ChatMes
   return shaped
 }
 
+/**
+ * Moves every system message, then `text`, to the start of the first user turn (a user turn of
+ * its own at the start when there is none), in order, separated by blank lines.
+ */
+export function placeInFirstUserTurn (messages: ChatMessage[], text: string): ChatMessage[] {
+  const system = [...messages.filter(m => m.role === 'system').map(m => m.content), text].filter(s => s !== '')
+  const rest = messages.filter(m => m.role !== 'system')
+  if (system.length === 0) return rest
+  const first = rest.findIndex(m => m.role === 'user')
+  if (first < 0) return [{ role: 'user', content: system.join('\n\n') }, ...rest]
+  const shaped = [...rest]
+  shaped[first] = { role: 'user', content: [...system, rest[first].content].filter(s => s !== '').join('\n\n') }
+  return shaped
+}
+
+/** Where a model takes instructions: a system message, or the first user turn (models.json `systemPrompt`). */
+export type SystemPromptPlacement = 'system' | 'user'
+
 /** The whole step: `systemTexts` are the instruction and the sources block, '' where absent. */
-export function shapeConversation (messages: ChatMessage[], systemTexts: string[]): ChatMessage[] {
-  return placeSystemText(stripEarlierThinking(messages), systemTexts.filter(s => s !== '').join('\n\n'))
+export function shapeConversation (messages: ChatMessage[], systemTexts: string[], placement: SystemPromptPlacement = 'system'): ChatMessage[] {
+  const text = systemTexts.filter(s => s !== '').join('\n\n')
+  const conversation = stripEarlierThinking(messages)
+  return placement === 'user' ? placeInFirstUserTurn(conversation, text) : placeSystemText(conversation, text)
 }

@@ -38,7 +38,7 @@ export interface TestApp {
 }
 
 export async function buildTestApp (t: Test, opts: {
-  backends?: Array<Backend | { backend: Backend; reasoning?: ReasoningMode }>
+  backends?: Array<Backend | { backend: Backend; reasoning?: ReasoningMode; systemPrompt?: 'system' | 'user' }>
   env?: Record<string, string>
   /** The test account's tier. */
   tier?: string
@@ -54,7 +54,7 @@ export async function buildTestApp (t: Test, opts: {
   const account = await accounts.create({ email: 'user@example.com', tier: opts.tier ?? 'unlimited' })
   const { key } = await accounts.createKey(account.id, { name: 'test' })
   const backends = opts.backends ?? [new ScriptedBackend()]
-  const models = new ModelRegistry(backends.map(b => 'backend' in b ? { id: b.backend.id, backend: b.backend, reasoning: b.reasoning } : { id: b.id, backend: b }))
+  const models = new ModelRegistry(backends.map(b => 'backend' in b ? { id: b.backend.id, backend: b.backend, reasoning: b.reasoning, systemPrompt: b.systemPrompt } : { id: b.id, backend: b }))
   const metrics = new Metrics()
   const usage = new UsageRecords(db)
   const tiers = opts.tiers === undefined ? Tiers.fromFile(config.tiersFile) : Tiers.parse(opts.tiers)

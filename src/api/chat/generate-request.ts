@@ -8,7 +8,7 @@ import { ApiError, invalidParam } from '../../errors.ts'
 import { wordcountBudget } from '../../prompt/budget.ts'
 import { controlInstruction } from '../../prompt/controls.ts'
 import { sourcesBlock } from '../../prompt/search-context.ts'
-import { shapeConversation } from '../../prompt/shape.ts'
+import { shapeConversation, type SystemPromptPlacement } from '../../prompt/shape.ts'
 import type { SearchResult } from '../../search/provider.ts'
 import { searchQuery } from '../../search/query.ts'
 import type { WebSearch } from '../../search/web-search.ts'
@@ -25,6 +25,8 @@ export interface ShapingContext {
   thinkingBudget?: number
   /** The model's context window, when known: caps the wordcount budget. */
   contextLength?: number
+  /** Where the model takes instructions (models.json `systemPrompt`); a system message by default. */
+  systemPrompt?: SystemPromptPlacement
   search?: SearchDone
 }
 
@@ -53,7 +55,7 @@ export async function searchFor (body: ChatCompletionRequest, search: WebSearch,
 export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingContext = {}): GenerateRequest {
   const instruction = controlInstruction(controlsOf(body))
   const sources = ctx.search ? sourcesBlock(ctx.search.query, ctx.search.results) : ''
-  const messages = shapeConversation(clientMessages(body), [instruction, sources])
+  const messages = shapeConversation(clientMessages(body), [instruction, sources], ctx.systemPrompt)
 
   let maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
   if (maxTokens === undefined && typeof body.wordcount === 'number') {

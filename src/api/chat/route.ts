@@ -96,7 +96,9 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
           throw err
         }
       }
-      const generateRequest = toGenerateRequest(body, { thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, search: searched })
+      const generateRequest = toGenerateRequest(body, {
+        thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, systemPrompt: model.systemPrompt, search: searched,
+      })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       const release = admission.acquire(model.id)
       try {
