@@ -31,8 +31,10 @@ const USAGE = `Usage: chatd <command>
   keys list --email E                            list an account's keys (prefixes only)
   keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
   pull [<model id>...] [--if-missing]            download local models' files from the Hugging Face Hub
-                                                 (HF_ENDPOINT, HF_TOKEN); all of them when none is named;
-                                                 --if-missing: skip complete ones without asking the hub
+       [--keep-checkpoint]                       (HF_ENDPOINT, HF_TOKEN); all of them when none is named;
+                                                 --if-missing: skip complete ones without asking the hub;
+                                                 a "checkpoint" source is converted here, and its download
+                                                 removed afterwards unless --keep-checkpoint
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
   convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
 
@@ -180,7 +182,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   },
 
   async pull (args, out) {
-    const { positionals, values } = parse(args, { 'if-missing': { type: 'boolean' } }, Infinity)
+    const { positionals, values } = parse(args, { 'if-missing': { type: 'boolean' }, 'keep-checkpoint': { type: 'boolean' } }, Infinity)
     const config = loadConfig(process.env, { dotenv: true })
     // The downloader lives in src/pull/; loaded on demand.
     const { runPullCommand } = await import('./pull/command.ts')
@@ -190,7 +192,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
     const onSigint = (): void => stop.abort()
     process.once('SIGINT', onSigint)
     try {
-      await runPullCommand(positionals, config, { out, tty: process.stderr.isTTY ? process.stderr : undefined, signal: stop.signal, ifMissing: values['if-missing'] === true })
+      await runPullCommand(positionals, config, { out, tty: process.stderr.isTTY ? process.stderr : undefined, signal: stop.signal, ifMissing: values['if-missing'] === true, keepCheckpoint: values['keep-checkpoint'] === true })
     } catch (err) {
       if (err instanceof PullError) throw new CommandError(err.message, { cause: err })
       throw err

@@ -43,9 +43,15 @@ const OnnxEntry = Type.Object({
   /** Overrides ONNX_DEVICE / ONNX_THREADS for this model. */
   device: Type.Optional(Type.Enum(['auto', 'cpu', 'cuda'])),
   threads: Type.Optional(Type.Integer({ minimum: 0 })),
+  /**
+   * What hubRepo holds: "onnx" (default), a model directory in the onnx-community layout, used as
+   * it comes; "checkpoint", a Hugging Face safetensors checkpoint that `chatd pull` converts here
+   * with chatd's own converter (dtype q4, fp16 or fp32).
+   */
+  source: Type.Optional(Type.Enum(['onnx', 'checkpoint'])),
   /** Hugging Face repository ("owner/name") that `chatd pull` and auto-pull fetch the files from. */
   hubRepo: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$' })),
-  /** Branch, tag or commit of hubRepo; "main" by default. */
+  /** Branch, tag or commit of hubRepo; "main" by default. Pin a full commit so every pull gets the same files. */
   hubRevision: Type.Optional(Type.String({ minLength: 1 })),
   thinkingBudget: Type.Optional(ThinkingBudget),
   /** Lowers the model's context length (prompt + generated tokens) below what its files allow. */

@@ -7,6 +7,7 @@ import type { Config } from '../config.ts'
 import type { Backend } from '../engine/backend.ts'
 import { ModelDirError, readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import type { OnnxModelEntry } from '../engine/registry.ts'
+import { pullCheckpoint } from './checkpoint.ts'
 import { pullModel } from './pull.ts'
 import { PullingBackend } from './pulling-backend.ts'
 import { hubLocation, pullCommand } from './model-source.ts'
@@ -33,7 +34,8 @@ export function createPullingBackend (
     source: `${hub.endpoint}/${hub.repo}`,
     pullCommand: pullCommand(entry.id),
     pull: async (onEvent, signal) => {
-      await pullModel({ hub, dir, dtype: (entry.dtype ?? 'q4') as ModelDtype, onEvent, signal })
+      const pull = { hub, dir, dtype: (entry.dtype ?? 'q4') as ModelDtype, onEvent, signal }
+      await (entry.source === 'checkpoint' ? pullCheckpoint(pull) : pullModel(pull))
     },
     open,
   })

@@ -13,6 +13,7 @@ import { modelFilesMissing } from './auto-pull.ts'
 import { PullError } from './errors.ts'
 import { hubLocation } from './model-source.ts'
 import { formatBytes, lineReporter, terminalReporter } from './progress.ts'
+import { pullCheckpoint } from './checkpoint.ts'
 import { pullModel, type PullEvent } from './pull.ts'
 
 export interface PullCommandOptions {
@@ -22,6 +23,8 @@ export interface PullCommandOptions {
   signal?: AbortSignal
   /** Leave a model whose directory already holds every file alone, without asking the hub (an offline restart). */
   ifMissing?: boolean
+  /** source "checkpoint": keep the downloaded checkpoint after converting it. */
+  keepCheckpoint?: boolean
 }
 
 /** Pulls each model named (every local model with a hubRepo when none is). */
@@ -50,7 +53,13 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
       continue
     }
     const hub = hubLocation({ ...entry, hubRepo: entry.hubRepo }, config)
-    opts.out(`pulling ${entry.id} from ${hub.endpoint}/${hub.repo} (${hub.revision}, dtype ${dtype}) into ${dir}`)
+    const fromCheckpoint = entry.source === 'checkpoint'
+    opts.out(fromCheckpoint
+      ? `pulling ${entry.id}: the checkpoint ${hub.endpoint}/${hub.repo} (${hub.revision}), converted here to dtype ${dtype}, into ${dir}`
+      : `pulling ${entry.id} from ${hub.endpoint}/${hub.repo} (${hub.revision}, dtype ${dtype}) into ${dir}`)
+    if (!/^[0-9a-f]{40}$/.test(hub.revision)) {
+      opts.out(`note: ${hub.revision} is a branch or tag, so a later pull may fetch other files; pin a full commit in "hubRevision" for the same files every time`)
+    }
     const bars = opts.tty ? terminalReporter(opts.tty) : undefined
     const lines = lineReporter(opts.out)
     const onEvent = (event: PullEvent): void => {
@@ -59,7 +68,8 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
       if (event.type === 'plan' || event.type === 'done') lines(event)
     }
     try {
-      const result = await pullModel({ hub, dir, dtype, onEvent, signal: opts.signal })
+      const pull = { hub, dir, dtype, onEvent, signal: opts.signal }
+      const result = fromCheckpoint ? await pullCheckpoint({ ...pull, keepCheckpoint: opts.keepCheckpoint }) : await pullModel(pull)
       bars?.stop()
       opts.out(`${entry.id} is ready: ${result.files.length} files, ${formatBytes(result.totalBytes)} in ${dir}`)
     } finally {

@@ -75,6 +75,8 @@ export class PullTracker {
 
   /** "43.0% (512.0 MiB of 1.2 GiB, 35.1 MiB/s, about 00:20 left)" */
   describe (): string {
+    const conversion = this.conversion
+    if (conversion) return conversion
     const s = this.#status
     if (s.totalBytes === 0) return 'listing the files to download'
     const speed = s.bytesPerSecond > 0 ? `, ${formatBytes(s.bytesPerSecond)}/s, about ${formatDuration(s.etaSeconds ?? Infinity)} left` : ''
@@ -104,7 +106,32 @@ export class PullTracker {
         s.file = undefined
         this.#set(s.totalBytes)
         break
+      case 'convert-start':
+        this.#converting = { tensors: 0, total: 0 }
+        break
+      case 'convert-progress':
+        this.#converting = { tensors: event.tensors, total: event.total }
+        break
+      case 'convert-done':
+        this.#converting = undefined
+        this.#verifying = true
+        break
+      case 'verified':
+        this.#verifying = false
+        break
     }
+  }
+
+  #converting?: { tensors: number; total: number }
+  #verifying = false
+
+  /** The conversion's state, once the download is done (source "checkpoint"). */
+  get conversion (): string | undefined {
+    if (this.#converting) {
+      const { tensors, total } = this.#converting
+      return total > 0 ? `converting the checkpoint: ${Math.floor((tensors / total) * 100)}% of ${total} tensors` : 'converting the checkpoint'
+    }
+    return this.#verifying ? 'checking that the converted model runs' : undefined
   }
 
   #set (downloaded: number): void {
@@ -146,7 +173,23 @@ export function lineReporter (write: (line: string) => void, intervalMs = 5000):
         write(`${event.error.message}; retrying in ${(event.delayMs / 1000).toFixed(0)} s`)
         break
       case 'done':
-        write(`complete: ${event.files} files, ${formatBytes(event.totalBytes)}, verified`)
+        write(event.files === 0 ? 'nothing to download' : `complete: ${event.files} files, ${formatBytes(event.totalBytes)}, verified`)
+        break
+      case 'convert-start':
+        write(`converting the checkpoint to ${event.weights} with chatd's converter (several minutes for a 1.5B model)`)
+        lastLine = performance.now()
+        break
+      case 'convert-progress':
+        if (performance.now() - lastLine >= intervalMs || event.tensors === event.total) {
+          lastLine = performance.now()
+          write(`converting: ${event.tensors} of ${event.total} tensors`)
+        }
+        break
+      case 'convert-done':
+        write(`converted in ${event.seconds.toFixed(1)} s; checking that the model loads and runs`)
+        break
+      case 'verified':
+        write(`the converted model loads and runs (checked in ${event.seconds.toFixed(1)} s)`)
         break
     }
   }
@@ -165,6 +208,7 @@ export function terminalReporter (stream: NodeJS.WriteStream): { onEvent: (event
     fps: 5,
   }, Presets.shades_classic)
   let current: { bar: SingleBar; meter: RateMeter; size: number } | undefined
+  let converting: SingleBar | undefined
   const payload = (meter: RateMeter, bytes: number, size: number) => ({
     done: formatBytes(bytes),
     size: formatBytes(size),
@@ -200,6 +244,21 @@ export function terminalReporter (stream: NodeJS.WriteStream): { onEvent: (event
           break
         case 'retry':
           bars.log(`${event.error.message}; retrying in ${(event.delayMs / 1000).toFixed(0)} s\n`)
+          break
+        case 'convert-start':
+          converting = bars.create(1, 0, { name: `converting to ${event.weights}`, done: '0', size: '?', speed: 'tensors' })
+          break
+        case 'convert-progress':
+          converting?.setTotal(event.total)
+          converting?.update(event.tensors, { done: String(event.tensors), size: String(event.total), speed: 'tensors' })
+          break
+        case 'convert-done':
+          converting?.stop()
+          converting = undefined
+          bars.log(`converted in ${event.seconds.toFixed(1)} s; checking that the model loads and runs\n`)
+          break
+        case 'verified':
+          bars.log(`the converted model loads and runs (checked in ${event.seconds.toFixed(1)} s)\n`)
           break
       }
     },

@@ -1,7 +1,9 @@
 // Pulling a model: list the repository, pick the files the model's dtype
 // needs, skip those already complete, download the rest one by one (resuming,
 // verifying, retrying a broken connection), and report progress as events that
-// a terminal bar, a log, or the server's readiness endpoint can show.
+// a terminal bar, a log, or the server's readiness endpoint can show. A model
+// whose source is a checkpoint (models.json `source: "checkpoint"`) is then
+// converted locally: checkpoint.ts.
 
 import { existsSync, statSync } from 'node:fs'
 import { join } from 'node:path'
@@ -19,18 +21,26 @@ export type PullEvent =
   | { type: 'file-done'; file: RemoteFile; seconds: number }
   | { type: 'retry'; file: RemoteFile; error: PullError; delayMs: number }
   | { type: 'done'; seconds: number; files: number; totalBytes: number }
+  // A checkpoint's conversion into chatd's graph (checkpoint.ts), then the check that it runs.
+  | { type: 'convert-start'; weights: string }
+  | { type: 'convert-progress'; tensors: number; total: number }
+  | { type: 'convert-done'; seconds: number }
+  | { type: 'verified'; seconds: number }
 
-export interface PullOptions {
+export interface DownloadOptions {
   hub: HubLocation
-  /** The model directory to fill. */
+  /** The directory to fill. */
   dir: string
-  dtype: ModelDtype
   onEvent?: (event: PullEvent) => void
   signal?: AbortSignal
   /** Further attempts after a broken connection, each resuming where the last stopped. */
   retries?: number
   /** Wait before the first retry; doubles each time. */
   retryDelayMs?: number
+}
+
+export interface PullOptions extends DownloadOptions {
+  dtype: ModelDtype
 }
 
 export interface PullResult {
@@ -42,10 +52,16 @@ export interface PullResult {
   skipped: number
 }
 
-export async function pullModel (opts: PullOptions): Promise<PullResult> {
+/** Downloads an ONNX model directory (onnx-community layout) for `dtype`. */
+export function pullModel (opts: PullOptions): Promise<PullResult> {
+  return downloadRepoFiles({ ...opts, select: listing => selectModelFiles(listing, opts.dtype, opts.hub.repo) })
+}
+
+/** Downloads the files `select` picks from the repository's listing into `dir`. */
+export async function downloadRepoFiles (opts: DownloadOptions & { select: (listing: RemoteFile[]) => RemoteFile[] }): Promise<PullResult> {
   const started = performance.now()
   const emit = opts.onEvent ?? (() => {})
-  const files = selectModelFiles(await listRepoFiles(opts.hub), opts.dtype, opts.hub.repo)
+  const files = opts.select(await listRepoFiles(opts.hub))
   // A file under its final name was renamed there only after verification (download.ts), so its size is proof enough.
   const isComplete = (f: RemoteFile): boolean => {
     const dest = join(opts.dir, f.path)
@@ -81,7 +97,7 @@ export async function pullModel (opts: PullOptions): Promise<PullResult> {
   return { dir: opts.dir, files, totalBytes, skipped: present.length }
 }
 
-async function withRetries (opts: PullOptions, file: RemoteFile, attempt: (n: number) => Promise<void>): Promise<void> {
+async function withRetries (opts: DownloadOptions, file: RemoteFile, attempt: (n: number) => Promise<void>): Promise<void> {
   const retries = opts.retries ?? 3
   let delay = opts.retryDelayMs ?? 1000
   for (let n = 1; ; n++) {

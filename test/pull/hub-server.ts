@@ -55,7 +55,7 @@ export function repoFromDir (dir: string, extra: Record<string, Buffer | string>
 }
 
 /** Git LFS holds the big files on the real hub; here: the ONNX graphs and their data. */
-const isLfs = (path: string): boolean => /\.onnx(_data.*|\.data)?$/.test(path)
+const isLfs = (path: string): boolean => /\.onnx(_data.*|\.data)?$|\.safetensors$/.test(path)
 
 function listing (repo: HubRepo) {
   const dirs = new Set<string>()

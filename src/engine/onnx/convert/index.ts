@@ -9,7 +9,7 @@ import { buildDecoderGraph, DECODER_OPSETS, defaultCacheStyle, type AttentionSty
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
-import { CheckpointWeights, RandomWeights } from './weight-sources.ts'
+import { CheckpointWeights, expectedShapes, RandomWeights } from './weight-sources.ts'
 
 /** File name of each weight format, as onnx-community names them. */
 export const ONNX_FILE_BY_FORMAT: Record<WeightFormat, string> = {
@@ -36,11 +36,17 @@ export interface ConvertResult {
   seconds: number
 }
 
-export function convertCheckpoint (opts: GraphOptions & { from: string; out: string }): ConvertResult {
+export function convertCheckpoint (opts: GraphOptions & {
+  from: string
+  out: string
+  /** Told after each weight tensor is read: how many of how many. */
+  onProgress?: (tensors: number, total: number) => void
+}): ConvertResult {
   const started = performance.now()
   const rawConfig = readJson(path.join(opts.from, 'config.json'))
   const cfg = parseDecoderConfig(rawConfig, path.join(opts.from, 'config.json'))
-  const source = new CheckpointWeights(opts.from, cfg)
+  const checkpoint = new CheckpointWeights(opts.from, cfg)
+  const source = opts.onProgress ? counted(checkpoint, expectedShapes(cfg).size, opts.onProgress) : checkpoint
   try {
     fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
     for (const file of ['config.json', 'generation_config.json', ...TOKENIZER_FILES]) {
@@ -56,7 +62,21 @@ export function convertCheckpoint (opts: GraphOptions & { from: string; out: str
     const onnxFile = writeOnnx(opts.out, cfg, source, opts, { source: 'checkpoint' })
     return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
   } finally {
-    source.close()
+    checkpoint.close()
+  }
+}
+
+/** A weight source that reports each tensor read. */
+function counted (source: WeightSource, total: number, onProgress: (tensors: number, total: number) => void): WeightSource {
+  const seen = new Set<string>()
+  return {
+    has: name => source.has(name),
+    get: name => {
+      const tensor = source.get(name)
+      seen.add(name)
+      onProgress(Math.min(seen.size, total), total)
+      return tensor
+    },
   }
 }
 

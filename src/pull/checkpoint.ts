@@ -1,0 +1,134 @@
+// Pulling a model from its original checkpoint (models.json
+// `source: "checkpoint"`, the default model's way): download the safetensors
+// checkpoint at the pinned revision, convert it here with chatd's own
+// converter into the graph the engine runs fastest (int4 with int8 compute on
+// CPU, fused projections, the append cache: the form `npm run bench`
+// measures), check that the result loads and runs, and only then move it
+// into the model directory. The download resumes like any pull; an
+// interrupted conversion starts over from the downloaded checkpoint, which is
+// removed once the model is in place (unless asked to keep it).
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { Worker } from 'node:worker_threads'
+import type { WeightFormat } from '../engine/onnx/convert/decoder-graph.ts'
+import { readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
+import type { ConvertJob, ConvertMessage } from './convert-worker.ts'
+import { PullError } from './errors.ts'
+import type { RemoteFile } from './hub.ts'
+import { acquirePullLock } from './lock.ts'
+import { downloadRepoFiles, type PullEvent, type PullOptions, type PullResult } from './pull.ts'
+
+/** Where the checkpoint is downloaded, inside the model directory. */
+export const CHECKPOINT_DIR = 'checkpoint'
+/** What the model directory was made from; a pull of the same source and revision leaves it alone. */
+export const SOURCE_RECORD = 'chatd-source.json'
+const PARTIAL_DIR = '.convert-partial'
+
+/** The weight format chatd's converter writes for each dtype a checkpoint can become. */
+export const CHECKPOINT_DTYPES: Partial<Record<ModelDtype, WeightFormat>> = { q4: 'int4', fp16: 'fp16', fp32: 'fp32' }
+
+const REQUIRED = ['config.json', 'tokenizer.json', 'tokenizer_config.json']
+const OPTIONAL = ['generation_config.json', 'special_tokens_map.json']
+const WEIGHTS = /^model(-\d+-of-\d+)?\.safetensors$/
+
+/** The files of a Hugging Face checkpoint that conversion reads: config, tokenizer, safetensors (one file or shards with their index). */
+export function selectCheckpointFiles (listing: RemoteFile[], repo: string): RemoteFile[] {
+  const byPath = new Map(listing.map(f => [f.path, f]))
+  const missing = REQUIRED.filter(p => !byPath.has(p))
+  if (missing.length > 0) throw new PullError(`${repo} lacks ${missing.join(', ')}: it is not a Hugging Face checkpoint`)
+  const weights = listing.filter(f => WEIGHTS.test(f.path)).sort((a, b) => a.path.localeCompare(b.path, 'en', { numeric: true }))
+  if (weights.length === 0) {
+    throw new PullError(`${repo} has no model.safetensors (or model-NNNNN-of-NNNNN.safetensors shards): chatd converts safetensors checkpoints only`)
+  }
+  const index = byPath.get('model.safetensors.index.json')
+  if (weights.length > 1 && !index) throw new PullError(`${repo} has sharded weights but no model.safetensors.index.json`)
+  return [...REQUIRED.map(p => byPath.get(p)!), ...OPTIONAL.flatMap(p => byPath.get(p) ?? []), ...(index ? [index] : []), ...weights]
+}
+
+interface SourceRecord { repo: string; revision: string; dtype: string; files: Array<{ path: string; sha256?: string; gitSha1?: string }> }
+
+export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boolean }): Promise<PullResult> {
+  const weights = CHECKPOINT_DTYPES[opts.dtype]
+  if (!weights) {
+    throw new PullError(`dtype ${opts.dtype} cannot be made from a checkpoint: chatd's converter writes ${Object.keys(CHECKPOINT_DTYPES).join(', ')}`)
+  }
+  const emit = opts.onEvent ?? (() => {})
+  if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype)) {
+    emit({ type: 'plan', files: [], present: [], totalBytes: 0 })
+    emit({ type: 'done', seconds: 0, files: 0, totalBytes: 0 })
+    return { dir: opts.dir, files: [], totalBytes: 0, skipped: 0 }
+  }
+  const release = acquirePullLock(opts.dir)
+  try {
+    const checkpointDir = join(opts.dir, CHECKPOINT_DIR)
+    const download = await downloadRepoFiles({ ...opts, dir: checkpointDir, select: listing => selectCheckpointFiles(listing, opts.hub.repo) })
+    const record: SourceRecord = {
+      repo: opts.hub.repo,
+      revision: opts.hub.revision,
+      dtype: opts.dtype,
+      files: download.files.map(f => ({ path: f.path, sha256: f.sha256, gitSha1: f.gitSha1 })),
+    }
+    const partial = join(opts.dir, PARTIAL_DIR)
+    rmSync(partial, { recursive: true, force: true })
+    await convertInWorker({ from: checkpointDir, out: partial, weights, dtype: opts.dtype }, emit, opts.signal)
+    writeFileSync(join(partial, SOURCE_RECORD), JSON.stringify(record, null, 2) + '\n')
+    // Verified: the new files replace whatever an earlier pull left.
+    for (const name of readdirSync(partial)) {
+      rmSync(join(opts.dir, name), { recursive: true, force: true })
+      renameSync(join(partial, name), join(opts.dir, name))
+    }
+    rmSync(partial, { recursive: true, force: true })
+    if (!opts.keepCheckpoint) rmSync(checkpointDir, { recursive: true, force: true })
+    return { ...download, dir: opts.dir }
+  } finally {
+    release()
+  }
+}
+
+/** Whether `dir` holds a model converted from this repository and revision, for this dtype. */
+export function convertedFrom (dir: string, repo: string, revision: string, dtype: string): boolean {
+  const file = join(dir, SOURCE_RECORD)
+  if (!existsSync(file)) return false
+  try {
+    const record = JSON.parse(readFileSync(file, 'utf8')) as SourceRecord
+    return record.repo === repo && record.revision === revision && record.dtype === dtype
+  } catch {
+    return false
+  }
+}
+
+function modelInPlace (dir: string, dtype: ModelDtype): boolean {
+  try {
+    readModelDir(dir, dtype)
+    return true
+  } catch {
+    return false
+  }
+}
+
+function convertInWorker (job: ConvertJob, emit: (event: PullEvent) => void, signal?: AbortSignal): Promise<void> {
+  mkdirSync(job.out, { recursive: true })
+  emit({ type: 'convert-start', weights: job.weights })
+  const worker = new Worker(new URL('./convert-worker.ts', import.meta.url), { workerData: job })
+  return new Promise((resolve, reject) => {
+    const stop = (): void => { void worker.terminate() }
+    signal?.addEventListener('abort', stop, { once: true })
+    let failure: Error | undefined
+    worker.on('message', (message: ConvertMessage) => {
+      switch (message.type) {
+        case 'progress': emit({ type: 'convert-progress', tensors: message.tensors, total: message.total }); break
+        case 'converted': emit({ type: 'convert-done', seconds: message.seconds }); break
+        case 'verified': emit({ type: 'verified', seconds: message.seconds }); break
+        case 'failed': failure = new PullError(`converting the checkpoint failed: ${message.message}`); break
+      }
+    })
+    worker.once('error', err => { failure ??= new PullError(`converting the checkpoint failed: ${err.message}`) })
+    worker.once('exit', code => {
+      signal?.removeEventListener('abort', stop)
+      if (signal?.aborted) reject(new PullError('conversion stopped; the next pull starts it again from the downloaded checkpoint'))
+      else if (failure) reject(failure)
+      else if (code !== 0) reject(new PullError(`the conversion worker exited with code ${code}`))
+      else resolve()
+    })
+  })
+}
