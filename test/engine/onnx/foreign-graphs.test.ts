@@ -8,6 +8,7 @@ import path from 'node:path'
 import ort from 'onnxruntime-node'
 import t from 'tap'
 import type { GenerateEvent, GenerateRequest } from '../../../src/engine/backend.ts'
+import { convertCheckpoint } from '../../../src/engine/onnx/convert/index.ts'
 import { decodeModel, encodeModel } from '../../../src/engine/onnx/convert/onnx-proto.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
 import { OnnxBackend } from '../../../src/engine/onnx/backend.ts'
@@ -213,4 +214,31 @@ t.test('a tokenizer with ids past the config\'s vocab_size is refused at load (t
   await t.rejects(backend.load())
   t.teardown(() => backend.close())
   t.match(backend.state(), { state: 'unavailable', reason: /tokenizer.json has ids up to 511 but config.json says vocab_size 300/ })
+})
+
+t.test('chatd convert\'s onnx-community form is that signature and computes what the other exporter\'s file computes', async t => {
+  const dirs = t.testdir({ fp32: {}, q4: {} })
+  const out = path.join(dirs, 'fp32')
+  convertCheckpoint({ from: STORIES_SOURCE, out, weights: 'fp32', form: 'onnx-community' })
+  const ours = await ort.InferenceSession.create(path.join(out, 'onnx/model.onnx'), { intraOpNumThreads: 1 })
+  const theirs = await ort.InferenceSession.create(path.join(STORIES_OPTIMUM, 'onnx/model.onnx'), { intraOpNumThreads: 1 })
+  t.same([...ours.inputNames].sort(), [...theirs.inputNames].sort(), 'the same inputs (no num_logits_to_keep)')
+  t.same([...ours.outputNames].sort(), [...theirs.outputNames].sort(), 'the same outputs (logits, present.N.*)')
+  const ids = goldens[0].prompt_ids
+  const int64 = (values: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values.map(BigInt)), [1, values.length])
+  const feeds: Record<string, ort.Tensor> = { input_ids: int64(ids), attention_mask: int64(ids.map(() => 1)), position_ids: int64(ids.map((_, k) => k)) }
+  for (let i = 0; i < 5; i++) {
+    for (const kv of ['key', 'value']) feeds[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, 4, 0, 8])
+  }
+  const a = (await ours.run(feeds)).logits
+  const b = (await theirs.run(feeds)).logits
+  t.same(a.dims, [1, ids.length, 512], 'logits for every position')
+  let worst = 0
+  for (let i = 0; i < a.data.length; i++) worst = Math.max(worst, Math.abs((a.data as Float32Array)[i] - (b.data as Float32Array)[i]))
+  t.ok(worst < 1e-4, `max |ours - theirs| = ${worst.toExponential(2)}`)
+  await ours.release()
+  await theirs.release()
+  const q4 = path.join(dirs, 'q4')
+  convertCheckpoint({ from: STORIES_SOURCE, out: q4, weights: 'int4', form: 'onnx-community' })
+  t.notOk(fs.readFileSync(path.join(q4, 'onnx/model_q4.onnx')).includes('accuracy_level'), 'int4: MatMulNBits without accuracy_level, as onnx-community q4 files')
 })

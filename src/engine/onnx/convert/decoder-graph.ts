@@ -23,6 +23,14 @@
 // Compute is float32; `weights` picks how weights are stored (fp32, fp16 or
 // int4 through com.microsoft MatMulNBits), and `io` the dtype of the KV cache
 // and logits.
+//
+// `form: "onnx-community"` writes instead the form onnx-community / optimum
+// exports have, which is what users who pick those files run: no
+// num_logits_to_keep (logits for every position), the whole cache returned,
+// separate q/k/v and gate/up projections, RMSNorm and rotary from plain
+// operators, float32 embeddings, and MatMulNBits without accuracy_level (so
+// onnxruntime computes in float32). The benchmark measures it beside chatd's
+// own form, and tests check that chatd runs such graphs exactly.
 import type { DecoderConfig } from './decoder-config.ts'
 import { attr, GraphBuilder } from './graph-builder.ts'
 import { DataType } from './onnx-proto.ts'
@@ -32,6 +40,8 @@ export type WeightFormat = 'fp32' | 'fp16' | 'int4'
 export type AttentionStyle = 'standard' | 'gqa'
 /** What the graph returns of the key/value cache (see the head of this file). */
 export type CacheStyle = 'concat' | 'append'
+/** chatd's own graph, or the form onnx-community exports have (see the head of this file). */
+export type GraphForm = 'chatd' | 'onnx-community'
 
 /** The cache style when none is asked for: append, except for gqa graphs, which return the whole cache. */
 export function defaultCacheStyle (attention: AttentionStyle = 'standard'): CacheStyle {
@@ -59,6 +69,8 @@ export interface DecoderGraphOptions {
   attention?: AttentionStyle
   /** append (default): only the new positions come back; concat: the whole cache (gqa is always concat). */
   cache?: CacheStyle
+  /** chatd (default) or onnx-community (standard attention, concat cache, fp32 or int4 weights). */
+  form?: GraphForm
 }
 
 const MS_DOMAIN = 'com.microsoft'
@@ -66,10 +78,15 @@ const MS_DOMAIN = 'com.microsoft'
 export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: WeightSource, opts: DecoderGraphOptions): void {
   const ioType = opts.weights === 'fp16' ? DataType.FLOAT16 : DataType.FLOAT
   if (opts.attention === 'gqa' && opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
-  const cache = opts.cache ?? defaultCacheStyle(opts.attention)
+  const plain = opts.form === 'onnx-community'
+  const cache = plain ? 'concat' : opts.cache ?? defaultCacheStyle(opts.attention)
   if (opts.attention === 'gqa' && cache !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
+  if (plain && (opts.attention === 'gqa' || opts.weights === 'fp16' || opts.cache === 'append')) {
+    throw new Error('the onnx-community form is written with standard attention, the concat cache and fp32 or int4 weights')
+  }
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
-  const accuracyLevel = opts.int4AccuracyLevel ?? 4
+  // onnx-community q4 files carry no accuracy_level: onnxruntime then computes in float32.
+  const accuracyLevel = plain ? undefined : opts.int4AccuracyLevel ?? 4
 
   // ---- inputs -------------------------------------------------------------
   const inputIds = g.input('input_ids', DataType.INT64, ['batch_size', 'sequence_length'])
@@ -86,7 +103,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   }
   // A required input: onnxruntime-node cannot override an initializer-backed
   // optional input (it only passes feeds named in session.inputNames).
-  const logitsToKeep = g.input('num_logits_to_keep', DataType.INT64, [])
+  const logitsToKeep = plain ? null : g.input('num_logits_to_keep', DataType.INT64, [])
 
   // ---- weight helpers -----------------------------------------------------
   /** y = x W^T (+ b) for HF Linear weights stacked by rows (fused projections). */
@@ -99,7 +116,8 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       const b = g.initializer(`${name}.qweight`, DataType.UINT8, [n, q.blocksPerRow, q.blockSize / 2], q.packed)
       const s = g.initializer(`${name}.scales`, DataType.FLOAT, [n * q.blocksPerRow], toFloat32Bytes(q.scales))
       y = g.op('MatMulNBits', [x, b, s], {
-        K: attr.i(k), N: attr.i(n), bits: attr.i(4), block_size: attr.i(q.blockSize), accuracy_level: attr.i(accuracyLevel),
+        K: attr.i(k), N: attr.i(n), bits: attr.i(4), block_size: attr.i(q.blockSize),
+        ...(accuracyLevel === undefined ? {} : { accuracy_level: attr.i(accuracyLevel) }),
       }, { domain: MS_DOMAIN, name: `${name}/MatMulNBits` })
     } else {
       const wt = transpose2d(w)
@@ -128,6 +146,13 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   const addAndNorm = (residual: string, add: string | null, weightName: string): { normed: string; sum: string } => {
     const w = src.get(weightName)
     const gamma = g.initializer(weightName, DataType.FLOAT, w.shape, toFloat32Bytes(w.data))
+    if (plain) {
+      // x / sqrt(mean(x^2) + eps) * gamma, operator by operator, as exporters write it.
+      const sum = add === null ? residual : g.op('Add', [residual, add])
+      const meanSquare = g.op('ReduceMean', [g.op('Pow', [sum, g.float([2], true)])], { axes: attr.ints([-1]), keepdims: attr.i(1) })
+      const inverse = g.op('Reciprocal', [g.op('Sqrt', [g.op('Add', [meanSquare, g.float([cfg.rmsNormEps], true)])])])
+      return { normed: g.op('Mul', [g.op('Mul', [sum, inverse]), gamma]), sum }
+    }
     const epsilon = attr.f(cfg.rmsNormEps)
     if (add === null) {
       return { normed: g.op('SimplifiedLayerNormalization', [residual, gamma], { epsilon, axis: attr.i(-1) }), sum: residual }
@@ -144,12 +169,12 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
   let hidden: string
-  if (opts.weights === 'fp32') {
+  if (opts.weights === 'fp32' || plain) {
     hidden = g.op('Gather', [g.initializer('model.embed_tokens.weight', DataType.FLOAT, embed.shape, toFloat32Bytes(embed.data)), inputIds])
   } else {
     // Stored as fp16 and widened after the lookup, so the table stays half size in memory.
@@ -167,10 +192,16 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     const a = `${p}.self_attn`
     const attnIn = addAndNorm(residual, pending, `${p}.input_layernorm.weight`)
     residual = attnIn.sum
-    const qkv = linear(attnIn.normed, `${a}.qkv_proj`,
-      [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
-      biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
-    const [qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
+    let qFlat: string, kFlat: string, vFlat: string
+    if (plain) {
+      [qFlat, kFlat, vFlat] = ['q', 'k', 'v'].map(x =>
+        linear(attnIn.normed, `${a}.${x}_proj`, [src.get(`${a}.${x}_proj.weight`)], biasOf([`${a}.${x}_proj.bias`], cfg.qkvBias)))
+    } else {
+      const qkv = linear(attnIn.normed, `${a}.qkv_proj`,
+        [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
+        biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
+      ;[qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
+    }
     const merged = attention(i, qFlat, kFlat, vFlat, past[i])
     for (const kv of ['key', 'value']) {
       if (cache === 'append') g.output(`new_key_values.${i}.${kv}`, ioType, ['batch_size', nKv, 'sequence_length', hd])
@@ -181,19 +212,26 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     const m = `${p}.mlp`
     const mlpIn = addAndNorm(residual, attnOut, `${p}.post_attention_layernorm.weight`)
     residual = mlpIn.sum
-    const gateUp = linear(mlpIn.normed, `${m}.gate_up_proj`,
-      [src.get(`${m}.gate_proj.weight`), src.get(`${m}.up_proj.weight`)],
-      biasOf([`${m}.gate_proj.bias`, `${m}.up_proj.bias`], cfg.mlpBias))
-    const I = cfg.intermediateSize
-    const [gate, up] = g.node('Split', [gateUp, g.int64([I, I])], { axis: attr.i(-1) }, { outputs: 2 })
+    let gate: string, up: string
+    if (plain) {
+      [gate, up] = ['gate', 'up'].map(x => linear(mlpIn.normed, `${m}.${x}_proj`, [src.get(`${m}.${x}_proj.weight`)], biasOf([`${m}.${x}_proj.bias`], cfg.mlpBias)))
+    } else {
+      const gateUp = linear(mlpIn.normed, `${m}.gate_up_proj`,
+        [src.get(`${m}.gate_proj.weight`), src.get(`${m}.up_proj.weight`)],
+        biasOf([`${m}.gate_proj.bias`, `${m}.up_proj.bias`], cfg.mlpBias))
+      const I = cfg.intermediateSize
+      ;[gate, up] = g.node('Split', [gateUp, g.int64([I, I])], { axis: attr.i(-1) }, { outputs: 2 })
+    }
     const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up])
     pending = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
   }
 
   // ---- head -----------------------------------------------------------------
   const final = addAndNorm(residual, pending, 'model.norm.weight').normed
-  const start = g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])])
-  const kept = g.op('Slice', [final, start, g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
+  // Without num_logits_to_keep (the onnx-community form), every position's logits.
+  const kept = logitsToKeep === null
+    ? final
+    : g.op('Slice', [final, g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
   const headWeight = cfg.tieWordEmbeddings || !src.has('lm_head.weight') ? embed : src.get('lm_head.weight')
   if (headWeight.shape[0] !== cfg.vocabSize || headWeight.shape[1] !== H) {
     throw new Error(`lm_head weight has shape [${headWeight.shape}], expected [${cfg.vocabSize}, ${H}]`)
@@ -218,7 +256,8 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
   return inv
 }
 
-function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle): AttentionBuilder {
+function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
+  plainRotary: boolean): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -246,8 +285,17 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
   const angles = g.op('Mul', [positions, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
   const cos = g.op('Cos', [angles]) // [T, hd/2]
   const sin = g.op('Sin', [angles])
-  const rotary = (flat: string, heads: number): string =>
-    g.op('RotaryEmbedding', [flat, positionIds, cos, sin], { interleaved: attr.i(0), num_heads: attr.i(heads) }, { domain: MS_DOMAIN })
+  // Plain operators: each row's cos/sin gathered at its position_ids, then x1*cos - x2*sin and
+  // x2*cos + x1*sin on the two halves of every head (rotate_half), as exporters write it.
+  const cosAt = plainRotary ? g.op('Unsqueeze', [g.op('Gather', [cos, positionIds]), g.int64([2])]) : '' // [B, S, 1, hd/2]
+  const sinAt = plainRotary ? g.op('Unsqueeze', [g.op('Gather', [sin, positionIds]), g.int64([2])]) : ''
+  const rotary = (flat: string, heads: number): string => {
+    if (!plainRotary) return g.op('RotaryEmbedding', [flat, positionIds, cos, sin], { interleaved: attr.i(0), num_heads: attr.i(heads) }, { domain: MS_DOMAIN })
+    const [x1, x2] = g.node('Split', [g.op('Reshape', [flat, g.int64([0, 0, heads, hd])])], { axis: attr.i(-1) }, { outputs: 2 })
+    const first = g.op('Sub', [g.op('Mul', [x1, cosAt]), g.op('Mul', [x2, sinAt])])
+    const second = g.op('Add', [g.op('Mul', [x2, cosAt]), g.op('Mul', [x1, sinAt])])
+    return g.op('Reshape', [g.op('Concat', [first, second], { axis: attr.i(-1) }), g.int64([0, 0, heads * hd])])
+  }
   const toHeads = (t: string, heads: number): string =>
     g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
   const qScale = g.float([1 / Math.sqrt(hd)], true)

@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
 import { parseDecoderConfig } from './decoder-config.ts'
-import { buildDecoderGraph, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { buildDecoderGraph, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
@@ -28,6 +28,8 @@ export interface GraphOptions {
   cache?: CacheStyle
   /** int4 only: MatMulNBits block size along K (default 32). */
   int4BlockSize?: number
+  /** chatd (default), or the form onnx-community exports have (decoder-graph.ts). */
+  form?: GraphForm
 }
 
 export interface ConvertResult {
@@ -117,8 +119,8 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
 
 /** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
-  const { weights, attention = 'standard', int4BlockSize } = graph
-  const cache = graph.cache ?? defaultCacheStyle(attention)
+  const { weights, attention = 'standard', int4BlockSize, form = 'chatd' } = graph
+  const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
   const fileName = ONNX_FILE_BY_FORMAT[weights]
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
@@ -127,9 +129,9 @@ export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfi
   let bytes: Uint8Array
   try {
     const g = new GraphBuilder(external)
-    buildDecoderGraph(g, cfg, source, { weights, attention, int4BlockSize, cache })
+    buildDecoderGraph(g, cfg, source, { weights, attention, int4BlockSize, cache, form })
     const blockMeta: Record<string, string> = weights === 'int4' ? { 'chatd.int4_block_size': String(int4BlockSize ?? INT4_BLOCK_SIZE) } : {}
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, 'chatd.cache': cache, ...blockMeta, ...prefixKeys(meta) }))
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, 'chatd.cache': cache, 'chatd.form': form, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }
