@@ -29,6 +29,8 @@ export interface Usage {
   prompt_tokens: number
   completion_tokens: number
   total_tokens: number
+  /** Local models: prompt tokens whose cache was reused from an earlier request instead of computed. */
+  prompt_tokens_details?: { cached_tokens: number }
 }
 
 export type FinishReason = 'stop' | 'length' | 'cancelled'

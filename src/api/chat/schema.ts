@@ -73,6 +73,9 @@ export const Usage = Type.Object({
   prompt_tokens: Type.Integer(),
   completion_tokens: Type.Integer(),
   total_tokens: Type.Integer(),
+  prompt_tokens_details: Type.Optional(Type.Object({
+    cached_tokens: Type.Integer({ description: 'Prompt tokens served from the prefix cache (local models).' }),
+  })),
 })
 
 /** One web search result given to the model (googleSearchStatus); `index` is the number the answer cites, [1] first. */

@@ -24,8 +24,9 @@ import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
-import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from './kv-budget.ts'
-import { cacheLayoutFor, type CacheLayout } from './kv-cache.ts'
+import { defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from './kv-budget.ts'
+import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
+import { PrefixCache, type PrefixMatch } from './prefix-cache.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { Sequence, type StepResult } from './sequence.ts'
@@ -53,6 +54,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   contextLength?: number
   /** Memory for the KV cache in bytes (KV_CACHE_MB); 0 or absent: defaultKvCacheBytes(). */
   kvCacheBytes?: number
+  /** Keep sequences' caches for later requests that start the same way (PREFIX_CACHE); default true. */
+  prefixCache?: boolean
 }
 
 export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk: 0 }
@@ -96,9 +99,11 @@ export class LocalEngine {
   readonly kvBudget: KvBudget
   /** Prompt plus generated tokens of one sequence; see contextLength. */
   private readonly contextLimit: number
+  /** Caches kept for later requests with the same start; null when turned off. */
+  readonly prefixes: PrefixCache | null
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
-    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number }) {
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean }) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -109,6 +114,7 @@ export class LocalEngine {
     this.pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    this.prefixes = limits.prefixCache === false ? null : new PrefixCache(this.cacheLayout)
     if (this.contextLimit < 1) {
       throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
     }
@@ -127,7 +133,7 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
-    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes })
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache })
   }
 
   /**
@@ -223,19 +229,46 @@ export class LocalEngine {
   }
 
   /**
-   * How many waiting sequences, from the front of the queue, may start now: at most `limit`, and
-   * only while every cache-holding sequence's reservation still fits the budget. The queue is
-   * never reordered, so a long request is not starved by short ones behind it.
+   * Takes the waiting sequences, from the front of the queue, that may start now: at most `limit`,
+   * and only while every cache-holding sequence's reservation still fits the budget beside the
+   * cached prefixes, which give way (least recently used first) when a sequence needs their room.
+   * The queue is never reordered, so a long request is not starved by short ones behind it. Each
+   * sequence that starts takes the longest cached prefix of its prompt into a cache of its own.
    */
-  private admissible (limit: number): number {
+  private admit (limit: number): Sequence[] {
     const reserves = [...(this.prefill?.rows ?? []), ...this.batches.flatMap(b => b.rows)].map(reserveOf)
     let count = 0
     while (count < limit && count < this.waiting.length) {
-      reserves.push(reserveOf(this.waiting[count]))
-      if (!this.kvBudget.fits(reserves)) break
+      const seq = this.waiting[count]
+      const match = this.prefixes?.lookup(seq.promptIds, seq.promptIds.length - 1) ?? null
+      reserves.push(reserveOf(seq))
+      while (!this.kvBudget.fits(reserves, this.prefixPositions) && this.prefixes?.evictOldest(match?.entry)) { /* room made */ }
+      if (!this.kvBudget.fits(reserves, this.prefixPositions) && match) this.prefixes?.evictOldest()
+      if (!this.kvBudget.fits(reserves, this.prefixPositions)) break
+      // Taken now: making room for the next sequence may evict this one's entry.
+      if (match && this.prefixes?.holds(match.entry)) {
+        seq.cache = this.prefixes.take(match)
+        seq.cachedTokens = seq.reusedTokens = match.length
+      }
       count++
     }
-    return count
+    return this.waiting.splice(0, count)
+  }
+
+  /** Positions the prefix cache holds, each entry with its buffer's slack. */
+  private get prefixPositions (): number {
+    return this.prefixes ? this.prefixes.positions + this.prefixes.size * SLOT_SLACK : 0
+  }
+
+  /**
+   * Keeps a copy of a sequence's cache for later requests with the same start (row `row` of
+   * `cache`), then lets go of the oldest entries until running sequences' reservations fit again.
+   */
+  private remember (seq: Sequence, cache: RowCache, row: number): void {
+    if (!this.prefixes || seq.cachedTokens === 0) return
+    this.prefixes.insert(seq.cachedIds, this.cacheLayout.gather([{ cache, row }]))
+    const reserves = [...(this.prefill?.rows ?? []), ...this.batches.flatMap(b => b.rows)].map(reserveOf)
+    while (!this.kvBudget.fits(reserves, this.prefixPositions) && this.prefixes.evictOldest()) { /* room made */ }
   }
 
   private * allSequences (): Iterable<Sequence> {
@@ -254,8 +287,8 @@ export class LocalEngine {
         if (!this.prefill && this.waiting.length > 0 && room > 0) {
           // Waiting prompts in arrival order that will have a row to decode in, up to what one run
           // may batch and what the KV cache budget still holds.
-          const admitted = this.admissible(Math.min(room, this.batchCapacity))
-          if (admitted > 0) this.prefill = new PrefillGroup(this.cacheLayout, this.waiting.splice(0, admitted))
+          const admitted = this.admit(Math.min(room, this.batchCapacity))
+          if (admitted.length > 0) this.prefill = new PrefillGroup(this.cacheLayout, admitted)
         }
         if (this.prefill) {
           await this.prefillChunk(this.prefill)
@@ -308,6 +341,7 @@ export class LocalEngine {
     group.remove(new Set(ready.keys()))
     if (group.size === 0) this.prefill = null
     for (const [seq, result] of ready) {
+      if (seq.cache) this.remember(seq, seq.cache, 0)
       this.emit(seq, result)
       if (result.finish) {
         if (seq.cache) this.cacheLayout.free(seq.cache)
@@ -337,6 +371,7 @@ export class LocalEngine {
       this.emit(seq, result)
       if (result.finish) {
         finished.add(seq)
+        if (batch.cache) this.remember(seq, batch.cache, b)
         this.finish(seq, result.finish)
       }
     })
@@ -387,7 +422,12 @@ export class LocalEngine {
 
   private finish (seq: Sequence, reason: FinishReason): void {
     const prompt = seq.promptIds.length
-    this.events.finish(seq.id, reason, { prompt_tokens: prompt, completion_tokens: seq.generated, total_tokens: prompt + seq.generated })
+    this.events.finish(seq.id, reason, {
+      prompt_tokens: prompt,
+      completion_tokens: seq.generated,
+      total_tokens: prompt + seq.generated,
+      prompt_tokens_details: { cached_tokens: seq.reusedTokens },
+    })
   }
 
   private fail (seqs: Sequence[], err: unknown): void {
@@ -401,6 +441,7 @@ export class LocalEngine {
   async close (): Promise<void> {
     for (const seq of this.allSequences()) seq.cancelled = true
     while (this.looping) await yieldToEventLoop()
+    this.prefixes?.clear()
     await this.session.close()
   }
 }

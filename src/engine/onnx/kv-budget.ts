@@ -49,8 +49,8 @@ export class KvBudget {
     return promptTokens + maxNewTokens + SLOT_SLACK
   }
 
-  /** Whether rows with these reservations fit together, each padded to the largest. */
-  fits (reserves: number[]): boolean {
-    return reserves.length === 0 || reserves.length * Math.max(...reserves) <= this.tokens
+  /** Whether rows with these reservations fit together, each padded to the largest, beside `kept` positions of cached prefixes. */
+  fits (reserves: number[], kept = 0): boolean {
+    return (reserves.length === 0 ? 0 : reserves.length * Math.max(...reserves)) + kept <= this.tokens
   }
 }

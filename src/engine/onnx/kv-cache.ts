@@ -41,8 +41,11 @@ export interface CacheLayout {
    * `logitsToKeep` positions. When it throws, the cache passed in is unchanged and still the caller's.
    */
   run (cache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun>
-  /** A new cache holding the given rows, in order; the sources are left as they were. */
-  gather (rows: Array<{ cache: RowCache; row: number }>): RowCache
+  /**
+   * A new cache holding the given rows, in order; the sources are left as they were. With
+   * `length`, a row keeps only its first `length` positions (a cached prefix).
+   */
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): RowCache
   /** Frees a cache's memory now. */
   free (cache: RowCache): void
   /** Bytes of the caches this layout has handed out and not yet freed. */
@@ -94,11 +97,12 @@ class ConcatLayout implements CacheLayout {
     return { logits: out.logits, cache: next }
   }
 
-  gather (rows: Array<{ cache: RowCache; row: number }>): ConcatCache {
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): ConcatCache {
     const model = this.session.model
     const heads = model.numKvHeads
     const dim = model.headDim
-    const sources = rows.map(r => ({ cache: r.cache as ConcatCache, row: r.row, len: r.cache.lengths[r.row] }))
+    // `held`: the positions the source row holds; `len`: the first of them this row keeps.
+    const sources = rows.map(r => ({ cache: r.cache as ConcatCache, row: r.row, held: r.cache.lengths[r.row], len: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) }))
     const length = Math.max(...sources.map(s => s.len))
     const tensors: Record<string, OrtTensor> = {}
     for (const name of Object.keys(sources[0].cache.kv.tensors)) {
@@ -108,8 +112,8 @@ class ConcatLayout implements CacheLayout {
         const data = tensor.data as CacheData
         const srcLength = tensor.dims[2]
         for (let h = 0; h < heads; h++) {
-          // Right-aligned: a row's positions are the last `len` of its source row and of the new one.
-          const from = ((src.row * heads + h) * srcLength + (srcLength - src.len)) * dim
+          // Right-aligned: a row's positions are the last `held` of its source row, and the last `len` of the new one.
+          const from = ((src.row * heads + h) * srcLength + (srcLength - src.held)) * dim
           const to = ((b * heads + h) * length + (length - src.len)) * dim
           out.set(data.subarray(from, from + src.len * dim), to)
         }
@@ -198,11 +202,11 @@ class AppendLayout implements CacheLayout {
     return { logits: out.logits, cache: target }
   }
 
-  gather (rows: Array<{ cache: RowCache; row: number }>): AppendCache {
-    const lengths = rows.map(r => r.cache.lengths[r.row])
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): AppendCache {
+    const lengths = rows.map(r => Math.min(r.length ?? Infinity, r.cache.lengths[r.row]))
     // One free slot at least: the next decode step fits without growing.
     const out = this.allocate(lengths, roundUp(Math.max(...lengths) + 1, CAPACITY_STEP))
-    this.copyRows(rows.map(r => ({ cache: r.cache as AppendCache, row: r.row })), out)
+    this.copyRows(rows.map((r, b) => ({ cache: r.cache as AppendCache, row: r.row, length: lengths[b] })), out)
     return out
   }
 
@@ -235,17 +239,18 @@ class AppendLayout implements CacheLayout {
   /** The same rows in a larger buffer with room for `needed` positions. */
   private grown (cache: AppendCache, needed: number): AppendCache {
     const out = this.allocate(cache.lengths, roundUp(needed, CAPACITY_STEP))
-    this.copyRows(cache.lengths.map((_, row) => ({ cache, row })), out)
+    this.copyRows(cache.lengths.map((length, row) => ({ cache, row, length })), out)
     return out
   }
 
-  private copyRows (sources: Array<{ cache: AppendCache; row: number }>, into: AppendCache): void {
+  /** Copies each source row's first `length` positions into row b of `into` (right padding). */
+  private copyRows (sources: Array<{ cache: AppendCache; row: number; length: number }>, into: AppendCache): void {
     const { heads, dim } = this.shape()
     for (const name of this.names) {
       const to = into.buffers[name]
       sources.forEach((src, b) => {
         const from = src.cache.buffers[name]
-        const len = src.cache.lengths[src.row]
+        const len = src.length
         for (let h = 0; h < heads; h++) {
           const start = (src.row * heads + h) * src.cache.capacity * dim
           to.set(from.subarray(start, start + len * dim), (b * heads + h) * into.capacity * dim)

@@ -17,10 +17,18 @@ export class PrefillGroup {
   /** The rows' shared cache; null once every row has left. */
   private cache: RowCache | null
 
+  /** Rows may bring a cache of their own (a reused prefix, in `seq.cache`); the group takes it over. */
   constructor (layout: CacheLayout, rows: Sequence[]) {
     this.layout = layout
     this.rows = rows
-    this.cache = layout.empty(rows.length)
+    if (rows.every(r => !r.cache)) {
+      this.cache = layout.empty(rows.length)
+      return
+    }
+    const own = rows.map(r => r.cache ?? layout.empty(1))
+    this.cache = layout.gather(own.map(cache => ({ cache, row: 0 })))
+    for (const cache of own) layout.free(cache)
+    for (const r of rows) r.cache = null
   }
 
   get size (): number {

@@ -30,7 +30,11 @@ export class Sequence {
   cache: RowCache | null = null
   /** Positions of this sequence in its cache (prompt and generated tokens fed so far). */
   cachedTokens = 0
+  /** Prompt positions taken from the prefix cache instead of computed (prefix-cache.ts). */
+  reusedTokens = 0
   generated = 0
+  /** The ids generated so far, in order (the end-of-sequence id excluded). */
+  readonly outputIds: number[] = []
   cancelled = false
   private readonly request: GenerateRequest
   private readonly rng: Rng
@@ -63,6 +67,11 @@ export class Sequence {
     this.validVocab = opts.validVocab
   }
 
+  /** The ids whose keys and values the sequence's cache holds: its prompt, then its output as fed back. */
+  get cachedIds (): number[] {
+    return [...this.promptIds, ...this.outputIds].slice(0, this.cachedTokens)
+  }
+
   /** Whether prompt tokens remain to be fed. */
   get prefilling (): boolean {
     return this.cachedTokens < this.promptIds.length
@@ -82,6 +91,7 @@ export class Sequence {
     const id = sample(logits, this.request, this.rng, this.validVocab)
     if (this.eosIds.has(id)) return { ...this.finishText(), finish: 'stop' }
     this.generated++
+    this.outputIds.push(id)
     this.pending = [id]
     const piece = this.stops.push(this.detokenizer.push(id))
     if (piece.stopped) return { ...this.split(piece.emit, true), finish: 'stop' }

@@ -104,7 +104,12 @@ t.test('fp32 export: the public goldens through the HTTP API, one at a time and 
   for (const golden of goldens) {
     const { content, usage } = await ask(golden)
     t.equal(content, golden.completion_text, `alone: "${golden.prompt}"`)
-    t.same(usage, { prompt_tokens: golden.prompt_ids.length, completion_tokens: golden.generated_ids.length, total_tokens: golden.prompt_ids.length + golden.generated_ids.length })
+    t.same(usage, {
+      prompt_tokens: golden.prompt_ids.length,
+      completion_tokens: golden.generated_ids.length,
+      total_tokens: golden.prompt_ids.length + golden.generated_ids.length,
+      prompt_tokens_details: { cached_tokens: 0 },
+    })
   }
   const together = await Promise.all(goldens.map(ask))
   together.forEach((r, i) => t.equal(r.content, goldens[i].completion_text, `together: "${goldens[i].prompt}"`))

@@ -1,0 +1,160 @@
+// The prefix cache: a request that starts like an earlier one (the next turn
+// of a chat, a shared system prompt) reuses that request's cache and computes
+// only the rest, with output identical to computing everything.
+import fs from 'node:fs'
+import path from 'node:path'
+import t, { type Test } from 'tap'
+import type { ChatMessage, FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
+import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
+import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
+import { KvBudget, kvBytesPerToken } from '../../../src/engine/onnx/kv-budget.ts'
+import { stripEarlierThinking } from '../../../src/prompt/shape.ts'
+import { STORIES_OPTIMUM, storiesModelDir } from '../../helpers/models.ts'
+import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
+
+interface Outcome { text: string; reason: FinishReason; completion: number; cached: number }
+
+/** stories260k with DeepSeek-R1-Distill's chat template (it drops earlier turns' thinking, as the real model's does). */
+function withR1Template (dir: string, from: string): string {
+  fs.cpSync(from, dir, { recursive: true })
+  for (const file of fs.readdirSync(dir, { recursive: true }) as string[]) fs.chmodSync(path.join(dir, file), 0o755)
+  const file = path.join(dir, 'tokenizer_config.json')
+  fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), chat_template: DEEPSEEK_R1_DISTILL_TEMPLATE }))
+  return dir
+}
+
+/** An in-thread engine counting the prompt positions it computes. */
+async function engineFor (dir: string, settings: Partial<EngineSettings> = {}) {
+  const texts = new Map<string, string>()
+  const done = new Map<string, (o: Outcome) => void>()
+  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: 'cpu', threads: 1, prefillChunk: 8, ...settings }, {
+    delta: (id, text) => texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content),
+    finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? -1 }),
+    error: (_id, err) => { throw err },
+  })
+  const fed = { positions: 0 }
+  const forward = engine.session.forward.bind(engine.session)
+  engine.session.forward = (input: ForwardInput) => {
+    fed.positions += input.batch * input.inputIds[0].length
+    return forward(input)
+  }
+  let n = 0
+  const generate = (messages: ChatMessage[], maxTokens: number): Promise<Outcome> => {
+    const id = `r${n++}`
+    const result = new Promise<Outcome>(resolve => done.set(id, resolve))
+    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens } satisfies GenerateRequest, id)
+    return result
+  }
+  t.teardown(() => engine.close())
+  return { engine, generate, fed }
+}
+
+const USER_TURNS = [
+  'Once upon a time there was a little dog named Max who lived in a small house near the woods.',
+  'One day Max found a big red ball in the garden.',
+  'Max wanted to show the ball to his friend the cat.',
+  'The cat was sleeping under the tree.',
+]
+
+/** A four-turn chat as a client sends it: each turn the whole conversation again, earlier replies included. */
+async function conversation (generate: (m: ChatMessage[], max: number) => Promise<Outcome>): Promise<Outcome[]> {
+  const messages: ChatMessage[] = []
+  const outcomes: Outcome[] = []
+  for (const turn of USER_TURNS) {
+    messages.push({ role: 'user', content: turn })
+    // What chatd's prompt shaping does to a conversation before the engine sees it.
+    const outcome = await generate(stripEarlierThinking(messages), 24)
+    outcomes.push(outcome)
+    messages.push({ role: 'assistant', content: outcome.text })
+  }
+  return outcomes
+}
+
+for (const [layout, source] of [['append cache', () => storiesModelDir()], ['whole-cache graph (onnx-community form)', () => STORIES_OPTIMUM]] as const) {
+  t.test(`${layout}: a multi-turn chat with R1's template reuses each earlier turn, output unchanged`, async t => {
+    const dir = withR1Template(t.testdir({}), source())
+    const off = await engineFor(dir, { prefixCache: false })
+    const expected = await conversation(off.generate)
+    const on = await engineFor(dir)
+    const got = await conversation(on.generate)
+    got.forEach((g, i) => t.same({ ...g, cached: 0 }, { ...expected[i], cached: 0 }, `turn ${i + 1}: same reply, reason and count`))
+    t.equal(got[0].cached, 0, 'turn 1: nothing to reuse')
+    for (let i = 1; i < got.length; i++) t.ok(got[i].cached >= 16, `turn ${i + 1} reused ${got[i].cached} prompt tokens`)
+    t.ok(on.fed.positions < off.fed.positions, `positions computed: ${on.fed.positions} with the cache, ${off.fed.positions} without`)
+    t.equal(off.engine.prefixes, null, 'PREFIX_CACHE off: no cache at all')
+  })
+}
+
+async function shared (t: Test, dir: string): Promise<void> {
+  const system = { role: 'system' as const, content: 'You tell short stories for children about animals, friends, the park, the sea and the sun.' }
+  const asks = ['A story about a cat.', 'A story about a bird.', 'A story about a fish.']
+  const off = await engineFor(dir, { prefixCache: false })
+  const expected: Outcome[] = []
+  for (const ask of asks) expected.push(await off.generate([system, { role: 'user', content: ask }], 20))
+  const on = await engineFor(dir)
+  const first = await on.generate([system, { role: 'user', content: asks[0] }], 20)
+  t.same(first, { ...expected[0], cached: 0 })
+  // The next two together: both reuse the first's system prompt and batch with each other.
+  const rest = await Promise.all(asks.slice(1).map(ask => on.generate([system, { role: 'user', content: ask }], 20)))
+  rest.forEach((r, i) => {
+    t.same({ ...r, cached: 0 }, { ...expected[i + 1], cached: 0 }, `"${asks[i + 1]}": the same reply`)
+    t.ok(r.cached >= 16, `"${asks[i + 1]}" reused ${r.cached} tokens of the shared system prompt`)
+  })
+}
+
+t.test('two requests sharing a long system prompt: the later ones reuse it, batched together, output unchanged', async t => {
+  await shared(t, storiesModelDir())
+})
+
+t.test('a running request\'s prompt is reused by one that arrives while it decodes', async t => {
+  const dir = storiesModelDir()
+  const prompt = 'Lily and Tom went to the park to play with a big red ball and a small blue kite'
+  const off = await engineFor(dir, { prefixCache: false })
+  const expected = await off.generate([{ role: 'user', content: prompt }], 60)
+  const on = await engineFor(dir)
+  const long = on.generate([{ role: 'user', content: prompt }], 60)
+  await new Promise(resolve => setTimeout(resolve, 50))
+  const second = await on.generate([{ role: 'user', content: prompt }], 60)
+  t.ok(second.cached >= 16, `reused ${second.cached} tokens while the first was still running`)
+  t.same({ ...second, cached: 0 }, { ...expected, cached: 0 })
+  t.same({ ...(await long), cached: 0 }, { ...expected, cached: 0 })
+})
+
+t.test('a cached prefix longer than the new prompt: only what the prompt has, never its last token', async t => {
+  const dir = storiesModelDir()
+  const long = 'Once upon a time there was a little dog named Max who lived in a small house near the woods with his mother.'
+  const short = 'Once upon a time there was a little dog named Max who lived in a small house'
+  const off = await engineFor(dir, { prefixCache: false })
+  const expected = await off.generate([{ role: 'user', content: short }], 20)
+  const on = await engineFor(dir)
+  await on.generate([{ role: 'user', content: long }], 20)
+  const got = await on.generate([{ role: 'user', content: short }], 20)
+  const promptTokens = on.engine.encodePrompt({ messages: [{ role: 'user', content: short }] }).length
+  t.ok(got.cached >= 16 && got.cached < promptTokens, `reused ${got.cached} of ${promptTokens} prompt tokens`)
+  t.same({ ...got, cached: 0 }, { ...expected, cached: 0 })
+  // The same prompt again: all but its last token come from the cache.
+  const again = await on.generate([{ role: 'user', content: short }], 20)
+  t.equal(again.cached, promptTokens - 1)
+  t.same({ ...again, cached: 0 }, { ...expected, cached: 0 })
+})
+
+t.test('an entry evicted while another request wants it: that request computes its prompt again, output unchanged', async t => {
+  const dir = storiesModelDir()
+  const story = 'Once upon a time there was a little dog named Max who lived in a small house near the woods.'
+  const off = await engineFor(dir, { prefixCache: false })
+  const expected = await off.generate([{ role: 'user', content: story }], 20)
+  // Room for one 400-token request, or for the cached story and a short request, not for all three.
+  const perToken = kvBytesPerToken(off.engine.model, off.engine.session.cacheType)
+  const storyTokens = off.engine.encodePrompt({ messages: [{ role: 'user', content: story }] }).length
+  const bigReserve = KvBudget.reserveOf(5, 400)
+  const on = await engineFor(dir, { kvCacheBytes: (bigReserve + 20) * perToken })
+  await on.generate([{ role: 'user', content: story }], 20)
+  t.equal(on.engine.prefixes?.size, 1, 'the story is cached')
+  // A big request first (it needs the cache's room), then the story again, queued behind it.
+  const big = on.generate([{ role: 'user', content: 'Hi' }], 400)
+  const again = on.generate([{ role: 'user', content: story }], 20)
+  const [, got] = await Promise.all([big, again])
+  t.equal(got.cached, 0, 'the entry was evicted to admit the big request first')
+  t.same({ ...got, cached: 0 }, { ...expected, cached: 0 }, 'computed again, same reply')
+  t.ok(storyTokens > 16)
+})
