@@ -86,6 +86,9 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
   // made once and kept in the shared database.
   const cookieSecret = config.sessionSecret ?? await sharedSetting(opts.db, 'cookie_secret', () => randomBytes(32).toString('base64url'))
 
+  // The pages are not the API: /docs lists none of them (the admin pages least of all).
+  app.addHook('onRoute', route => { route.schema = { ...route.schema, hide: true } })
+
   await securityHeaders(app)
   await app.register(cookie, { secret: cookieSecret })
   await csrfProtection(app, { cookieSecret, secure: config.cookieSecure })

@@ -37,7 +37,8 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
     if (!user) return reply
     const tier = field(request.body, 'tier')
     const id = Number(field(request.body, 'account'))
-    if (!limiter.tiers.has(tier)) throw Object.assign(new Error(`There is no tier named "${tier}" in the tiers file.`), { statusCode: 400 })
+    // The message names no submitted value: it is logged, and a form field may hold anything.
+    if (!limiter.tiers.has(tier)) throw Object.assign(new Error('There is no such tier in the tiers file.'), { statusCode: 400 })
     const target = Number.isInteger(id) ? await accounts.findById(id) : undefined
     if (!target) throw Object.assign(new Error('No such account.'), { statusCode: 404 })
     await accounts.setTier(target.id, tier)
