@@ -31,6 +31,7 @@ import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import type { Limiter } from '../limits/limiter.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
+import { redactSecretLooking } from '../logging.ts'
 import type { Db } from '../store/database.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import { sharedSetting } from '../store/settings.ts'
@@ -125,7 +126,7 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
     const page = errorPage(err)
     if (page.status === 503) request.log.warn({ cause: err.message }, 'dashboard request refused: storage unavailable')
     else if (page.status >= 500) request.log.error({ err }, 'dashboard request failed')
-    else request.log.info({ code: err.code, status: page.status }, err.message)
+    else request.log.info({ code: err.code, status: page.status }, redactSecretLooking(err.message))
     return reply.code(page.status).headers(page.headers ?? {}).view('error', { title: page.title, message: page.message, user: request.user })
   })
 

@@ -7,6 +7,15 @@ import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../plugin.ts'
 
+/**
+ * Text with every invisible or control character shown as <U+XXXX>. Emails
+ * are checked when accounts are made now, but an account made before may
+ * hold a zero-width space or a NUL and must not pass for another on this page.
+ */
+export function showInvisible (text: string): string {
+  return text.replace(/[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]|(?! )\s/gu, ch => `<U+${ch.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}>`)
+}
+
 function requireAdmin (request: FastifyRequest, reply: FastifyReply): Account | undefined {
   const user = requireUser(request, reply)
   if (user && !user.isAdmin) throw Object.assign(new Error('Only administrators may see this page.'), { statusCode: 403 })
@@ -25,7 +34,7 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
       title: 'Accounts',
       user,
       csrf: formToken(reply),
-      accounts: all,
+      accounts: all.map(a => ({ ...a, email: showInvisible(a.email) })),
       tiers: limiter.tiers.names(),
       defaultTier: limiter.tiers.defaultName,
       notice: updated !== undefined && all.some(a => String(a.id) === updated) ? 'The tier was changed; it applies from the next request.' : undefined,
