@@ -81,10 +81,13 @@ export async function meterRefusals (api: FastifyInstance, limits: RefusalLimits
     }
   })
 
-  api.addHook('onResponse', async (request, reply) => {
-    if (!isRefusal(reply.statusCode)) return
+  // Counted before the answer leaves, so a client that waits for it and sends
+  // again is checked against a count that already holds it.
+  api.addHook('onSend', async (request, reply, payload) => {
+    if (!isRefusal(reply.statusCode)) return payload
     for (const meter of meters) {
       if (meter.counted(request)) await meter.limit(request)
     }
+    return payload
   })
 }
