@@ -165,15 +165,15 @@ export class Accounts {
   }
 
   /**
-   * The account of an email: by its normalised form, else by the form emails
-   * had before normalisation, for an old row that migration 004 could not
-   * rewrite because its normalised form was taken.
+   * The account of an email: an old row stored exactly as typed (trimmed and
+   * lower-cased, as emails were before normalisation; migration 004 leaves
+   * such a row when its normalised form was taken), else the normalised form.
    */
   async #rowByEmail (email: string): Promise<AccountRow | undefined> {
     const normalized = normalizeEmail(email)
-    const forms = [...new Set([normalized, legacyEmail(email)])]
-    const rows = await this.#db.selectFrom('accounts').selectAll().where('email', 'in', forms).execute()
-    return rows.find(r => r.email === normalized) ?? rows[0]
+    const typed = legacyEmail(email)
+    const rows = await this.#db.selectFrom('accounts').selectAll().where('email', 'in', [...new Set([typed, normalized])]).execute()
+    return rows.find(r => r.email === typed) ?? rows.find(r => r.email === normalized)
   }
 
   async getByEmail (email: string): Promise<Account> {
