@@ -113,7 +113,7 @@ export class ConnectionGuard {
     // onRequest: no key, too many refusals) closes the connection instead of
     // waiting on the rest of a body nobody will read.
     app.addHook('onSend', async (request, reply, payload) => {
-      if (!request.raw.complete) reply.header('connection', 'close')
+      if (request.raw.complete === false) reply.header('connection', 'close')
       return payload
     })
 

@@ -4,6 +4,7 @@
 // body is read or its key looked up; well-formed requests never count, and
 // refusals never reach the tier's counters. Counts only, nothing is timed.
 
+import net from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
@@ -34,8 +35,24 @@ t.test('a key that keeps sending refused requests gets 429 before its body is re
     t.same(Object.keys(res.json().error), ['message', 'type', 'param', 'code'])
     t.match(res.json().error, { type: 'rate_limit_error', code: 'rate_limit_exceeded', message: /refused requests from this API key.*REFUSED_PER_KEY_PER_MINUTE/ })
     t.match(res.headers['retry-after'], /^[1-9][0-9]*$/, 'with Retry-After in seconds')
-    t.equal(res.headers.connection, 'close', 'and the connection closed rather than the body read')
   }
+
+  // Over a real connection: the 429 goes out before the body has arrived, and the
+  // connection is closed rather than kept open for the rest of a body nobody reads.
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const raw = await new Promise<string>(resolve => {
+    let data = ''
+    const socket = net.connect((app.server.address() as net.AddressInfo).port, '127.0.0.1', () => {
+      socket.write(`POST ${URL} HTTP/1.1\r\nHost: chatd\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n${HOSTILE.slice(0, 1000)}`)
+    })
+    socket.setEncoding('utf8')
+    socket.on('data', chunk => { data += chunk })
+    socket.on('error', () => {})
+    socket.on('close', () => resolve(data))
+  })
+  t.match(raw, /^HTTP\/1\.1 429 /, 'a 429 before the body is complete')
+  t.match(raw.split('\r\n\r\n')[0], /\r\nconnection: close(\r\n|$)/i, 'and the connection is closed')
+  t.notMatch(raw, /HTTP\/1\.1 408/, 'at once, not after REQUEST_TIMEOUT_MS')
 
   // The tier counted none of this: the account's minute is untouched.
   t.equal((await limiter.headersFor(account))['x-ratelimit-remaining-requests'], '10', 'free tier: 10 a minute, all left')
