@@ -58,14 +58,20 @@ export function parseJsonBody (text: string, maxDepth = DEFAULT_JSON_MAX_DEPTH):
  */
 export function nestsDeeperThan (text: string, maxDepth: number): boolean {
   let depth = 0
-  let inString = false
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i)
-    if (inString) {
-      if (c === 0x5c) i++ // a backslash escapes the next character, a quote included
-      else if (c === 0x22) inString = false
-    } else if (c === 0x22) {
-      inString = true
+    if (c === 0x22) {
+      // Jump to the string's closing quote (indexOf is native, and strings are
+      // most of a big body): the first quote after an even run of backslashes.
+      let end = i
+      for (;;) {
+        end = text.indexOf('"', end + 1)
+        if (end === -1) return false // unterminated: JSON.parse says so next
+        let backslashes = 0
+        while (text.charCodeAt(end - 1 - backslashes) === 0x5c) backslashes++
+        if (backslashes % 2 === 0) break
+      }
+      i = end
     } else if (c === 0x5b || c === 0x7b) {
       if (++depth > maxDepth) return true
     } else if (c === 0x5d || c === 0x7d) {

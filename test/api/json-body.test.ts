@@ -3,9 +3,11 @@
 // name (not as "not valid JSON", which it is); a body nested deeper than
 // JSON_MAX_DEPTH is refused before it is parsed; everything else parses as
 // JSON.parse does.
+import fc from 'fast-check'
 import t from 'tap'
+import { nestsDeeperThan } from '../../src/api/json-body.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
-import { prototypeIsClean } from '../helpers/fuzz.ts'
+import { FUZZ_SEED, fuzzParameters, fuzzRuns, prototypeIsClean } from '../helpers/fuzz.ts'
 
 const URL = '/api/v1/chat/completions'
 
@@ -54,7 +56,6 @@ t.test('a body nested deeper than JSON_MAX_DEPTH is refused before it is parsed'
   t.same((await post(JSON.stringify(chatBody({ x: JSON.parse('['.repeat(16) + ']'.repeat(16)) })))).json().error, refusal, '17 levels with the body itself')
   t.equal((await post(JSON.stringify(chatBody({ x: JSON.parse('['.repeat(15) + ']'.repeat(15)) })))).statusCode, 200, '16 levels with the body itself')
 
-  const { nestsDeeperThan } = await import('../../src/api/json-body.ts')
   t.equal(nestsDeeperThan('[[1]]', 2), false)
   t.equal(nestsDeeperThan('[[[1]]]', 2), true)
   t.equal(nestsDeeperThan(String.raw`[["[[[", "\\"]]`, 2), false, 'a string ending in an escaped backslash closes')
@@ -74,4 +75,18 @@ t.test('what parses still parses', async t => {
   t.equal((await post(JSON.stringify(chatBody({ x: '\\"[[[['.repeat(100) })))).statusCode, 200, 'nor after escaped quotes and backslashes')
   const dup = await post('{"model":"nope","model":"scripted","messages":[{"role":"user","content":"hi"}]}')
   t.equal(dup.statusCode, 200, 'a duplicate key: the last one wins, as in JSON.parse')
+})
+
+t.test('the depth scan agrees with the real nesting of any JSON value', async t => {
+  const depthOf = (value: unknown): number => typeof value === 'object' && value !== null
+    ? 1 + Math.max(0, ...Object.values(value).map(depthOf))
+    : 0
+  const text = fc.string({ unit: fc.constantFrom('"', '\\', '[', ']', '{', '}', 'a', '\u00e9', '\ud83d\ude00', ' ') })
+  const value = fc.letrec(tie => ({
+    node: fc.oneof({ depthSize: 'small', withCrossShrink: true }, text, fc.integer(), fc.constant(null), tie('array'), tie('object')),
+    array: fc.array(tie('node'), { maxLength: 4 }),
+    object: fc.dictionary(text, tie('node'), { maxKeys: 4 }),
+  })).node
+  fc.assert(fc.property(value, fc.integer({ min: 0, max: 8 }), (v, max) => nestsDeeperThan(JSON.stringify(v), max) === (depthOf(v) > max)), fuzzParameters(fuzzRuns(2000)))
+  t.pass(`agreed on ${fuzzRuns(2000)} values, seed ${FUZZ_SEED}`)
 })
