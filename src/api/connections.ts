@@ -91,8 +91,14 @@ export class ConnectionGuard {
 
   /** Fastify's clientErrorHandler option. */
   readonly clientError = (err: NodeJS.ErrnoException, socket: Socket): void => {
-    // A reset connection has nothing left to answer.
-    if (err.code === 'ECONNRESET' || socket.destroyed) return
+    // A reset connection has nothing left to answer, nor has one whose socket
+    // itself failed (EPIPE, ETIMEDOUT): only the parser's refusals and the
+    // deadlines are answered.
+    if (socket.destroyed) return
+    if (err.code !== 'ERR_HTTP_REQUEST_TIMEOUT' && !err.code?.startsWith('HPE_')) {
+      socket.destroy()
+      return
+    }
     const error = clientErrorAnswer(err.code)
     this.#onRefused(error.code)
     this.#log?.debug({ code: err.code }, `client error: ${error.code}`)
