@@ -90,6 +90,18 @@ t.test('slow senders get 408 in the API shape and a closed socket', { timeout: 6
   })
   isTimeoutAnswer(t, slowBody, 'a trickled body')
 
+  // No key, headers complete, the body trickled: refused at once, and the connection closed
+  // instead of kept open for a body nobody will read.
+  const noKey = await rawClient(port, socket => {
+    socket.write('POST /api/v1/chat/completions HTTP/1.1\r\nHost: chatd\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{')
+    const timer = setInterval(() => { if (socket.writable) socket.write(' ') }, 20)
+    socket.once('close', () => clearInterval(timer))
+  })
+  const refused = parseResponse(noKey.data)
+  t.equal(refused.status, 401, 'no key: 401')
+  t.match(refused.headers, /\r\nconnection: close/i, 'no key: the connection is closed after the answer')
+  t.match(refused.body, { error: { code: 'missing_api_key' } })
+
   const counted = (await metrics.registry.getSingleMetricAsString('chatd_errors_total')).match(/code="request_timeout"\} (\d+)/)
   t.equal(Number(counted?.[1]), 4, 'each counted in chatd_errors_total')
 })
