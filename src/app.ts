@@ -9,6 +9,7 @@ import Fastify, { type FastifyInstance, type FastifyServerOptions, type RouteOpt
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { Redis } from 'ioredis'
 import type { Accounts } from './accounts/accounts.ts'
 import { Sessions } from './accounts/sessions.ts'
 import { Tiers } from './accounts/tiers.ts'
@@ -16,6 +17,7 @@ import { drainUsage, logUnwrittenUsage } from './accounts/unwritten-usage.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
 import { installBaselineHeaders } from './api/baseline-headers.ts'
+import { ConnectionGuard, frameworkErrors, timeoutOptions } from './api/connections.ts'
 import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { DrainDeadline } from './api/drain-deadline.ts'
@@ -25,9 +27,11 @@ import { installJsonBodyParser } from './api/json-body.ts'
 import { Metrics } from './api/metrics/metrics.ts'
 import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
+import { meterRefusals } from './api/refusals.ts'
 import { usageRoute } from './api/usage/route.ts'
-import type { Config } from './config.ts'
+import { DEFAULT_CONNECTION_LIMITS, type Config } from './config.ts'
 import { dashboard } from './dashboard/plugin.ts'
+import { docsSecurityHeaders } from './dashboard/security-headers.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
 import { Limiter } from './limits/limiter.ts'
@@ -38,7 +42,7 @@ import { WebSearch } from './search/web-search.ts'
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
-    & Partial<Pick<Config, 'shutdownGraceMs'>>
+    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -73,9 +77,23 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // Read before anything opens, so a bad tiers file stops the start with its message.
   const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? 'tiers.json')
 
+  // Receiving a request is bounded (headers, then the whole body, idle
+  // keep-alive), as is the number of connections; a response is not, so a
+  // stream may take minutes (api/connections.ts).
+  const connections = config.connections ?? DEFAULT_CONNECTION_LIMITS
+  const guard = new ConnectionGuard(connections, {
+    // Behind a proxy every connection comes from the proxy: a per-address cap would cap the proxy.
+    perAddress: (config.trustProxy ?? false) === false,
+    onRefused: code => metrics.errors.inc({ code }),
+  })
+
   const app = Fastify({
     logger: opts.logger ?? loggerOptions(config.logLevel, opts.logStream),
     bodyLimit: config.bodyLimit,
+    ...timeoutOptions(connections),
+    // A request Node's parser refuses, and a URL the router cannot take, get the API's error body.
+    clientErrorHandler: guard.clientError,
+    frameworkErrors,
     // TRUST_PROXY: behind a reverse proxy, request.ip (logs, rate limits) is the
     // client from X-Forwarded-For rather than the proxy's own address.
     trustProxy: trustProxyOption(config.trustProxy ?? false),
@@ -89,6 +107,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       },
     },
   }).withTypeProvider<TypeBoxTypeProvider>()
+  guard.attach(app)
 
   const usage = opts.usage ?? new UsageRecords(accounts.database, { outbox: { onGiveUp: (row, reason) => logUnwrittenUsage(app.log, row, reason) } })
   if (!opts.usage) app.addHook('onClose', () => drainUsage(usage, app.log))
@@ -99,6 +118,10 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // response, error or not, carries the baseline security headers.
   installErrorHandling(app, metrics)
   installBaselineHeaders(app)
+  // JSON refusals that say what is wrong: where the syntax breaks, or which key
+  // is refused; a body nested deeper than JSON_MAX_DEPTH is refused before it is
+  // parsed. For every route, so no JSON body anywhere is parsed without the limit.
+  installJsonBodyParser(app, { maxDepth: config.jsonMaxDepth })
 
   // 2. Request counting for every route, including 404s.
   app.addHook('onResponse', async (request, reply) => {
@@ -150,7 +173,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
 
   // 4. Where the limits live: in-process, or Redis shared by every replica.
   let limiter = opts.limiter
-  let redis
+  let redis: Redis | undefined
   if (!limiter) {
     const opened = await openLimitStore({ redisUrl: config.redisUrl, redisPrefix: config.redisPrefix ?? 'chatd:' })
     app.addHook('onClose', () => opened.close())
@@ -167,7 +190,12 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'sk-chatd-... API key' } } },
     },
   })
-  await app.register(swaggerUi, { routePrefix: '/docs' })
+  // The docs pages get the dashboard's security headers, with a CSP that lets
+  // swagger-ui's own assets (and their data: icons) load and nothing else.
+  await app.register(async docs => {
+    await docsSecurityHeaders(docs)
+    await docs.register(swaggerUi, { routePrefix: '/docs' })
+  })
 
   // 6. Unauthenticated operational endpoints.
   await app.register(healthRoutes, { models })
@@ -183,10 +211,11 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     // The API speaks JSON only; without this, Fastify's text/plain parser would
     // turn a plain-text body into a confusing validation error instead of 415.
     api.removeContentTypeParser('text/plain')
-    // JSON refusals that say what is wrong: where the syntax breaks, or which key is refused.
-    installJsonBodyParser(api)
     api.decorateRequest('account', null)
     api.decorateRequest('apiKeyPrefix', null)
+    // Refused requests are metered per key and per address; one over its
+    // refusals is refused here, before its key is looked up or its body read.
+    await meterRefusals(api, config.refusedPerMinute ?? { key: 0, address: 0 }, { redis, redisPrefix: config.redisPrefix })
     api.addHook('onRequest', bearerAuth(accounts))
     // Every authenticated response carries the account's x-ratelimit-* state; a chat
     // completion has set it already at admission, anything else reads it here.

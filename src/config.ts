@@ -36,6 +36,15 @@ const ConfigSchema = Type.Object({
   MAX_CONTENT_PARTS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxContentParts, description: 'Text parts per message when content is an array; more gets 400 invalid_parameter (param messages[i].content).' }),
   SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
   SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'How long SIGTERM waits for in-flight streams.' }),
+  // --- hostile clients (issue 19): receiving requests, connections, refused requests ---
+  HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'A request\'s headers must arrive within this (ms) from its first byte; else 408 and the connection is closed.' }),
+  REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30000, description: 'A whole request, headers and body, must arrive within this (ms) from its first byte; else 408 and the connection is closed. The response is not limited.' }),
+  KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 72000, description: 'How long an idle keep-alive connection stays open between requests (ms).' }),
+  MAX_CONNECTIONS: Type.Integer({ minimum: 0, default: 10000, description: 'Open connections per server; more are closed at once. 0: no cap.' }),
+  MAX_CONNECTIONS_PER_ADDRESS: Type.Integer({ minimum: 0, default: 256, description: 'Open connections per client address; more get 503 and are closed. 0: no cap. Not applied when TRUST_PROXY is set (every connection then comes from the proxy).' }),
+  JSON_MAX_DEPTH: Type.Integer({ minimum: 1, maximum: 10000, default: 64, description: 'Deepest nesting of arrays and objects in a JSON body; deeper is refused with 400 invalid_json before it is parsed.' }),
+  REFUSED_PER_KEY_PER_MINUTE: Type.Integer({ minimum: 0, default: 30, description: 'Refused API requests (4xx other than 429) per API key per minute; then 429 before the body is read. 0: no limit.' }),
+  REFUSED_PER_ADDRESS_PER_MINUTE: Type.Integer({ minimum: 0, default: 60, description: 'Refused API requests (4xx other than 429, failed authentication included) per client address per minute; then 429 before the key is checked. 0: no limit.' }),
   // --- deployment (issue 7): model download and reverse proxy ---
   MODELS_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Directory relative model paths in models.json are resolved against; default: the directory holding MODELS_FILE.' })),
   CHATD_AUTO_PULL: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'chatd serve downloads missing files of local models at start.' }),
@@ -96,6 +105,12 @@ export interface Config {
   inputLimits: InputLimits
   sseKeepAliveMs: number
   shutdownGraceMs: number
+  /** HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS, KEEP_ALIVE_TIMEOUT_MS, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS. */
+  connections: ConnectionLimits
+  /** JSON_MAX_DEPTH. */
+  jsonMaxDepth: number
+  /** REFUSED_PER_KEY_PER_MINUTE, REFUSED_PER_ADDRESS_PER_MINUTE; 0: that meter is off. */
+  refusedPerMinute: { key: number; address: number }
   /** Base for relative model paths; undefined: the directory holding modelsFile. */
   modelsDir?: string
   autoPull: boolean
@@ -116,6 +131,24 @@ export interface Config {
   /** 'auto': Secure when the request came over HTTPS (directly, or per X-Forwarded-Proto with TRUST_PROXY). */
   cookieSecure: 'auto' | boolean
   loginAttemptsPerMinute: number
+}
+
+export interface ConnectionLimits {
+  headersTimeoutMs: number
+  requestTimeoutMs: number
+  keepAliveTimeoutMs: number
+  /** 0: no cap. */
+  maxConnections: number
+  /** 0: no cap. */
+  maxConnectionsPerAddress: number
+}
+
+export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 72_000,
+  maxConnections: 10_000,
+  maxConnectionsPerAddress: 256,
 }
 
 export class ConfigError extends Error {
@@ -156,6 +189,10 @@ export function loadConfig (source: Record<string, string | undefined> = process
     })
     throw new ConfigError(`Invalid configuration:\n${[...new Set(lines)].join('\n')}`)
   }
+  // Node refuses a headers timeout longer than the request's; say so by name.
+  if (raw.HEADERS_TIMEOUT_MS > raw.REQUEST_TIMEOUT_MS) {
+    throw new ConfigError(`Invalid configuration:\n  HEADERS_TIMEOUT_MS: must be at most REQUEST_TIMEOUT_MS (${raw.REQUEST_TIMEOUT_MS}) (got ${raw.HEADERS_TIMEOUT_MS})`)
+  }
   return {
     port: raw.PORT,
     host: raw.HOST,
@@ -175,6 +212,15 @@ export function loadConfig (source: Record<string, string | undefined> = process
     inputLimits: { maxMessages: raw.MAX_MESSAGES, maxMessageChars: raw.MAX_MESSAGE_CHARS, maxContentParts: raw.MAX_CONTENT_PARTS },
     sseKeepAliveMs: raw.SSE_KEEPALIVE_MS,
     shutdownGraceMs: raw.SHUTDOWN_GRACE_MS,
+    connections: {
+      headersTimeoutMs: raw.HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: raw.REQUEST_TIMEOUT_MS,
+      keepAliveTimeoutMs: raw.KEEP_ALIVE_TIMEOUT_MS,
+      maxConnections: raw.MAX_CONNECTIONS,
+      maxConnectionsPerAddress: raw.MAX_CONNECTIONS_PER_ADDRESS,
+    },
+    jsonMaxDepth: raw.JSON_MAX_DEPTH,
+    refusedPerMinute: { key: raw.REFUSED_PER_KEY_PER_MINUTE, address: raw.REFUSED_PER_ADDRESS_PER_MINUTE },
     modelsDir: raw.MODELS_DIR,
     autoPull: raw.CHATD_AUTO_PULL === '1' || raw.CHATD_AUTO_PULL === 'true',
     hfEndpoint: raw.HF_ENDPOINT.replace(/\/+$/, ''),

@@ -55,6 +55,8 @@ export async function startLoadServer (opts: LoadServerOptions = {}): Promise<Lo
     MODELS_FILE: modelsFile,
     TIERS_FILE: tiersFile,
     CHATD_AUTO_PULL: '0',
+    // Every client of the run connects from 127.0.0.1.
+    MAX_CONNECTIONS_PER_ADDRESS: '0',
     ...opts.env,
   })
 

@@ -54,8 +54,38 @@ const now = (): string => new Date().toISOString()
  */
 const LAST_USED_RESOLUTION_MS = 60_000
 
+/** The longest email address accepted, in characters (RFC 5321's 256-octet path less its brackets). */
+export const MAX_EMAIL_LENGTH = 254
+
+/**
+ * An email as chatd stores and compares it: NFKC (full-width letters and
+ * other compatibility forms become the plain ones they look like), trimmed,
+ * lower-case, so look-alikes and case variants are the same account.
+ */
 export function normalizeEmail (email: string): string {
+  return email.normalize('NFKC').trim().toLowerCase().normalize('NFKC')
+}
+
+/** How emails were stored before they were NFKC-normalised; a few old rows may still hold that form (migration 004). */
+function legacyEmail (email: string): string {
   return email.trim().toLowerCase()
+}
+
+/**
+ * Characters no email address may hold: controls (NUL included), format
+ * characters (zero-width spaces and joiners, bidi overrides), other
+ * invisible ones, and whitespace. With them an address could look exactly
+ * like another one on the admin page.
+ */
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}\s]/u
+
+/** What is wrong with a (normalised) email address for a new account; undefined when nothing is. */
+export function emailProblem (email: string): string | undefined {
+  // Code points, as the database's varchar counts them.
+  if ([...email].length > MAX_EMAIL_LENGTH) return `an email address has at most ${MAX_EMAIL_LENGTH} characters`
+  if (INVISIBLE.test(email)) return 'an email address cannot hold spaces, control characters or invisible characters'
+  if (!/^[^@]+@[^@]+$/.test(email)) return 'not an email address'
+  return undefined
 }
 
 export class Accounts {
@@ -77,7 +107,9 @@ export class Accounts {
 
   async create (opts: { email: string; tier?: string; isAdmin?: boolean }): Promise<Account> {
     const email = normalizeEmail(opts.email)
-    if (!/^[^\s@]+@[^\s@]+$/.test(email)) throw new AccountError(`not an email address: ${JSON.stringify(opts.email)}`)
+    // The message never repeats what was typed: it may be a password in the wrong field.
+    const problem = emailProblem(email)
+    if (problem) throw new AccountError(problem)
     if (await this.findByEmail(email)) throw new AccountError(`an account with email ${email} already exists`)
     const row = await this.#db.insertInto('accounts')
       .values({ email, tier: opts.tier ?? 'free', is_admin: opts.isAdmin ?? false, password_hash: null, created_at: now() })
@@ -107,7 +139,7 @@ export class Accounts {
    * so the answer's timing does not tell which emails exist.
    */
   async verifyLogin (email: string, password: string): Promise<Account | undefined> {
-    const row = await this.#db.selectFrom('accounts').selectAll().where('email', '=', normalizeEmail(email)).executeTakeFirst()
+    const row = await this.#rowByEmail(email)
     const ok = await verifyPassword(row?.password_hash ?? null, password)
     return ok && row ? toAccount(row) : undefined
   }
@@ -128,8 +160,20 @@ export class Accounts {
   }
 
   async findByEmail (email: string): Promise<Account | undefined> {
-    const row = await this.#db.selectFrom('accounts').selectAll().where('email', '=', normalizeEmail(email)).executeTakeFirst()
+    const row = await this.#rowByEmail(email)
     return row && toAccount(row)
+  }
+
+  /**
+   * The account of an email: an old row stored exactly as typed (trimmed and
+   * lower-cased, as emails were before normalisation; migration 004 leaves
+   * such a row when its normalised form was taken), else the normalised form.
+   */
+  async #rowByEmail (email: string): Promise<AccountRow | undefined> {
+    const normalized = normalizeEmail(email)
+    const typed = legacyEmail(email)
+    const rows = await this.#db.selectFrom('accounts').selectAll().where('email', 'in', [...new Set([typed, normalized])]).execute()
+    return rows.find(r => r.email === typed) ?? rows.find(r => r.email === normalized)
   }
 
   async getByEmail (email: string): Promise<Account> {

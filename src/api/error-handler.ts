@@ -5,6 +5,7 @@
 
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, type ErrorCode } from '../errors.ts'
+import { redactSecretLooking } from '../logging.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import type { Metrics } from './metrics/metrics.ts'
@@ -112,7 +113,8 @@ export function installErrorHandling (app: FastifyInstance, metrics: Metrics): v
     // model unavailable, bad input) are one line.
     if (apiError.code === 'internal_error' && !(err instanceof ApiError)) request.log.error({ err }, 'request failed')
     else if (apiError.status >= 500) request.log.warn({ code: apiError.code, cause: err instanceof ApiError ? undefined : err.message }, apiError.message)
-    else request.log.info({ code: apiError.code, param: apiError.param }, apiError.message)
+    // A refusal's message may echo what the client sent (a model id): logged without anything secret-looking.
+    else request.log.info({ code: apiError.code, param: apiError.param }, redactSecretLooking(apiError.message))
     metrics.errors.inc({ code: apiError.code })
     return sendApiError(reply, apiError)
   })

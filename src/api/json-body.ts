@@ -8,15 +8,24 @@
 // Those keys are refused, not dropped, as Fastify does by default: code that
 // copies the body with Object.assign or a spread would otherwise set the
 // prototype of the copy (prototype pollution).
+//
+// A body nested deeper than JSON_MAX_DEPTH is refused before JSON.parse runs:
+// one pass over the text counts the brackets outside strings, so a megabyte of
+// "[[[[..." costs a scan, never the deep structure, its walk and its
+// validation on the main thread, which every other stream shares.
 
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { ApiError } from '../errors.ts'
 
-export function installJsonBodyParser (api: FastifyInstance): void {
+/** JSON_MAX_DEPTH's default: chat bodies nest about 5 deep, JSON schemas in them a few more. */
+export const DEFAULT_JSON_MAX_DEPTH = 64
+
+export function installJsonBodyParser (api: FastifyInstance, opts: { maxDepth?: number } = {}): void {
+  const maxDepth = opts.maxDepth ?? DEFAULT_JSON_MAX_DEPTH
   api.removeContentTypeParser('application/json')
   api.addContentTypeParser('application/json', { parseAs: 'string' }, (_request: FastifyRequest, body: string | Buffer, done: (err: Error | null, value?: unknown) => void) => {
     try {
-      done(null, parseJsonBody(typeof body === 'string' ? body : body.toString('utf8')))
+      done(null, parseJsonBody(typeof body === 'string' ? body : body.toString('utf8'), maxDepth))
     } catch (err) {
       done(err as Error)
     }
@@ -24,8 +33,11 @@ export function installJsonBodyParser (api: FastifyInstance): void {
 }
 
 /** The parsed body, or an ApiError saying what is wrong with it. */
-export function parseJsonBody (text: string): unknown {
+export function parseJsonBody (text: string, maxDepth = DEFAULT_JSON_MAX_DEPTH): unknown {
   if (text.trim() === '') throw new ApiError('invalid_json', 'The request body is empty; send a JSON object.')
+  if (nestsDeeperThan(text, maxDepth)) {
+    throw new ApiError('invalid_json', `The request body nests arrays and objects more than ${maxDepth} levels deep (JSON_MAX_DEPTH).`)
+  }
   let value: unknown
   try {
     value = JSON.parse(text)
@@ -37,6 +49,36 @@ export function parseJsonBody (text: string): unknown {
     throw new ApiError('invalid_parameter', `The request body has a "${key}" key, which is not accepted anywhere in a request.`, { param: null })
   }
   return value
+}
+
+/**
+ * Whether the JSON text opens more than `maxDepth` arrays or objects at once,
+ * counting only brackets outside strings. It does not check the syntax
+ * (JSON.parse does that next); for valid JSON the count is the nesting depth.
+ */
+export function nestsDeeperThan (text: string, maxDepth: number): boolean {
+  let depth = 0
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c === 0x22) {
+      // Jump to the string's closing quote (indexOf is native, and strings are
+      // most of a big body): the first quote after an even run of backslashes.
+      let end = i
+      for (;;) {
+        end = text.indexOf('"', end + 1)
+        if (end === -1) return false // unterminated: JSON.parse says so next
+        let backslashes = 0
+        while (text.charCodeAt(end - 1 - backslashes) === 0x5c) backslashes++
+        if (backslashes % 2 === 0) break
+      }
+      i = end
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > maxDepth) return true
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--
+    }
+  }
+  return false
 }
 
 /**

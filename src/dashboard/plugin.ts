@@ -31,6 +31,7 @@ import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import type { Limiter } from '../limits/limiter.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
+import { redactSecretLooking } from '../logging.ts'
 import type { Db } from '../store/database.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import { sharedSetting } from '../store/settings.ts'
@@ -86,6 +87,9 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
   // made once and kept in the shared database.
   const cookieSecret = config.sessionSecret ?? await sharedSetting(opts.db, 'cookie_secret', () => randomBytes(32).toString('base64url'))
 
+  // The pages are not the API: /docs lists none of them (the admin pages least of all).
+  app.addHook('onRoute', route => { route.schema = { ...route.schema, hide: true } })
+
   await securityHeaders(app)
   await app.register(cookie, { secret: cookieSecret })
   await csrfProtection(app, { cookieSecret, secure: config.cookieSecure })
@@ -122,7 +126,7 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
     const page = errorPage(err)
     if (page.status === 503) request.log.warn({ cause: err.message }, 'dashboard request refused: storage unavailable')
     else if (page.status >= 500) request.log.error({ err }, 'dashboard request failed')
-    else request.log.info({ code: err.code, status: page.status }, err.message)
+    else request.log.info({ code: err.code, status: page.status }, redactSecretLooking(err.message))
     return reply.code(page.status).headers(page.headers ?? {}).view('error', { title: page.title, message: page.message, user: request.user })
   })
 

@@ -7,7 +7,13 @@
 //   page that creates and revokes keys must not be clickjacked, and chatd has
 //   no page that is meant to be embedded;
 // - no referrer: dashboard URLs never reach another site.
-// helmet also sends nosniff, HSTS and the cross-origin isolation headers.
+// helmet also sends nosniff and the cross-origin isolation headers. HSTS is
+// not helmet's: it is sent on every response that came over HTTPS, and only
+// then (api/baseline-headers.ts).
+//
+// /docs (swagger-ui) gets the same headers with a CSP that fits swagger-ui's
+// own files: its scripts and styles from chatd, the data: icons its
+// stylesheet uses, and fetching the OpenAPI document from chatd.
 
 import type { FastifyInstance } from 'fastify'
 import helmet from '@fastify/helmet'
@@ -25,10 +31,26 @@ export const CONTENT_SECURITY_POLICY = {
   // No upgrade-insecure-requests: behind TLS, HSTS does the upgrading; on plain-HTTP localhost it would break every form post.
 }
 
-export async function securityHeaders (app: FastifyInstance): Promise<void> {
+export const DOCS_CONTENT_SECURITY_POLICY = {
+  ...CONTENT_SECURITY_POLICY,
+  imgSrc: ["'self'", 'data:'],
+  fontSrc: ["'self'", 'data:'],
+  connectSrc: ["'self'"],
+}
+
+async function withHelmet (app: FastifyInstance, directives: Record<string, string[]>): Promise<void> {
   await app.register(helmet, {
-    contentSecurityPolicy: { useDefaults: false, directives: CONTENT_SECURITY_POLICY },
+    contentSecurityPolicy: { useDefaults: false, directives },
     frameguard: { action: 'deny' },
     referrerPolicy: { policy: 'no-referrer' },
+    hsts: false,
   })
+}
+
+export async function securityHeaders (app: FastifyInstance): Promise<void> {
+  await withHelmet(app, CONTENT_SECURITY_POLICY)
+}
+
+export async function docsSecurityHeaders (app: FastifyInstance): Promise<void> {
+  await withHelmet(app, DOCS_CONTENT_SECURITY_POLICY)
 }

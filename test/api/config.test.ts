@@ -68,3 +68,21 @@ t.test('.env is read, and real environment variables win', async t => {
   t.equal(c.port, 1234)
   t.equal(c.host, '127.0.0.2')
 })
+
+t.test('slow clients, connections and refused requests (issue 19): defaults, values, and the one rule between them', async t => {
+  t.match(loadConfig({}), {
+    connections: { headersTimeoutMs: 10000, requestTimeoutMs: 30000, keepAliveTimeoutMs: 72000, maxConnections: 10000, maxConnectionsPerAddress: 256 },
+    jsonMaxDepth: 64,
+    refusedPerMinute: { key: 30, address: 60 },
+  })
+  t.match(loadConfig({ HEADERS_TIMEOUT_MS: '500', REQUEST_TIMEOUT_MS: '500', MAX_CONNECTIONS: '0', REFUSED_PER_KEY_PER_MINUTE: '0', JSON_MAX_DEPTH: '8' }), {
+    connections: { headersTimeoutMs: 500, requestTimeoutMs: 500, maxConnections: 0 },
+    jsonMaxDepth: 8,
+    refusedPerMinute: { key: 0, address: 60 },
+  })
+  t.throws(() => loadConfig({ HEADERS_TIMEOUT_MS: '40000' }), { name: 'ConfigError', message: /HEADERS_TIMEOUT_MS: must be at most REQUEST_TIMEOUT_MS \(30000\) \(got 40000\)/ })
+  const err = t.throws(() => loadConfig({ REQUEST_TIMEOUT_MS: '5', JSON_MAX_DEPTH: '0', MAX_CONNECTIONS_PER_ADDRESS: '-1' })) as Error
+  t.match(err.message, /REQUEST_TIMEOUT_MS: must be >= 100 \(got "5"\)/)
+  t.match(err.message, /JSON_MAX_DEPTH: must be >= 1 \(got "0"\)/)
+  t.match(err.message, /MAX_CONNECTIONS_PER_ADDRESS: must be >= 0 \(got "-1"\)/)
+})

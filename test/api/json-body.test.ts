@@ -1,10 +1,13 @@
 // The API's JSON body parser: a syntax error says where, an empty body says
 // so, and a "__proto__" or "constructor.prototype" key anywhere is refused by
-// name (not as "not valid JSON", which it is); everything else parses as
-// JSON.parse does, deep nesting included.
+// name (not as "not valid JSON", which it is); a body nested deeper than
+// JSON_MAX_DEPTH is refused before it is parsed; everything else parses as
+// JSON.parse does.
+import fc from 'fast-check'
 import t from 'tap'
+import { nestsDeeperThan } from '../../src/api/json-body.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
-import { prototypeIsClean } from '../helpers/fuzz.ts'
+import { FUZZ_SEED, fuzzParameters, fuzzRuns, prototypeIsClean } from '../helpers/fuzz.ts'
 
 const URL = '/api/v1/chat/completions'
 
@@ -38,13 +41,52 @@ t.test('refusals say what is wrong', async t => {
   t.ok(prototypeIsClean())
 })
 
+t.test('a body nested deeper than JSON_MAX_DEPTH is refused before it is parsed', async t => {
+  const { app, auth } = await buildTestApp(t, { env: { JSON_MAX_DEPTH: '16' } })
+  const post = (payload: string) => app.inject({ method: 'POST', url: URL, headers: { ...auth, 'content-type': 'application/json' }, payload })
+  const refusal = { message: 'The request body nests arrays and objects more than 16 levels deep (JSON_MAX_DEPTH).', type: 'invalid_request_error', param: null, code: 'invalid_json' }
+
+  // The probe's body: a megabyte of arrays 520,000 deep, with a model nobody serves.
+  const hostile = `{"model":"nope","messages":${'['.repeat(520_000)}${']'.repeat(520_000)}}`
+  const res = await post(hostile)
+  t.equal(res.statusCode, 400)
+  t.same(res.json().error, refusal, 'refused for its depth, not parsed as far as the unknown model')
+  // Unbalanced, or not JSON at all past the point where it is too deep: still the depth refusal.
+  t.same((await post('{"a":' + '{"b":'.repeat(100))).json().error, refusal)
+  t.same((await post(JSON.stringify(chatBody({ x: JSON.parse('['.repeat(16) + ']'.repeat(16)) })))).json().error, refusal, '17 levels with the body itself')
+  t.equal((await post(JSON.stringify(chatBody({ x: JSON.parse('['.repeat(15) + ']'.repeat(15)) })))).statusCode, 200, '16 levels with the body itself')
+
+  t.equal(nestsDeeperThan('[[1]]', 2), false)
+  t.equal(nestsDeeperThan('[[[1]]]', 2), true)
+  t.equal(nestsDeeperThan(String.raw`[["[[[", "\\"]]`, 2), false, 'a string ending in an escaped backslash closes')
+  t.equal(nestsDeeperThan(String.raw`[["\"", [[1]]]]`, 3), true, 'an escaped quote does not close a string')
+  t.equal(nestsDeeperThan('[{"a":[]},{"b":[]}]', 3), false, 'siblings do not add up')
+})
+
 t.test('what parses still parses', async t => {
   const { app, auth } = await buildTestApp(t)
   const post = (payload: string, type = 'application/json') => app.inject({ method: 'POST', url: URL, headers: { ...auth, 'content-type': type }, payload })
   t.equal((await post(JSON.stringify(chatBody({ user: 'constructor', constructor: 'x', prototype: { a: 1 } })))).statusCode, 200, 'the words themselves are fine')
   t.equal((await post(JSON.stringify(chatBody()), 'application/json; charset=utf-8')).statusCode, 200)
-  const deep = '['.repeat(100_000) + ']'.repeat(100_000)
-  t.equal((await post(JSON.stringify(chatBody()).replace('{', `{"x":${deep},`))).statusCode, 200, 'deep nesting in an ignored field')
+  // The body itself is one level; 63 more stay within the default JSON_MAX_DEPTH of 64.
+  const deep = '['.repeat(63) + ']'.repeat(63)
+  t.equal((await post(JSON.stringify(chatBody()).replace('{', `{"x":${deep},`))).statusCode, 200, 'nesting up to JSON_MAX_DEPTH in an ignored field')
+  t.equal((await post(JSON.stringify(chatBody({ x: '[[[[{{{{'.repeat(1000) })))).statusCode, 200, 'brackets inside a string do not count')
+  t.equal((await post(JSON.stringify(chatBody({ x: '\\"[[[['.repeat(100) })))).statusCode, 200, 'nor after escaped quotes and backslashes')
   const dup = await post('{"model":"nope","model":"scripted","messages":[{"role":"user","content":"hi"}]}')
   t.equal(dup.statusCode, 200, 'a duplicate key: the last one wins, as in JSON.parse')
+})
+
+t.test('the depth scan agrees with the real nesting of any JSON value', async t => {
+  const depthOf = (value: unknown): number => typeof value === 'object' && value !== null
+    ? 1 + Math.max(0, ...Object.values(value).map(depthOf))
+    : 0
+  const text = fc.string({ unit: fc.constantFrom('"', '\\', '[', ']', '{', '}', 'a', '\u00e9', '\ud83d\ude00', ' ') })
+  const value = fc.letrec(tie => ({
+    node: fc.oneof({ depthSize: 'small', withCrossShrink: true }, text, fc.integer(), fc.constant(null), tie('array'), tie('object')),
+    array: fc.array(tie('node'), { maxLength: 4 }),
+    object: fc.dictionary(text, tie('node'), { maxKeys: 4 }),
+  })).node
+  fc.assert(fc.property(value, fc.integer({ min: 0, max: 8 }), (v, max) => nestsDeeperThan(JSON.stringify(v), max) === (depthOf(v) > max)), fuzzParameters(fuzzRuns(2000)))
+  t.pass(`agreed on ${fuzzRuns(2000)} values, seed ${FUZZ_SEED}`)
 })

@@ -2,7 +2,8 @@
 // directory, an account with a key, and the given backends in the registry.
 // Closed automatically when the test ends. The account is on the shipped
 // tiers.json's `unlimited` tier unless the test asks for another (and may
-// bring its own tiers file), so tests about other things never meet a limit.
+// bring its own tiers file), and refused requests are not metered unless the
+// test sets REFUSED_PER_*, so tests about other things never meet a limit.
 
 import { join } from 'node:path'
 import type { Test } from 'tap'
@@ -48,7 +49,8 @@ export async function buildTestApp (t: Test, opts: {
   onRoute?: AppOptions['onRoute']
 } = {}): Promise<TestApp> {
   const dir = t.testdir()
-  const config = loadConfig({ DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, LOG_LEVEL: 'silent', ...opts.env })
+  // Refused requests are not metered unless a test asks: many tests send one bad request after another.
+  const config = loadConfig({ DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, LOG_LEVEL: 'silent', REFUSED_PER_KEY_PER_MINUTE: '0', REFUSED_PER_ADDRESS_PER_MINUTE: '0', ...opts.env })
   const db = await openMigratedDatabase(config.database)
   const accounts = new Accounts(db)
   const account = await accounts.create({ email: 'user@example.com', tier: opts.tier ?? 'unlimited' })

@@ -16,6 +16,8 @@ export interface ScriptedOptions {
   delayMs?: number
   /** Pause before the first event (queue or prompt time). */
   firstDelayMs?: number
+  /** Waited for before the first event, after firstDelayMs: the test decides when the reply may go on. */
+  firstGate?: Promise<void>
   /** Thrown before the first event (a refusal such as context_length_exceeded). */
   refuse?: ApiError
   /** Thrown after this many deltas (a mid-stream failure). */
@@ -66,6 +68,7 @@ export class ScriptedBackend implements Backend {
         ...(this.#opts.words ?? ['Once', ' upon', ' a', ' time']).map(text => ({ content: text })),
       ]
       if (this.#opts.firstDelayMs) await sleep(this.#opts.firstDelayMs, undefined, { signal }).catch(() => {})
+      if (this.#opts.firstGate) await this.#opts.firstGate
       let reason: 'stop' | 'length' | 'cancelled' = 'stop'
       for (const piece of pieces) {
         if (this.#opts.delayMs) await sleep(this.#opts.delayMs, undefined, { signal }).catch(() => {})

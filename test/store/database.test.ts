@@ -41,7 +41,7 @@ t.test('rows survive reopening; migrating again is a no-op', async t => {
   const raw = new DatabaseSync(path)
   const applied = raw.prepare('SELECT name FROM kysely_migration ORDER BY name').all().map(r => r.name)
   raw.close()
-  t.same(applied, ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id'])
+  t.same(applied, ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails'])
 })
 
 t.test('booleans, nulls, unique constraints and transactions through the node:sqlite adapter', async t => {

@@ -22,7 +22,7 @@ onEachDatabase(t, 'migrations create every table with the same columns; running 
   t.same(columns.settings, ['name', 'value'])
   await migrateToLatest(db)
   const { rows } = await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(db)
-  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id'])
+  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails'])
 })
 
 onEachDatabase(t, 'ids, defaults, booleans and counts read back as the code expects', async (t, db) => {

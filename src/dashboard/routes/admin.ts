@@ -7,6 +7,15 @@ import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../plugin.ts'
 
+/**
+ * Text with every invisible or control character shown as <U+XXXX>. Emails
+ * are checked when accounts are made now, but an account made before may
+ * hold a zero-width space or a NUL and must not pass for another on this page.
+ */
+export function showInvisible (text: string): string {
+  return text.replace(/[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]|(?! )\s/gu, ch => `<U+${ch.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}>`)
+}
+
 function requireAdmin (request: FastifyRequest, reply: FastifyReply): Account | undefined {
   const user = requireUser(request, reply)
   if (user && !user.isAdmin) throw Object.assign(new Error('Only administrators may see this page.'), { statusCode: 403 })
@@ -25,7 +34,7 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
       title: 'Accounts',
       user,
       csrf: formToken(reply),
-      accounts: all,
+      accounts: all.map(a => ({ ...a, email: showInvisible(a.email) })),
       tiers: limiter.tiers.names(),
       defaultTier: limiter.tiers.defaultName,
       notice: updated !== undefined && all.some(a => String(a.id) === updated) ? 'The tier was changed; it applies from the next request.' : undefined,
@@ -37,7 +46,8 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
     if (!user) return reply
     const tier = field(request.body, 'tier')
     const id = Number(field(request.body, 'account'))
-    if (!limiter.tiers.has(tier)) throw Object.assign(new Error(`There is no tier named "${tier}" in the tiers file.`), { statusCode: 400 })
+    // The message names no submitted value: it is logged, and a form field may hold anything.
+    if (!limiter.tiers.has(tier)) throw Object.assign(new Error('There is no such tier in the tiers file.'), { statusCode: 400 })
     const target = Number.isInteger(id) ? await accounts.findById(id) : undefined
     if (!target) throw Object.assign(new Error('No such account.'), { statusCode: 404 })
     await accounts.setTier(target.id, tier)

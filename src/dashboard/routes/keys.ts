@@ -9,11 +9,15 @@ import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../plugin.ts'
 
-/** Notices a redirect may ask for; a fixed list, so a crafted link cannot put words on the page. */
-const NOTICES: Record<string, string> = {
-  revoked: 'The key was revoked. Requests with it now get 401.',
-  password: 'Your password was changed. Other sessions were logged out.',
-}
+/**
+ * Notices a redirect may ask for; a fixed list, so a crafted link cannot put
+ * words on the page. A Map, not an object: ?done=constructor must find nothing,
+ * not Object.prototype's constructor.
+ */
+const NOTICES = new Map<unknown, string>([
+  ['revoked', 'The key was revoked. Requests with it now get 401.'],
+  ['password', 'Your password was changed. Other sessions were logged out.'],
+])
 
 const MAX_KEY_NAME = 100
 
@@ -28,7 +32,7 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
       accounts.listKeys(user.id),
       usage.recent(user.id, 10),
     ])
-    const done = (request.query as Record<string, string | undefined>).done
+    const done = (request.query as Record<string, unknown>).done
     return reply.view('home', {
       title: 'Dashboard',
       user,
@@ -39,7 +43,7 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
       // Newest first; revoked keys stay listed so their usage rows still have a name.
       keys: keys.reverse(),
       recent,
-      notice: done ? NOTICES[done] : undefined,
+      notice: NOTICES.get(done),
       baseUrl: `${request.protocol}://${request.host}`,
     })
   })

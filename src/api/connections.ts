@@ -1,0 +1,165 @@
+// How long a client may take to send its request, how many connections it may
+// hold, and what a client that breaks HTTP itself is told. A chat completion
+// may stream for minutes, so nothing here limits a response: only receiving.
+//
+// Node's http server does the timing (its docs, "server.headersTimeout" and
+// "server.requestTimeout"): a request's timer starts at its first byte, the
+// headers must be complete within headersTimeout and the whole request, body
+// included, within requestTimeout; once the last byte of the body has arrived
+// the request leaves the list being checked, so the response that follows
+// (an SSE stream) is never cut by it. A connection that sends nothing counts
+// as a request starting, so it is closed after headersTimeout too. Idle
+// keep-alive connections close after keepAliveTimeout. Node checks the
+// deadlines every connectionsCheckingInterval (30 s by default, which would
+// let a 30 s deadline stretch to a minute), so the interval follows the
+// shortest deadline here.
+//
+// Node reports an expired deadline, and a request that is not HTTP at all, as
+// a 'clientError'; Fastify's own handler answers those with its own body, this
+// one with the API's error shape (and only while no response has started on
+// that connection: then the socket is just closed).
+
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { ConnectionLimits } from '../config.ts'
+import { ApiError, type ErrorCode } from '../errors.ts'
+import { sendApiError } from './error-handler.ts'
+
+/** How often Node checks the receive deadlines: a quarter of the shortest, at most every second. */
+export function checkingIntervalMs (limits: ConnectionLimits): number {
+  return Math.max(25, Math.min(1000, Math.floor(Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) / 4)))
+}
+
+/** The Fastify options that set the receive deadlines and the keep-alive timeout. */
+export function timeoutOptions (limits: ConnectionLimits): Pick<FastifyServerOptions, 'requestTimeout' | 'keepAliveTimeout'> & { http: { headersTimeout: number; connectionsCheckingInterval: number } } {
+  return {
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    http: { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: checkingIntervalMs(limits) },
+  }
+}
+
+/** What a client error from Node's HTTP parser or its deadlines is answered with. */
+function clientErrorAnswer (code: string | undefined): ApiError {
+  switch (code) {
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new ApiError('request_timeout', 'The request did not arrive in time; the connection is closed (see HEADERS_TIMEOUT_MS and REQUEST_TIMEOUT_MS).')
+    case 'HPE_HEADER_OVERFLOW':
+      return new ApiError('headers_too_large', 'The request headers are too large.')
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return new ApiError('request_too_large', 'The request\'s chunk extensions are too large.')
+    default:
+      return new ApiError('malformed_request', 'The request is not valid HTTP/1.1.')
+  }
+}
+
+/** An ApiError as a whole raw HTTP response that closes the connection. */
+export function rawErrorResponse (error: ApiError): string {
+  const body = JSON.stringify(error.toBody())
+  const extra = Object.entries(error.headers).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+  return `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? 'Error'}\r\n` +
+    'Content-Type: application/json; charset=utf-8\r\n' +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+    'X-Content-Type-Options: nosniff\r\n' +
+    `${extra}Connection: close\r\n\r\n${body}`
+}
+
+/**
+ * Connection caps and the clientError answer for one app's server. Made before
+ * the app, because Fastify takes the clientError handler as an option; then
+ * attached to the app's server.
+ */
+export class ConnectionGuard {
+  readonly #limits: ConnectionLimits
+  readonly #perAddress: boolean
+  readonly #onRefused: (code: string) => void
+  /** The response in progress on each connection, to tell whether an error may still be answered. */
+  readonly #responses = new WeakMap<Socket, ServerResponse>()
+  #log: FastifyInstance['log'] | undefined
+
+  /**
+   * `perAddress`: whether MAX_CONNECTIONS_PER_ADDRESS applies (not behind a
+   * proxy, where every connection comes from the proxy's address).
+   * `onRefused` is told the code of every connection refused or ended here.
+   */
+  constructor (limits: ConnectionLimits, opts: { perAddress: boolean; onRefused?: (code: string) => void }) {
+    this.#limits = limits
+    this.#perAddress = opts.perAddress
+    this.#onRefused = opts.onRefused ?? (() => {})
+  }
+
+  /** Fastify's clientErrorHandler option. */
+  readonly clientError = (err: NodeJS.ErrnoException, socket: Socket): void => {
+    // A reset connection has nothing left to answer, nor has one whose socket
+    // itself failed (EPIPE, ETIMEDOUT): only the parser's refusals and the
+    // deadlines are answered.
+    if (socket.destroyed) return
+    if (err.code !== 'ERR_HTTP_REQUEST_TIMEOUT' && !err.code?.startsWith('HPE_')) {
+      socket.destroy()
+      return
+    }
+    const error = clientErrorAnswer(err.code)
+    this.#onRefused(error.code)
+    this.#log?.debug({ code: err.code }, `client error: ${error.code}`)
+    // Once a response has started on this connection, an error response would corrupt it.
+    const res = this.#responses.get(socket)
+    if (socket.writable && !res?.headersSent) socket.end(rawErrorResponse(error))
+    // Closed once the answer is flushed; nothing more is read from this client.
+    socket.destroySoon()
+  }
+
+  attach (app: FastifyInstance): void {
+    this.#log = app.log
+    const server = app.server
+    const limits = this.#limits
+    if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections
+
+    // A response sent before its request's body has arrived (a refusal in
+    // onRequest: no key, too many refusals) closes the connection instead of
+    // waiting on the rest of a body nobody will read.
+    app.addHook('onSend', async (request, reply, payload) => {
+      if (request.raw.complete === false) reply.header('connection', 'close')
+      return payload
+    })
+
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      this.#responses.set(req.socket, res)
+      res.once('close', () => { if (this.#responses.get(req.socket) === res) this.#responses.delete(req.socket) })
+    })
+
+    if (this.#perAddress && limits.maxConnectionsPerAddress > 0) {
+      const open = new Map<string, number>()
+      server.on('connection', (socket: Socket) => {
+        const address = socket.remoteAddress
+        if (address === undefined) return
+        const count = (open.get(address) ?? 0) + 1
+        if (count > limits.maxConnectionsPerAddress) {
+          // Closed before anything is read, as Node does past server.maxConnections.
+          this.#onRefused('too_many_connections')
+          socket.destroy()
+          return
+        }
+        open.set(address, count)
+        socket.once('close', () => {
+          const left = (open.get(address) ?? 1) - 1
+          if (left <= 0) open.delete(address)
+          else open.set(address, left)
+        })
+      })
+    }
+  }
+}
+
+/** Fastify's frameworkErrors option: a URL its router cannot take, answered in the API's shape. */
+export function frameworkErrors (error: Error & { code?: string }, request: FastifyRequest, reply: FastifyReply): void {
+  const messages: Record<string, [ErrorCode, string]> = {
+    FST_ERR_BAD_URL: ['malformed_request', 'The request URL is not valid (malformed percent-encoding).'],
+    FST_ERR_MAX_PARAM_LENGTH: ['malformed_request', 'A path segment of the request URL is too long.'],
+  }
+  const known = Object.hasOwn(messages, error.code ?? '') ? messages[error.code!] : undefined
+  const apiError = known ? new ApiError(known[0], known[1]) : new ApiError('internal_error', 'The server had an error while processing the request.')
+  request.log.info({ code: apiError.code }, apiError.message)
+  // Sent before the app's hooks are in place: the baseline header by hand.
+  void sendApiError(reply.header('x-content-type-options', 'nosniff'), apiError)
+}

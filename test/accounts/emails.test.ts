@@ -1,0 +1,120 @@
+// Emails are one account however they are spelled: NFKC-normalised and
+// compared case-insensitively; zero-width, control and other invisible
+// characters are refused, as is an address over 254 characters. Accounts made
+// before keep working: migration 004 rewrites their emails to the normalised
+// form where that clashes with nothing, and the old form is still found where
+// it does (on SQLite and PostgreSQL).
+
+import { Migrator, type Kysely } from 'kysely'
+import t from 'tap'
+import { Accounts, MAX_EMAIL_LENGTH, normalizeEmail } from '../../src/accounts/accounts.ts'
+import { hashPassword } from '../../src/accounts/passwords.ts'
+import { showInvisible } from '../../src/dashboard/routes/admin.ts'
+import { migrateToLatest, openDatabase } from '../../src/store/database.ts'
+import { migrations } from '../../src/store/migrations/index.ts'
+import { buildTestApp } from '../helpers/app.ts'
+import { testDatabase } from '../helpers/databases.ts'
+import { Browser } from '../dashboard/jar.ts'
+import { loggedIn } from '../security/people.ts'
+
+t.test('the look-alike of an existing admin cannot register; invisible, control and overlong emails are refused', async t => {
+  // More registrations than the log-in throttle lets through by default.
+  const { app, accounts } = await buildTestApp(t, { env: { LOGIN_ATTEMPTS_PER_MINUTE: '100' } })
+  const admin = await accounts.create({ email: 'admin@localhost', isAdmin: true })
+  await accounts.setPassword(admin.id, 'admin password')
+
+  const register = async (email: string) => {
+    const res = await new Browser(app).post('/api/register', { email, password: 'a fine password', confirm: 'a fine password' }, { csrfFrom: '/api/register' })
+    return { status: res.statusCode, body: res.body }
+  }
+  for (const [label, email] of [
+    ['a zero-width space after it', 'admin@localhost\u200b'],
+    ['a zero-width joiner inside', 'ad\u200dmin@localhost'],
+    ['a byte-order mark inside', 'admin\ufeff@localhost'],
+    ['a right-to-left override', 'admin@localhost\u202e'],
+    ['a NUL byte', 'admin@localhost\u0000'],
+    ['a soft hyphen', 'ad\u00admin@localhost'],
+  ]) {
+    const res = await register(email)
+    t.equal(res.status, 400, `${label}: refused`)
+    t.match(res.body, /an email address cannot hold spaces, control characters or invisible characters/, `${label}: saying why`)
+  }
+  for (const [label, email] of [
+    ['upper case', 'ADMIN@LOCALHOST'],
+    ['full-width letters', '\uff41\uff44\uff4d\uff49\uff4e@localhost'],
+    ['a full-width at sign', 'admin\uff20localhost'],
+    ['surrounding spaces', '  admin@localhost  '],
+    ['a byte-order mark before it (trimmed, as white space)', '\ufeffadmin@localhost'],
+  ]) {
+    t.equal((await register(email)).status, 409, `${label}: the same account, which exists`)
+  }
+  const long = `${'a'.repeat(5000)}@example.com`
+  t.equal((await register(long)).status, 400, 'a 5,012-character email is refused')
+  t.match((await register(long)).body, `an email address has at most ${MAX_EMAIL_LENGTH} characters`)
+  t.equal((await register(`${'a'.repeat(254 - '@example.com'.length)}@example.com`)).status, 303, 'exactly 254 characters is fine')
+  const typo = await register('hunter2-in-the-wrong-field')
+  t.match(typo.body, /<p class="error" role="alert">not an email address<\/p>/, 'the message does not repeat what was typed')
+
+  const list = await accounts.list()
+  t.same(list.map(a => a.email), ['user@example.com', 'admin@localhost', `${'a'.repeat(242)}@example.com`], 'no look-alike account was made')
+  // Logging in works whichever spelling the admin types.
+  for (const email of ['admin@localhost', 'Admin@LocalHost', '\uff41dmin@localhost']) {
+    t.ok(await accounts.verifyLogin(email, 'admin password'), `log-in as ${JSON.stringify(email)}`)
+  }
+  t.equal(normalizeEmail(' \uff21\uff24MIN@localhost '), 'admin@localhost')
+})
+
+t.test('the CLI and the first start refuse such emails too', async t => {
+  const { accounts } = await buildTestApp(t)
+  await t.rejects(accounts.create({ email: 'root@localhost\u200b' }), { name: 'AccountError', message: /invisible/ })
+  await t.rejects(accounts.create({ email: 'root@localhost\n' + 'x' }), { name: 'AccountError' })
+  await t.rejects(accounts.create({ email: 'not an email' }), { name: 'AccountError', message: /cannot hold spaces/ })
+  await t.rejects(accounts.create({ email: 'nothing-at-all' }), { name: 'AccountError', message: /^not an email address$/ })
+})
+
+t.test('the admin page shows invisible characters instead of hiding them', async t => {
+  t.equal(showInvisible('admin@localhost\u200b'), 'admin@localhost<U+200B>')
+  t.equal(showInvisible('a\u0000b c'), 'a<U+0000>b c')
+  t.equal(showInvisible('plain@example.com'), 'plain@example.com')
+
+  // An account stored before the check, holding a zero-width space and a NUL.
+  const { app, accounts, db } = await buildTestApp(t)
+  const root = await accounts.create({ email: 'root@localhost', isAdmin: true })
+  await accounts.setPassword(root.id, 'root password')
+  await db.insertInto('accounts').values({ email: 'root@localhost\u200b\u0000', password_hash: null, created_at: new Date().toISOString() }).execute()
+  const page = (await (await loggedIn(app, 'root@localhost', 'root password')).get('/api/admin')).body
+  t.match(page, 'root@localhost&lt;U+200B&gt;&lt;U+0000&gt;')
+  t.notMatch(page, /\u0000|\u200b/, 'nothing invisible written into the page')
+})
+
+for (const kind of ['sqlite', 'postgres'] as const) {
+  t.test(`migration 004 normalises stored emails without losing an account [${kind}]`, async t => {
+    const where = await testDatabase(t, kind)
+    if (where === undefined) return
+    const db = openDatabase(where)
+    t.teardown(() => db.destroy())
+    // The database as the last release left it.
+    const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } })
+    const { error } = await migrator.migrateTo('003-usage-request-id')
+    if (error) throw error
+    const legacy = db as Kysely<any>
+    const now = new Date().toISOString()
+    const hash = await hashPassword('old password')
+    // Trimmed and lower-cased, as emails were stored then.
+    for (const email of ['\uff42ob@example.com', 'carol@example.com', '\uff43arol@example.com', 'dave\u200b@example.com']) {
+      await legacy.insertInto('accounts').values({ email, password_hash: hash, created_at: now }).execute()
+    }
+    await migrateToLatest(db)
+
+    const rows = await db.selectFrom('accounts').select(['id', 'email']).orderBy('id').execute()
+    t.same(rows.map(r => r.email), ['bob@example.com', 'carol@example.com', '\uff43arol@example.com', 'dave\u200b@example.com'],
+      'rewritten where the normalised form was free; left as it was where another account holds it; none merged or dropped')
+    const accounts = new Accounts(db)
+    t.equal((await accounts.verifyLogin('bob@example.com', 'old password'))?.id, rows[0].id, 'the rewritten account logs in by its plain spelling')
+    t.equal((await accounts.verifyLogin('\uff42ob@example.com', 'old password'))?.id, rows[0].id, 'and by its old one')
+    t.equal((await accounts.verifyLogin('carol@example.com', 'old password'))?.id, rows[1].id, 'carol is carol')
+    t.equal((await accounts.verifyLogin('\uff43arol@example.com', 'old password'))?.id, rows[2].id, 'the account left as it was is still found by its old form')
+    t.equal((await accounts.verifyLogin('dave\u200b@example.com', 'old password'))?.id, rows[3].id, 'an old email with an invisible character still logs in')
+    await t.rejects(accounts.create({ email: 'BOB@example.com' }), /already exists/, 'and nobody can take its place')
+  })
+}
