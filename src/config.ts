@@ -29,6 +29,7 @@ const ConfigSchema = Type.Object({
   MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: 8, description: 'Sequences per model that decode together in one batched step (continuous batching).' }),
   PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode, so a long prompt never freezes them; 0 sizes chunks from measured timings to keep a chunk within ~1.75 decode steps.' }),
   KV_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 0, description: 'Memory for each local model\'s KV cache, in MiB: requests start only while their caches (prompt + max_tokens) fit, the rest wait in the queue; 0: a quarter of the machine\'s (or the container\'s) memory.' }),
+  PREFIX_CACHE: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Keep finished and running requests\' KV caches (within KV_CACHE_MB) so a request that starts the same way, such as the next turn of a chat, computes only what is new.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model in progress (generating or waiting) before 503 server_overloaded.' }),
   BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
   MAX_MESSAGES: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessages, description: 'Messages per chat completion request; more gets 400 invalid_parameter (param messages).' }),
@@ -99,6 +100,8 @@ export interface Config {
   prefillChunk: number
   /** KV_CACHE_MB in bytes; 0: derived from the machine's memory (engine/onnx/kv-budget.ts). */
   kvCacheBytes: number
+  /** PREFIX_CACHE: reuse earlier requests' caches for prompts that start the same way. */
+  prefixCache: boolean
   queueSize: number
   bodyLimit: number
   /** MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_CONTENT_PARTS: the conversation's size limits. */
@@ -207,6 +210,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     maxBatch: raw.MAX_BATCH,
     prefillChunk: raw.PREFILL_CHUNK,
     kvCacheBytes: raw.KV_CACHE_MB * 2 ** 20,
+    prefixCache: raw.PREFIX_CACHE === '1' || raw.PREFIX_CACHE === 'true',
     queueSize: raw.QUEUE_SIZE,
     bodyLimit: raw.BODY_LIMIT,
     inputLimits: { maxMessages: raw.MAX_MESSAGES, maxMessageChars: raw.MAX_MESSAGE_CHARS, maxContentParts: raw.MAX_CONTENT_PARTS },

@@ -205,7 +205,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes'>>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
     & Partial<Pick<Config, 'upstream'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
@@ -257,6 +257,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     prefillChunk: ctx.config.prefillChunk,
     contextLength: entry.contextLength,
     kvCacheBytes: ctx.config.kvCacheBytes,
+    prefixCache: ctx.config.prefixCache,
   })
 }
 

@@ -27,6 +27,7 @@ export async function * observeGeneration (events: AsyncIterable<GenerateEvent>,
       } else {
         metrics.generatedTokens.inc(labels, event.usage.completion_tokens)
         metrics.promptTokens.inc(labels, event.usage.prompt_tokens)
+        metrics.cachedPromptTokens.inc(labels, event.usage.prompt_tokens_details?.cached_tokens ?? 0)
         metrics.completions.inc({ model, finish_reason: event.reason })
       }
       yield event

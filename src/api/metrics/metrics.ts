@@ -43,6 +43,13 @@ export class Metrics {
     registers: [this.registry],
   })
 
+  readonly cachedPromptTokens = new Counter({
+    name: 'chatd_prompt_tokens_cached_total',
+    help: 'Prompt tokens served from the prefix cache instead of computed (local models), by model; part of chatd_prompt_tokens_total.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+  })
+
   readonly activeRequests = new Gauge({
     name: 'chatd_active_requests',
     help: 'Chat completions being generated right now, by model.',

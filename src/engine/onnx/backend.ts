@@ -24,6 +24,8 @@ export interface OnnxBackendOptions {
   contextLength?: number
   /** KV_CACHE_MB in bytes (0: derived from the machine's memory). */
   kvCacheBytes?: number
+  /** PREFIX_CACHE; default true. */
+  prefixCache?: boolean
 }
 
 export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
@@ -57,7 +59,7 @@ export class OnnxBackend implements Backend {
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
     this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0, maxBatch: opts.maxBatch, prefillChunk: opts.prefillChunk,
-      contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes }
+      contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache }
   }
 
   state (): BackendState {

@@ -17,6 +17,8 @@ export interface WorkerSettings {
   contextLength?: number
   /** KV cache budget in bytes; 0 or absent: derived from the machine's memory. */
   kvCacheBytes?: number
+  /** PREFIX_CACHE; default true. */
+  prefixCache?: boolean
 }
 
 export type ToWorker =

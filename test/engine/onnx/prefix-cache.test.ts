@@ -11,6 +11,7 @@ import { KvBudget, kvBytesPerToken } from '../../../src/engine/onnx/kv-budget.ts
 import { stripEarlierThinking } from '../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir } from '../../helpers/models.ts'
 import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
+import { startStoriesServer } from '../../helpers/stories-server.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number; cached: number }
 
@@ -157,4 +158,28 @@ t.test('an entry evicted while another request wants it: that request computes i
   t.equal(got.cached, 0, 'the entry was evicted to admit the big request first')
   t.same({ ...got, cached: 0 }, { ...expected, cached: 0 }, 'computed again, same reply')
   t.ok(storyTokens > 16)
+})
+
+t.test('through the API: usage.prompt_tokens_details.cached_tokens and /metrics count what was reused; PREFIX_CACHE=0 turns it off', async t => {
+  const key = `sk-chatd-${'prefixCache'.repeat(2)}abcdefghij`
+  const prompt = 'Once upon a time there was a little dog named Max who lived in a small house near the woods.'
+  for (const [setting, reuses] of [['1', true], ['0', false]] as const) {
+    const { url } = await startStoriesServer(t, { modelId: 'stories', key, threads: 1, env: { PREFIX_CACHE: setting } })
+    const ask = async (): Promise<{ content: string; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } } }> => {
+      const res = await fetch(`${url}/api/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'stories', messages: [{ role: 'user', content: prompt }], temperature: 0, max_tokens: 16 }),
+      })
+      const body = await res.json() as { choices: Array<{ message: { content: string } }>; usage: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens: number } } }
+      return { content: body.choices[0].message.content, usage: body.usage }
+    }
+    const first = await ask()
+    const second = await ask()
+    t.equal(first.usage.prompt_tokens_details?.cached_tokens, 0, `PREFIX_CACHE=${setting}: nothing cached at first`)
+    t.equal(second.content, first.content, 'the same reply')
+    t.equal(second.usage.prompt_tokens_details?.cached_tokens, reuses ? second.usage.prompt_tokens - 1 : 0, `PREFIX_CACHE=${setting}: the second request's cached tokens`)
+    const metrics = await (await fetch(`${url}/metrics`)).text()
+    t.match(metrics, new RegExp(`chatd_prompt_tokens_cached_total\\{model="stories"\\} ${reuses ? second.usage.prompt_tokens - 1 : 0}\\n`))
+  }
 })
