@@ -1,4 +1,4 @@
-// Builds the three llama.cpp tools the comparison runs, as a user building
+// Builds the llama.cpp tools the comparison runs, as a user building
 // llama.cpp for this CPU would: Release, -march=native (GGML_NATIVE), CPU
 // backend only, no network code. Only these targets are compiled (the full
 // tree takes several times longer), and the result is cached per commit.
@@ -15,7 +15,8 @@ import path from 'node:path'
 import { exec, hasProgram, LlamaCppUnavailable } from './exec.ts'
 import type { LlamaCppSource } from './source.ts'
 
-export const LLAMA_CPP_TOOLS = ['llama-bench', 'llama-batched-bench', 'llama-quantize'] as const
+/** llama-server: the multi-turn scenario measures its prompt cache against chatd's. */
+export const LLAMA_CPP_TOOLS = ['llama-bench', 'llama-batched-bench', 'llama-quantize', 'llama-server'] as const
 export type LlamaCppTool = typeof LLAMA_CPP_TOOLS[number]
 
 /** Part of the cache key: changing a flag rebuilds. */
@@ -34,7 +35,7 @@ export const CMAKE_FLAGS = [
   '-DBUILD_SHARED_LIBS=OFF',
   '-DLLAMA_BUILD_TESTS=OFF',
   '-DLLAMA_BUILD_EXAMPLES=OFF',
-  '-DLLAMA_BUILD_SERVER=OFF',
+  '-DLLAMA_BUILD_SERVER=ON',
 ]
 
 /**

@@ -1,0 +1,74 @@
+// The multi-turn scenario: a chat of four turns, each adding a user message of
+// about 300 tokens to the conversation, which the client sends whole every
+// turn, as chat clients do; time to first token per turn. The assistant turns
+// in the history are fixed texts of about 128 tokens (with random weights the
+// replies are noise, and fixed ones give chatd and llama-server the very same
+// prompts), so every turn after the first finds its predecessor's prompt in a
+// prompt cache and computes the new ~430 tokens, or, without one, everything.
+import type OpenAI from 'openai'
+import type { ChatMessage } from '../../src/engine/backend.ts'
+import type { LocalEngine } from '../../src/engine/onnx/engine.ts'
+
+const WORDS = ('the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches near old ' +
+  'harbors where sailors mend nets and children chase kites under silver clouds before supper').split(' ')
+
+export interface ConversationPlan {
+  /** The messages each turn sends: user 1; user 1, answer 1, user 2; ... */
+  turns: ChatMessage[][]
+  /** The prompt each turn renders to, through the model's chat template (what llama-server is sent). */
+  renderedPrompts: string[]
+  /** Prompt tokens per turn. */
+  promptTokens: number[]
+}
+
+/**
+ * A conversation of `turns` turns; `seed` varies the words, so each round's conversation is new
+ * to every cache (a repeat of the last round's first turn would be a hit).
+ */
+export function planConversation (engine: LocalEngine, opts: { turns: number; userTokens: number; answerTokens: number; seed: number }): ConversationPlan {
+  let state = opts.seed * 7919 + 17
+  const word = (): string => {
+    state = (state * 1103515245 + 12345) % 2147483648
+    return WORDS[state % WORDS.length]
+  }
+  const text = (tokens: number): string => {
+    let out = `(${opts.seed}) `
+    while (engine.tokenizer.encode(out).length < tokens) out += word() + ' '
+    return out.trim()
+  }
+  const history: ChatMessage[] = []
+  const turns: ChatMessage[][] = []
+  for (let i = 0; i < opts.turns; i++) {
+    history.push({ role: 'user', content: text(opts.userTokens) })
+    turns.push([...history])
+    history.push({ role: 'assistant', content: text(opts.answerTokens) })
+  }
+  return {
+    turns,
+    renderedPrompts: turns.map(messages => engine.template.render(messages.map(m => ({ ...m }))).text),
+    promptTokens: turns.map(messages => engine.encodePrompt({ messages }).length),
+  }
+}
+
+/** chatd: seconds to the first streamed token of each turn. */
+export async function chatdConversation (client: OpenAI, model: string, plan: ConversationPlan, gen: number): Promise<number[]> {
+  const ttft: number[] = []
+  for (const messages of plan.turns) {
+    const started = performance.now()
+    let first: number | null = null
+    const stream = await client.chat.completions.create({ model, messages, max_tokens: gen, temperature: 0, stream: true })
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined
+      if (first === null && ((delta?.content ?? '') !== '' || (delta?.reasoning_content ?? '') !== '')) first = performance.now()
+    }
+    ttft.push(((first ?? performance.now()) - started) / 1000)
+  }
+  return ttft
+}
+
+/** llama-server with its prompt cache: seconds to the first streamed token of each turn. */
+export async function llamaServerConversation (server: { timeToFirstToken: (prompt: string, gen: number) => Promise<number> }, plan: ConversationPlan, gen: number): Promise<number[]> {
+  const ttft: number[] = []
+  for (const prompt of plan.renderedPrompts) ttft.push(await server.timeToFirstToken(prompt, gen))
+  return ttft
+}

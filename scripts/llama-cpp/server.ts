@@ -1,0 +1,63 @@
+// llama.cpp's own server (llama-server) on the comparison model, for the
+// multi-turn scenario: one slot, its prompt cache on (each /completion request
+// sends cache_prompt: true, so the part of a new prompt that matches what the
+// slot holds is not computed again), and time to first token read from its
+// streamed reply.
+import { spawn, type ChildProcess } from 'node:child_process'
+import net from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createParser } from 'eventsource-parser'
+import type { LlamaCppBuild } from './build.ts'
+
+export interface LlamaServer {
+  base: string
+  /** Seconds from sending `prompt` to the first streamed token; `gen` tokens are generated in all. */
+  timeToFirstToken (prompt: string, gen: number): Promise<number>
+  stop (): Promise<void>
+}
+
+export async function startLlamaServer (build: LlamaCppBuild, model: string, opts: { threads: number; context: number }): Promise<LlamaServer> {
+  const port = await freePort()
+  const child: ChildProcess = spawn(build.bin('llama-server'), [
+    '-m', model, '--host', '127.0.0.1', '--port', String(port),
+    '-t', String(opts.threads), '-tb', String(opts.threads), '-c', String(opts.context), '-np', '1',
+  ], { stdio: ['ignore', 'ignore', 'ignore'] })
+  const base = `http://127.0.0.1:${port}`
+  const deadline = Date.now() + 300_000
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`llama-server exited with ${child.exitCode} while loading`)
+    if (await fetch(`${base}/health`).then(r => r.ok, () => false)) break
+    if (Date.now() > deadline) throw new Error('llama-server did not become ready in 5 minutes')
+    await sleep(200)
+  }
+  return {
+    base,
+    async timeToFirstToken (prompt, gen) {
+      const started = performance.now()
+      const res = await fetch(`${base}/completion`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt, n_predict: gen, temperature: 0, cache_prompt: true, stream: true }),
+      })
+      if (!res.ok || !res.body) throw new Error(`llama-server answered ${res.status}`)
+      let first: number | null = null
+      const parser = createParser({ onEvent () { first ??= performance.now() } })
+      const decoder = new TextDecoder()
+      for await (const chunk of res.body) parser.feed(decoder.decode(chunk, { stream: true }))
+      if (first === null) throw new Error('llama-server streamed nothing')
+      return (first - started) / 1000
+    },
+    async stop () {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await new Promise(resolve => child.once('exit', resolve))
+    },
+  }
+}
+
+async function freePort (): Promise<number> {
+  const srv = net.createServer()
+  await new Promise<void>(resolve => srv.listen(0, '127.0.0.1', resolve))
+  const { port } = srv.address() as net.AddressInfo
+  await new Promise(resolve => srv.close(resolve))
+  return port
+}
