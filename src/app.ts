@@ -26,7 +26,7 @@ import { Metrics } from './api/metrics/metrics.ts'
 import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
 import { usageRoute } from './api/usage/route.ts'
-import type { Config } from './config.ts'
+import { DEFAULT_TIERS_FILE, type Config } from './config.ts'
 import { dashboard } from './dashboard/plugin.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 import { ApiError } from './errors.ts'
@@ -71,7 +71,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
   const metrics = opts.metrics ?? new Metrics()
   // Read before anything opens, so a bad tiers file stops the start with its message.
-  const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? 'tiers.json')
+  const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? DEFAULT_TIERS_FILE)
 
   const app = Fastify({
     logger: opts.logger ?? loggerOptions(config.logLevel, opts.logStream),

@@ -191,7 +191,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 export interface FactoryContext {
   config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
-    & Partial<Pick<Config, 'upstream'>>
+    & Partial<Pick<Config, 'upstream' | 'env'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
   baseDir: string
 }
@@ -323,7 +323,10 @@ export class ModelRegistry {
     }
   }
 
-  /** Reads MODELS_FILE and builds every backend (without loading them yet). */
+  /**
+   * Reads MODELS_FILE and builds every backend (without loading them yet).
+   * `${VAR}`s come from `env`, else config.env (the environment over .env), else process.env.
+   */
   static async fromFile (file: string, opts: { config: FactoryContext['config']; env?: Record<string, string | undefined>; factories?: Partial<BackendFactories> }): Promise<ModelRegistry> {
     let text: string
     try {
@@ -331,7 +334,7 @@ export class ModelRegistry {
     } catch (err) {
       throw new ModelsFileError(`MODELS_FILE ${file}: cannot be read: ${(err as Error).message}`)
     }
-    const parsed = parseModelsFile(text, opts.env ?? process.env, file)
+    const parsed = parseModelsFile(text, opts.env ?? opts.config.env ?? process.env, file)
     const factories = { ...defaultFactories, ...opts.factories }
     const ctx: FactoryContext = { config: opts.config, baseDir: resolve(opts.config.modelsDir ?? dirname(resolve(file))) }
     const models = []

@@ -26,7 +26,7 @@ export interface PullCommandOptions {
 
 /** Pulls each model named (every local model with a hubRepo when none is). */
 export async function runPullCommand (ids: string[], config: Config, opts: PullCommandOptions): Promise<void> {
-  const entries = parseModelsFile(readFileSync(config.modelsFile, 'utf8'), process.env, config.modelsFile).map(p => p.entry)
+  const entries = parseModelsFile(readFileSync(config.modelsFile, 'utf8'), config.env ?? process.env, config.modelsFile).map(p => p.entry)
   const baseDir = resolve(config.modelsDir ?? dirname(resolve(config.modelsFile)))
   const targets = ids.length > 0
     ? ids.map(id => {
