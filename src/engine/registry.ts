@@ -379,9 +379,21 @@ export class ModelRegistry {
     return state
   }
 
-  /** Ready when every model that can be used has loaded; unavailable ones do not hold readiness back, downloading ones do. */
+  /**
+   * The server's readiness (GET /readyz):
+   * - `loading` while any model is still loading or downloading its files;
+   * - then `ready` when at least one model can answer (unavailable ones do not hold it back);
+   * - `unavailable` when none can (every model is unavailable, or there is none).
+   */
+  readiness (): 'ready' | 'loading' | 'unavailable' {
+    const models = this.list()
+    if (models.some(m => this.state(m.id).state === 'loading' || asPulling(m.backend)?.download()?.state === 'downloading')) return 'loading'
+    return models.some(m => this.state(m.id).state === 'ready') ? 'ready' : 'unavailable'
+  }
+
+  /** Whether the server is ready to serve (see readiness()). */
   ready (): boolean {
-    return this.list().every(m => this.state(m.id).state !== 'loading' && asPulling(m.backend)?.download()?.state !== 'downloading')
+    return this.readiness() === 'ready'
   }
 
   /** Downloads of model files started by the server (auto-pull), running or failed, by model id. */

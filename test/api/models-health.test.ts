@@ -81,6 +81,25 @@ t.test('healthz and readyz', async t => {
   t.same(after.json(), { status: 'ready', models: { scripted: 'ready', slow: 'ready', big: 'unavailable' } })
 })
 
+t.test('readyz: 503 when no model can answer, 200 when one of two can', async t => {
+  const none = await buildTestApp(t, { backends: [new UnavailableBackend('a', 'files missing'), new UnavailableBackend('b', 'environment variable X not set')] })
+  await none.models.loadAll()
+  const unusable = await none.app.inject({ url: '/readyz' })
+  t.equal(unusable.statusCode, 503, 'no usable model: not ready')
+  t.same(unusable.json(), { status: 'unavailable', models: { a: 'unavailable', b: 'unavailable' } })
+
+  const failedDownload = Promise.reject(new Error('download failed: could not reach the Hugging Face Hub'))
+  failedDownload.catch(() => {})
+  const one = await buildTestApp(t, { backends: [new ScriptedBackend({ id: 'pulled', loadGate: failedDownload }), new ScriptedBackend({ id: 'usable' })] })
+  await one.models.loadAll()
+  const res = await one.app.inject({ url: '/readyz' })
+  t.equal(res.statusCode, 200, 'one usable model of two: ready')
+  t.same(res.json(), { status: 'ready', models: { pulled: 'unavailable', usable: 'ready' } })
+
+  const empty = await buildTestApp(t, { backends: [] })
+  t.equal((await empty.app.inject({ url: '/readyz' })).statusCode, 503, 'no model at all: not ready')
+})
+
 t.test('a model whose load fails becomes unavailable', async t => {
   const failedLoad = Promise.reject(new Error('bad weights'))
   failedLoad.catch(() => {})
@@ -88,7 +107,9 @@ t.test('a model whose load fails becomes unavailable', async t => {
   const { app, auth, models } = await buildTestApp(t, { backends: [broken] })
   await models.loadAll()
   t.same(models.state('broken'), { state: 'unavailable', reason: 'loading failed: bad weights' })
-  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+  const readyz = await app.inject({ url: '/readyz' })
+  t.equal(readyz.statusCode, 503, 'no model can answer: not ready')
+  t.same(readyz.json(), { status: 'unavailable', models: { broken: 'unavailable' } })
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'broken' }) })
   t.equal(res.statusCode, 503)
   t.match(res.json().error.message, /bad weights/)

@@ -236,7 +236,7 @@ t.test('`chatd serve` as a process: listens, answers, exits cleanly on SIGTERM',
   })
   t.equal(res.status, 503)
   t.match(((await res.json()) as { error: unknown }).error, { code: 'model_unavailable', message: /run: npx chatd pull absent/ })
-  t.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 200)
+  t.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 503, 'its only model cannot answer: not ready')
 
   const logLines = stdout.split('\n').filter(line => line.startsWith('{'))
   t.ok(logLines.some(line => /"model unavailable"/.test(line)), 'the unavailable model is logged at start')

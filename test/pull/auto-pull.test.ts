@@ -118,7 +118,7 @@ t.test('CHATD_AUTO_PULL=0: nothing is fetched, the model says how to pull it', a
   const hub = await startHub({ [REPO]: repoFromDir(source) })
   t.teardown(hub.close)
   const { app, dir, chat } = await serve(t, hub.url, { CHATD_AUTO_PULL: '0' })
-  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+  t.match((await app.inject({ url: '/readyz' })).json(), { status: 'unavailable' }, 'its only model cannot answer: not ready (503)')
   t.match((await chat()).json().error, { code: 'model_unavailable', message: `The model 'stories' is unavailable: model files not found at ${join(dir, 'stories')} (run: npx chatd pull stories)` })
   t.equal(hub.requests.length, 0, 'the hub was never asked')
 })
