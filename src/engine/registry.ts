@@ -14,6 +14,7 @@ import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import type { Backend, BackendState, GenerateEvent } from './backend.ts'
 import { UpstreamBackend } from './upstream/backend.ts'
+import { ONNX_FILES_BY_DTYPE, type ModelDtype } from './onnx/model-dir.ts'
 import type { DownloadState, PullingBackend } from '../pull/pulling-backend.ts'
 
 // ---------------------------------------------------------------------------
@@ -202,6 +203,22 @@ export function pullHint (id: string): string {
   return `run: npx chatd pull ${id}`
 }
 
+/** The files a local model directory holds, for messages that ask someone to put them there. */
+export function modelDirLayout (dtype = 'q4'): string {
+  const onnx = (ONNX_FILES_BY_DTYPE[dtype as ModelDtype] ?? ['model*.onnx']).map(f => `onnx/${f}`).join(' or ')
+  return `Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ${onnx}`
+}
+
+/**
+ * What to do about a local model whose files are not on disk: pull them, or,
+ * for an entry without a hubRepo (chatd pull has nowhere to fetch it from),
+ * put them there or name the repository.
+ */
+export function missingFilesHint (entry: OnnxModelEntry, path: string): string {
+  if (entry.hubRepo) return pullHint(entry.id)
+  return `put the model directory (${modelDirLayout(entry.dtype)}) at ${path}, or add "hubRepo" (the Hugging Face repository it comes from) to its entry in models.json and run: npx chatd pull ${entry.id}`
+}
+
 /** A local model's directory: its path from models.json, relative to `baseDir` unless absolute. */
 export function modelPath (entry: OnnxModelEntry, baseDir: string): string {
   return isAbsolute(entry.path) ? entry.path : resolve(baseDir, entry.path)
@@ -217,7 +234,7 @@ export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => 
     }
   }
   if (!existsSync(path)) {
-    return new UnavailableBackend(entry.id, `model files not found at ${path}`, pullHint(entry.id))
+    return new UnavailableBackend(entry.id, `model files not found at ${path}`, missingFilesHint(entry, path))
   }
   return openOnnx(entry, path, ctx)
 }
