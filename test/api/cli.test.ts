@@ -2,10 +2,12 @@
 // (keys create prints only the key), errors, and the bin launcher itself.
 
 import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
+import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { run } from '../../src/cli.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 
@@ -53,6 +55,25 @@ t.test('accounts and keys commands', async t => {
 
   t.match(await cli(['keys', 'list', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
   t.match(await cli(['keys', 'create', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
+})
+
+t.test('the key commands README\'s quick start shows work, in order, after a first start', async t => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('### Your first authenticated call'), readme.indexOf('\n## ', readme.indexOf('### Your first authenticated call')))
+  const commands = [...section.matchAll(/npx chatd ((?:keys|accounts) [^`)\n]+)/g)].map(m => m[1].trim().split(/\s+/))
+  t.ok(commands.some(args => args[0] === 'keys' && args[1] === 'create'), 'the section shows how to make keys')
+  const dbPath = join(t.testdir(), 'chatd.db')
+  process.env.DATABASE_URL = `sqlite://${dbPath}`
+  t.teardown(() => { delete process.env.DATABASE_URL })
+  // What the first start does on an empty database (default CHATD_ADMIN_EMAIL).
+  const db = await openMigratedDatabase({ kind: 'sqlite', path: dbPath })
+  await ensureAdminAccount(new Accounts(db), { email: 'admin@localhost' })
+  await db.destroy()
+  for (const args of commands) {
+    const result = await cli(args)
+    t.equal(result.code, 0, `npx chatd ${args.join(' ')}: ${result.err}`)
+    if (args[0] === 'keys' && args[1] === 'create') t.match(result.out, /^sk-chatd-[A-Za-z0-9]{32}\n$/)
+  }
 })
 
 t.test('usage errors', async t => {
