@@ -39,6 +39,22 @@ const USAGE = `Usage: chatd <command>
 Settings come from environment variables (and .env); see .env.example.
 `
 
+/**
+ * One command's part of USAGE (or every command of a group, `keys`): its
+ * line and the continuation lines under it.
+ */
+function usageOf (name: string): string | undefined {
+  const entries: string[] = []
+  for (const line of USAGE.split('\n')) {
+    if (/^ {2}\S/.test(line)) entries.push(line)
+    else if (/^ {3,}\S/.test(line) && entries.length > 0) entries[entries.length - 1] += '\n' + line
+  }
+  const mine = entries.filter(e => e.slice(2) === name || e.slice(2).startsWith(name + ' '))
+  return mine.length === 0 ? undefined : `Usage: chatd ${name}\n\n${mine.join('\n')}\n\nSettings come from environment variables (and .env); see .env.example.\n`
+}
+
+const isHelp = (arg: string): boolean => arg === '--help' || arg === '-h'
+
 /** Wrong command line: exit 2 with the usage text. */
 class UsageError extends Error {
   readonly usage: string
@@ -214,16 +230,41 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
 
 /** Runs one command line; returns the exit code. */
 export async function run (argv: string[], out: Out = line => { process.stdout.write(line + '\n') }, err: Out = line => { process.stderr.write(line + '\n') }): Promise<number> {
-  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
+  if (argv.length === 0) {
+    // No command is a usage error like any other (exit 2), not a failure.
+    err(`chatd: no command given\n\n${USAGE}`)
+    return 2
+  }
+  if (isHelp(argv[0]) || argv[0] === 'help') {
     out(USAGE)
-    return argv.length === 0 ? 1 : 0
+    return 0
   }
   const twoWord = `${argv[0]} ${argv[1] ?? ''}`
   const [name, rest] = commands[twoWord] ? [twoWord, argv.slice(2)] : [argv[0], argv.slice(1)]
   const command = commands[name]
   if (!command) {
+    // `chatd keys --help`: the group's commands.
+    const group = usageOf(argv[0])
+    if (group && (argv[1] === undefined || isHelp(argv[1]))) {
+      if (argv[1] === undefined) {
+        err(`chatd ${argv[0]}: which ${argv[0]} command?\n\n${group}`)
+        return 2
+      }
+      out(group)
+      return 0
+    }
     err(`chatd: unknown command: ${argv.slice(0, 2).join(' ')}\n\n${USAGE}`)
     return 2
+  }
+  // Every command prints its own help for --help (or -h) and succeeds, whatever else is given.
+  if (rest.some(isHelp)) {
+    if (name === 'convert') {
+      const { CONVERT_USAGE } = await import('./engine/onnx/convert/cli.ts')
+      out(CONVERT_USAGE)
+    } else {
+      out(usageOf(name) ?? USAGE)
+    }
+    return 0
   }
   try {
     await command(rest, out)

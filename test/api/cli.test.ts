@@ -77,7 +77,7 @@ t.test('the key commands README\'s quick start shows work, in order, after a fir
 })
 
 t.test('usage errors', async t => {
-  t.match(await cli([]), { code: 1, out: /Usage: chatd <command>/ })
+  t.match(await cli([]), { code: 2, out: '', err: /no command given[\s\S]*Usage: chatd <command>/ }, 'no command is a usage error: exit 2, as README says')
   t.match(await cli(['--help']), { code: 0, out: /keys revoke <prefix>/ })
   t.match(await cli(['frobnicate']), { code: 2, err: /unknown command: frobnicate/ })
   t.match(await cli(['keys', 'create']), { code: 2, err: /--email is required/ })
@@ -85,6 +85,22 @@ t.test('usage errors', async t => {
   t.match(await cli(['keys', 'create', '--email', 'a@b.c', '--bogus']), { code: 2, err: /Unknown option '--bogus'/ })
   t.match(await cli(['keys', 'revoke']), { code: 2, err: /<prefix> is required/ })
   t.match(await cli(['keys', 'revoke', 'a', 'b']), { code: 2, err: /unexpected argument: b/ })
+})
+
+t.test('every command prints its help for --help and exits 0', async t => {
+  const commands = ['serve', 'accounts create', 'accounts set-tier', 'accounts set-password', 'accounts list', 'keys create', 'keys list', 'keys revoke', 'pull', 'convert']
+  for (const command of commands) {
+    for (const flag of ['--help', '-h']) {
+      const result = await cli([...command.split(' '), flag])
+      t.equal(result.code, 0, `chatd ${command} ${flag}: exit 0 (${result.err})`)
+      t.equal(result.err, '', `chatd ${command} ${flag}: nothing on stderr`)
+      t.match(result.out, command === 'convert' ? /chatd convert --from <hf-checkpoint-dir>[\s\S]*--block-size/ : new RegExp(`Usage: chatd ${command}\n\n {2}${command}`), `chatd ${command} ${flag}: its help`)
+    }
+  }
+  // After other flags too, and for a group.
+  t.match(await cli(['convert', '--out', 'x', '--help']), { code: 0, out: /Usage:/ })
+  t.match(await cli(['keys', '--help']), { code: 0, out: /keys create[\s\S]*keys list[\s\S]*keys revoke/ })
+  t.match(await cli(['keys']), { code: 2, err: /which keys command/ })
 })
 
 t.test('convert is wired to the model builder', async t => {
