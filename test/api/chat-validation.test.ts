@@ -25,6 +25,7 @@ const INVALID: Array<[string, Record<string, unknown>, string]> = [
   ['wordcount fractional', { wordcount: 2.5 }, 'wordcount'],
   ['wordcount another word', { wordcount: 'Long' }, 'wordcount'],
   ['wordcount numeric string', { wordcount: '300' }, 'wordcount'],
+  ['wordcount above its maximum', { wordcount: 100001 }, 'wordcount'],
   ['role outside user/assistant/system', { messages: [{ role: 'bot', content: 'hi' }] }, 'messages[0].role'],
   ['role of a later message', { messages: [{ role: 'user', content: 'hi' }, { role: 'tool', content: 'x' }] }, 'messages[1].role'],
   ['message without role', { messages: [{ content: 'hi' }] }, 'messages[0].role'],
@@ -203,5 +204,14 @@ t.test('null counts as absent for every optional field, the spec\'s own included
     const res = await send({ [field]: null })
     t.equal(res.statusCode, 400, `${field}: null is refused`)
     t.equal(res.json().error.param, field)
+  }
+})
+
+t.test('the wordcount error says its range, maximum included', async t => {
+  const { app, auth } = await buildTestApp(t)
+  for (const wordcount of [0, 100001, 2.5, 'Long']) {
+    const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ wordcount }) })
+    t.equal(res.statusCode, 400)
+    t.same(res.json().error, { message: 'Invalid value for \'wordcount\': must be "Default" or an integer from 1 to 100000.', type: 'invalid_request_error', param: 'wordcount', code: 'invalid_parameter' }, `wordcount ${JSON.stringify(wordcount)}`)
   }
 })

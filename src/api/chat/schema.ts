@@ -17,6 +17,9 @@ export const DEFAULTS = {
   top_k: 0,
 } as const
 
+/** The largest wordcount (the spec's range is 1 to 100000). */
+export const WORDCOUNT_MAX = 100000
+
 const Role = Type.Enum(['user', 'assistant', 'system'], { description: 'Who wrote the message.' })
 
 const TextPart = Type.Object({
@@ -38,9 +41,9 @@ export const ChatCompletionRequest = Type.Object({
   messages: Type.Array(Message, { minItems: 1, description: 'The conversation so far.' }),
   language: ShortName(DEFAULTS.language, 'Language of the reply.'),
   tone: ShortName(DEFAULTS.tone, 'Tone of the reply.'),
-  wordcount: Type.Optional(Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: 100000 })], {
+  wordcount: Type.Optional(Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: WORDCOUNT_MAX })], {
     default: DEFAULTS.wordcount,
-    description: 'Target length of the reply in words: "Default" or a positive integer.',
+    description: `Target length of the reply in words: "Default" or an integer from 1 to ${WORDCOUNT_MAX}.`,
   })),
   googleSearchStatus: Type.Optional(Type.Boolean({ default: DEFAULTS.googleSearchStatus, description: 'Enrich the reply with web search results (needs a search provider).' })),
   stream: Type.Optional(Type.Boolean({ default: DEFAULTS.stream, description: 'Stream the reply as server-sent events.' })),
