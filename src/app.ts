@@ -210,7 +210,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       limits,
       drainDeadline: drainDeadline.signal,
     })
-    await api.register(modelsRoute, { models })
+    await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })
 

@@ -32,6 +32,22 @@ t.test('model list in the OpenAI shape, with status', async t => {
   open()
 })
 
+t.test('the model list marks models the caller\'s tier may not use', async t => {
+  const tiers = JSON.stringify({ default: 'free', tiers: { free: { models: ['scripted', 'small-*'] }, pro: { models: ['*'] } } })
+  const backends = [new ScriptedBackend(), new ScriptedBackend({ id: 'small-1' }), new ScriptedBackend({ id: 'big' })]
+  const free = await buildTestApp(t, { tier: 'free', tiers, backends })
+  const list = (await free.app.inject({ url: '/api/v1/models', headers: free.auth })).json()
+  t.same(list.data.map((m: { id: string; allowed: boolean }) => [m.id, m.allowed]), [['scripted', true], ['small-1', true], ['big', false]], 'every model is listed; allowed says which the tier may use')
+  t.match((await free.app.inject({ url: '/api/v1/models/big', headers: free.auth })).json(), { id: 'big', status: 'ready', allowed: false })
+  // What allowed: false means: the chat endpoint refuses the model for this tier.
+  const refused = await free.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: free.auth, payload: chatBody({ model: 'big' }) })
+  t.equal(refused.statusCode, 403)
+  t.equal(refused.json().error.code, 'model_not_allowed')
+
+  const pro = await buildTestApp(t, { tier: 'pro', tiers, backends: [new ScriptedBackend(), new ScriptedBackend({ id: 'big' })] })
+  t.same((await pro.app.inject({ url: '/api/v1/models', headers: pro.auth })).json().data.map((m: { allowed: boolean }) => m.allowed), [true, true])
+})
+
 t.test('unknown, loading and unavailable models on the chat endpoint', async t => {
   let open!: () => void
   const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })

@@ -7,6 +7,7 @@ export const Model = Type.Object({
   owned_by: Type.String(),
   status: Type.Enum(['ready', 'loading', 'unavailable'], { description: 'chatd extra: whether the model can answer now.' }),
   status_reason: Type.Optional(Type.String({ description: 'chatd extra: why the model is unavailable, and how to fix it.' })),
+  allowed: Type.Boolean({ description: 'chatd extra: whether the caller\'s tier may use the model; false: its requests get 403 model_not_allowed.' }),
 })
 
 export type Model = Static<typeof Model>
