@@ -12,6 +12,7 @@
 //   chatd keys revoke <prefix>
 //   chatd pull [<model id>...]                 download local models' files (src/pull/)
 //   chatd convert ...                          build an ONNX model directory (see --help)
+//   chatd install-cuda                         download onnxruntime-node's CUDA 12 provider
 
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { AccountError, Accounts } from './accounts/accounts.ts'
@@ -35,6 +36,8 @@ const USAGE = `Usage: chatd <command>
                                                  --if-missing: skip complete ones without asking the hub
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
   convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
+  install-cuda                                   download onnxruntime-node's CUDA 12 execution provider
+                                                 (from api.nuget.org); fails unless it is then in place
 
 Settings come from environment variables (and .env); see .env.example.
 `
@@ -212,6 +215,20 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
       throw err
     } finally {
       process.off('SIGINT', onSigint)
+    }
+  },
+
+  async 'install-cuda' (args, out) {
+    parse(args, {})
+    // Loaded on demand; it never loads onnxruntime itself.
+    const { installCudaProvider, CudaInstallError } = await import('./engine/onnx/cuda-provider.ts')
+    try {
+      const files = await installCudaProvider({ onOutput: line => process.stderr.write(`onnxruntime-node: ${line}\n`) })
+      for (const file of files) out(`installed ${file}`)
+      out('The CUDA 12 runtime (cuBLAS included) and cuDNN 9 libraries and an NVIDIA driver are needed as well; ONNX_DEVICE=cuda says what is missing.')
+    } catch (err) {
+      if (err instanceof CudaInstallError) throw new CommandError(err.message, { cause: err })
+      throw err
     }
   },
 
