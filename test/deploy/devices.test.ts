@@ -39,7 +39,7 @@ t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying which fi
   const { app, logs } = await serve(t, 'cuda')
   const failed = logs.find(l => l.msg === 'model failed to load')
   t.match(failed, { level: 50, model: 'stories', err: { message: /^ONNX_DEVICE=cuda but onnxruntime-node's CUDA provider library is not installed: \/\S*onnxruntime-node\/bin\/napi-v6\/linux\/x64\/libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda to download it/ } })
-  t.match(failed.err.message, /Or set ONNX_DEVICE=auto/)
+  t.match(failed?.err.message, /Or set ONNX_DEVICE=auto/)
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${KEY}` }, payload: { model: 'stories', messages: [{ role: 'user', content: 'hi' }] } })
   t.equal(res.statusCode, 503)
   t.match(res.json().error, { code: 'model_unavailable', message: /CUDA provider library is not installed: .*libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda/ })
