@@ -7,14 +7,15 @@
 // directory, so nothing could be written into node_modules anyway.
 
 import { spawnSync } from 'node:child_process'
-import { cpSync, existsSync, mkdirSync, symlinkSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { run } from '../../../src/cli.ts'
-import { cudaProviderFiles, cudaProviderInstalled, cudaProviderPath, CudaInstallError, INSTALL_CUDA_COMMAND, installCudaProvider, installerEnv, ortPackageDir, SKIPPING_VARIABLES } from '../../../src/engine/onnx/cuda-provider.ts'
+import { cudaProviderFiles, cudaProviderInstalled, cudaProviderPath, CudaInstallError, INSTALL_CUDA_COMMAND, installCudaProvider, installerEnv, SKIPPING_VARIABLES } from '../../../src/engine/onnx/cuda-provider.ts'
 import { createSession, cudaProviderMissingMessage } from '../../../src/engine/onnx/ort.ts'
 import { freePort } from '../../helpers/chatd-process.ts'
 import { REPO_ROOT } from '../../helpers/models.ts'
+import { ortCopy } from '../../helpers/ort-copy.ts'
 
 const linuxX64 = process.platform === 'linux' && process.arch === 'x64'
 const installed = cudaProviderInstalled()
@@ -26,17 +27,6 @@ const NPM_LIKE = {
   npm_config_onnxruntime_node_install: 'skip',
   ONNXRUNTIME_NODE_INSTALL: 'skip',
   ONNXRUNTIME_NODE_INSTALL_CUDA: 'skip',
-}
-
-/** A copy of onnxruntime-node's package.json and install scripts, with the modules they need. */
-function ortCopy (dir: string): string {
-  const real = ortPackageDir()
-  const copy = join(dir, 'node_modules', 'onnxruntime-node')
-  mkdirSync(copy, { recursive: true })
-  cpSync(join(real, 'package.json'), join(copy, 'package.json'))
-  cpSync(join(real, 'script'), join(copy, 'script'), { recursive: true })
-  for (const name of ['global-agent', 'adm-zip']) symlinkSync(join(REPO_ROOT, 'node_modules', name), join(dir, 'node_modules', name))
-  return copy
 }
 
 t.test('the installer\'s environment: every variable that makes the script skip is removed', async t => {
