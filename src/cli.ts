@@ -171,7 +171,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
       const account = await accounts.getByEmail(email)
       return accounts.createKey(account.id, { name: values.name as string | undefined })
     })
-    // Only the key, so scripts can capture it: KEY=$(npx chatd keys create --email me@example.com)
+    // Only the key, so scripts can capture it: KEY=$(npx chatd keys create --email admin@localhost)
     out(key)
   },
 
