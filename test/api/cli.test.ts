@@ -88,7 +88,7 @@ t.test('usage errors', async t => {
 })
 
 t.test('every command prints its help for --help and exits 0', async t => {
-  const commands = ['serve', 'accounts create', 'accounts set-tier', 'accounts set-password', 'accounts list', 'keys create', 'keys list', 'keys revoke', 'pull', 'convert']
+  const commands = ['serve', 'accounts create', 'accounts set-tier', 'accounts set-password', 'accounts list', 'keys create', 'keys list', 'keys revoke', 'pull', 'convert', 'install-cuda']
   for (const command of commands) {
     for (const flag of ['--help', '-h']) {
       const result = await cli([...command.split(' '), flag])
