@@ -19,10 +19,11 @@ ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 # scripts) is left out: the images run on the base image's own Node 24.
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
-COPY package.json package-lock.json .npmrc ./
-# .npmrc skips onnxruntime-node's download of CUDA libraries (and npm 11 runs no
-# dependency install scripts unless allowed): right for the CPU image.
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY package.json package-lock.json ./
+# onnxruntime-node's install script would download CUDA libraries: right only for
+# the GPU image. package.json's allowScripts denies it on npm 11.16 and newer; the
+# variable makes the script itself skip under an npm that predates allowScripts.
+RUN ONNXRUNTIME_NODE_INSTALL=skip npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 # ---------------------------------------------------------------------------
 # deps-cuda: the same, plus onnxruntime-node's CUDA 12 execution provider

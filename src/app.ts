@@ -29,7 +29,7 @@ import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
 import { meterRefusals } from './api/refusals.ts'
 import { usageRoute } from './api/usage/route.ts'
-import { DEFAULT_CONNECTION_LIMITS, type Config } from './config.ts'
+import { DEFAULT_CONNECTION_LIMITS, DEFAULT_TIERS_FILE, type Config } from './config.ts'
 import { dashboard } from './dashboard/plugin.ts'
 import { docsSecurityHeaders } from './dashboard/security-headers.ts'
 import type { ModelRegistry } from './engine/registry.ts'
@@ -75,7 +75,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
   const metrics = opts.metrics ?? new Metrics()
   // Read before anything opens, so a bad tiers file stops the start with its message.
-  const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? 'tiers.json')
+  const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? DEFAULT_TIERS_FILE)
 
   // Receiving a request is bounded (headers, then the whole body, idle
   // keep-alive), as is the number of connections; a response is not, so a
@@ -239,7 +239,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       limits,
       drainDeadline: drainDeadline.signal,
     })
-    await api.register(modelsRoute, { models })
+    await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })
 

@@ -12,6 +12,7 @@
 //   chatd keys revoke <prefix>
 //   chatd pull [<model id>...]                 download local models' files (src/pull/)
 //   chatd convert ...                          build an ONNX model directory (see --help)
+//   chatd install-cuda                         download onnxruntime-node's CUDA 12 provider
 
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { AccountError, Accounts } from './accounts/accounts.ts'
@@ -37,9 +38,27 @@ const USAGE = `Usage: chatd <command>
                                                  removed afterwards unless --keep-checkpoint
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
   convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
+  install-cuda                                   download onnxruntime-node's CUDA 12 execution provider
+                                                 (from api.nuget.org); fails unless it is then in place
 
 Settings come from environment variables (and .env); see .env.example.
 `
+
+/**
+ * One command's part of USAGE (or every command of a group, `keys`): its
+ * line and the continuation lines under it.
+ */
+function usageOf (name: string): string | undefined {
+  const entries: string[] = []
+  for (const line of USAGE.split('\n')) {
+    if (/^ {2}\S/.test(line)) entries.push(line)
+    else if (/^ {3,}\S/.test(line) && entries.length > 0) entries[entries.length - 1] += '\n' + line
+  }
+  const mine = entries.filter(e => e.slice(2) === name || e.slice(2).startsWith(name + ' '))
+  return mine.length === 0 ? undefined : `Usage: chatd ${name}\n\n${mine.join('\n')}\n\nSettings come from environment variables (and .env); see .env.example.\n`
+}
+
+const isHelp = (arg: string): boolean => arg === '--help' || arg === '-h'
 
 /** Wrong command line: exit 2 with the usage text. */
 class UsageError extends Error {
@@ -154,7 +173,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
       const account = await accounts.getByEmail(email)
       return accounts.createKey(account.id, { name: values.name as string | undefined })
     })
-    // Only the key, so scripts can capture it: KEY=$(npx chatd keys create --email me@example.com)
+    // Only the key, so scripts can capture it: KEY=$(npx chatd keys create --email admin@localhost)
     out(key)
   },
 
@@ -201,6 +220,20 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
     }
   },
 
+  async 'install-cuda' (args, out) {
+    parse(args, {})
+    // Loaded on demand; it never loads onnxruntime itself.
+    const { installCudaProvider, CudaInstallError } = await import('./engine/onnx/cuda-provider.ts')
+    try {
+      const files = await installCudaProvider({ onOutput: line => process.stderr.write(`onnxruntime-node: ${line}\n`) })
+      for (const file of files) out(`installed ${file}`)
+      out('The CUDA 12 runtime (cuBLAS included) and cuDNN 9 libraries and an NVIDIA driver are needed as well; ONNX_DEVICE=cuda says what is missing.')
+    } catch (err) {
+      if (err instanceof CudaInstallError) throw new CommandError(err.message, { cause: err })
+      throw err
+    }
+  },
+
   async convert (args, out) {
     // The model builder owns its flags (src/engine/onnx/convert/cli.ts); loaded on demand.
     const { runConvert, ConvertUsageError, CONVERT_USAGE } = await import('./engine/onnx/convert/cli.ts')
@@ -216,16 +249,41 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
 
 /** Runs one command line; returns the exit code. */
 export async function run (argv: string[], out: Out = line => { process.stdout.write(line + '\n') }, err: Out = line => { process.stderr.write(line + '\n') }): Promise<number> {
-  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
+  if (argv.length === 0) {
+    // No command is a usage error like any other (exit 2), not a failure.
+    err(`chatd: no command given\n\n${USAGE}`)
+    return 2
+  }
+  if (isHelp(argv[0]) || argv[0] === 'help') {
     out(USAGE)
-    return argv.length === 0 ? 1 : 0
+    return 0
   }
   const twoWord = `${argv[0]} ${argv[1] ?? ''}`
   const [name, rest] = commands[twoWord] ? [twoWord, argv.slice(2)] : [argv[0], argv.slice(1)]
   const command = commands[name]
   if (!command) {
+    // `chatd keys --help`: the group's commands.
+    const group = usageOf(argv[0])
+    if (group && (argv[1] === undefined || isHelp(argv[1]))) {
+      if (argv[1] === undefined) {
+        err(`chatd ${argv[0]}: which ${argv[0]} command?\n\n${group}`)
+        return 2
+      }
+      out(group)
+      return 0
+    }
     err(`chatd: unknown command: ${argv.slice(0, 2).join(' ')}\n\n${USAGE}`)
     return 2
+  }
+  // Every command prints its own help for --help (or -h) and succeeds, whatever else is given.
+  if (rest.some(isHelp)) {
+    if (name === 'convert') {
+      const { CONVERT_USAGE } = await import('./engine/onnx/convert/cli.ts')
+      out(CONVERT_USAGE)
+    } else {
+      out(usageOf(name) ?? USAGE)
+    }
+    return 0
   }
   try {
     await command(rest, out)

@@ -2,11 +2,22 @@
 // stops the process with a message that names the variable; nothing downstream
 // re-reads process.env. Each variable is documented in .env.example.
 
+import { readFileSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { Type, type Static } from 'typebox'
 import { DEFAULT_INPUT_LIMITS, type InputLimits } from './api/chat/input-limits.ts'
 import type { UpstreamSettings } from './engine/upstream/settings.ts'
 import type { SearchSettings } from './search/web-search.ts'
+
+/** chatd's own directory: where the default models.json and tiers.json live, whatever the working directory. */
+export const PROJECT_ROOT = fileURLToPath(new URL('..', import.meta.url))
+
+/** Defaults for the files chatd ships; an explicitly set relative path is taken from the working directory instead. */
+export const DEFAULT_MODELS_FILE = join(PROJECT_ROOT, 'models', 'models.json')
+export const DEFAULT_TIERS_FILE = join(PROJECT_ROOT, 'tiers.json')
 
 const ConfigSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'TCP port to listen on (0 = any free port).' }),
@@ -17,7 +28,7 @@ const ConfigSchema = Type.Object({
     description: 'sqlite://<path> (path is everything after sqlite://, relative or absolute) or postgres://...',
   }),
   DATABASE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'PostgreSQL: the longest one connection attempt or one query may take before the request gets 503 database_unavailable.' }),
-  MODELS_FILE: Type.String({ minLength: 1, default: 'models/models.json' }),
+  MODELS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Which models to serve; default: models/models.json in chatd\'s directory. A relative value is taken from the working directory.' })),
   LOG_LEVEL: Type.Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { default: 'info' }),
   CHATD_ADMIN_KEY: Type.Optional(Type.String({
     pattern: '^sk-chatd-[A-Za-z0-9]{32}$',
@@ -57,7 +68,7 @@ const ConfigSchema = Type.Object({
     description: 'Take the client address from X-Forwarded-For: false, true (any proxy), a hop count, or comma-separated proxy addresses/CIDRs.',
   }),
   // --- accounts, tiers, limits and the dashboard (issue 4) ---
-  TIERS_FILE: Type.String({ minLength: 1, default: 'tiers.json', description: 'Tiers and their limits (JSON).' }),
+  TIERS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Tiers and their limits (JSON); default: tiers.json in chatd\'s directory. A relative value is taken from the working directory.' })),
   REGISTRATION: Type.Enum(['open', 'closed'], { default: 'open', description: 'open: anyone may register at /api/register; closed: accounts come from the CLI.' }),
   REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://.+', description: 'Keep rate limits and allowances in Redis, shared by every replica.' })),
   REDIS_PREFIX: Type.String({ default: 'chatd:', description: 'Prefix of chatd\'s Redis keys.' }),
@@ -134,6 +145,12 @@ export interface Config {
   /** 'auto': Secure when the request came over HTTPS (directly, or per X-Forwarded-Proto with TRUST_PROXY). */
   cookieSecure: 'auto' | boolean
   loginAttemptsPerMinute: number
+  /**
+   * What `${VAR}` in models.json reads: the environment over the .env file
+   * (real variables win), so a variable set only in .env reaches models.json too.
+   * Holds secrets: never log it.
+   */
+  env: Record<string, string | undefined>
 }
 
 export interface ConnectionLimits {
@@ -166,19 +183,32 @@ interface AjvError { instancePath: string; message?: string; params: Record<stri
 /** Values never echoed back in an error message. */
 const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY', 'REDIS_URL', 'SESSION_SECRET'])
 
+/** The variables of the .env file in the working directory; none when there is no such file. */
+export function readDotenv (path = '.env'): Record<string, string> {
+  let text: string
+  try {
+    text = readFileSync(resolve(path), 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {}
+    throw new ConfigError(`Invalid configuration:\n  .env: cannot be read: ${(err as Error).message}`)
+  }
+  return parseEnv(text) as Record<string, string>
+}
+
 /**
  * Reads the settings from `source` (process.env by default) and, when `dotenv`
  * is set, from a .env file underneath it (real environment variables win).
  */
 export function loadConfig (source: Record<string, string | undefined> = process.env, opts: { dotenv?: boolean } = {}): Config {
+  const env = { ...(opts.dotenv ? readDotenv() : {}), ...source }
   let raw: RawConfig
   try {
     raw = envSchema<RawConfig>({
       // env-schema mutates the schema (additionalProperties); give it a copy.
       schema: structuredClone(ConfigSchema),
-      data: { ...source },
+      data: { ...env },
       env: false,
-      dotenv: opts.dotenv ?? false,
+      dotenv: false,
     })
   } catch (err) {
     const errors = (err as { errors?: AjvError[] }).errors
@@ -186,7 +216,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     const lines = errors.map(e => {
       const name = e.instancePath.replace(/^\//, '') || String(e.params.missingProperty ?? '')
       const allowed = Array.isArray(e.params.allowedValues) ? ` ${e.params.allowedValues.join(', ')}` : ''
-      const got = source[name]
+      const got = env[name]
       const shown = got === undefined || SECRET_VARIABLES.has(name) ? '' : ` (got ${JSON.stringify(got)})`
       return `  ${name}: ${e.message ?? 'is invalid'}${allowed}${shown}`
     })
@@ -201,7 +231,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     host: raw.HOST,
     database: parseDatabaseUrl(raw.DATABASE_URL),
     databaseTimeoutMs: raw.DATABASE_TIMEOUT_MS,
-    modelsFile: raw.MODELS_FILE,
+    modelsFile: raw.MODELS_FILE ?? DEFAULT_MODELS_FILE,
     logLevel: raw.LOG_LEVEL,
     adminKey: raw.CHATD_ADMIN_KEY,
     adminEmail: raw.CHATD_ADMIN_EMAIL,
@@ -237,13 +267,14 @@ export function loadConfig (source: Record<string, string | undefined> = process
       retries: raw.UPSTREAM_RETRIES,
     },
     search: parseSearch(raw),
-    tiersFile: raw.TIERS_FILE,
+    tiersFile: raw.TIERS_FILE ?? DEFAULT_TIERS_FILE,
     registration: raw.REGISTRATION,
     redisUrl: raw.REDIS_URL,
     redisPrefix: raw.REDIS_PREFIX,
     sessionSecret: raw.SESSION_SECRET,
     cookieSecure: raw.COOKIE_SECURE === 'auto' ? 'auto' : raw.COOKIE_SECURE === 'true',
     loginAttemptsPerMinute: raw.LOGIN_ATTEMPTS_PER_MINUTE,
+    env,
   }
 }
 

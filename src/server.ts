@@ -1,7 +1,9 @@
-// The entry point: load config, open the database (first start: create the
-// admin account and print its key once), read models.json, build the app,
-// listen, load the models in the background, and on SIGTERM/SIGINT stop taking
-// requests and drain the ones in flight (streams included) before exiting.
+// The entry point: load config, read models.json, open the database, build the
+// app (which reads the tiers file), listen, and only then, on a first start,
+// create the admin account and print its key once: a start that fails for any
+// reason prints no key that nobody can see again. Then load the models in the
+// background, and on SIGTERM/SIGINT stop taking requests and drain the ones in
+// flight (streams included) before exiting.
 
 import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
@@ -17,7 +19,7 @@ import { openMigratedDatabase } from './store/database.ts'
 export interface StartOptions {
   /** Where the first start prints the admin key; stdout by default. */
   print?: (text: string) => void
-  /** Environment for `${VAR}` in models.json; process.env by default. */
+  /** Environment for `${VAR}` in models.json; config.env (the environment over .env) by default. */
   env?: Record<string, string | undefined>
   /** Replaces backend factories (tests). */
   factories?: Partial<BackendFactories>
@@ -29,40 +31,57 @@ export interface StartOptions {
 /** Opens everything and listens. Closing the returned app closes the models and the database too. */
 export async function startServer (config: Config, opts: StartOptions = {}): Promise<FastifyInstance> {
   const print = opts.print ?? (text => { process.stdout.write(text) })
+  // models.json first: a bad file stops the start before anything is opened.
+  const models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: opts.factories })
   // The pool's idle-connection errors (the database restarted) are logged once the app's logger exists.
   let noteIdleError = (_err: Error): void => {}
-  const db = await openMigratedDatabase(config.database, { timeoutMs: config.databaseTimeoutMs, onIdleError: err => noteIdleError(err) })
-  let models: ModelRegistry | undefined
+  let db
+  try {
+    db = await openMigratedDatabase(config.database, { timeoutMs: config.databaseTimeoutMs, onIdleError: err => noteIdleError(err) })
+  } catch (err) {
+    await models.close()
+    throw err
+  }
+  let app: FastifyInstance | undefined
   try {
     const accounts = new Accounts(db)
-    const admin = await ensureAdminAccount(accounts, { email: config.adminEmail, key: config.adminKey })
+    // Read before listening: an account registered in the moment between listening and
+    // creating the admin must not make this start look like a later one.
+    const firstStart = await accounts.count() === 0
+    // Made here, not in buildApp, so the rows it still holds are drained before the database closes.
+    let log: FastifyInstance['log'] | undefined
+    const usage = new UsageRecords(db, { outbox: { onGiveUp: (row, reason) => { if (log) logUnwrittenUsage(log, row, reason) } } })
+    // buildApp reads the tiers file: a bad or missing one stops the start here.
+    const built = await buildApp({ config, accounts, models, usage, logger: opts.logger, logStream: opts.logStream })
+    app = built
+    log = built.log
+    noteIdleError = err => built.log.warn({ err: err.message }, 'a pooled database connection was lost; the next query opens a new one')
+    const database = db
+    // Runs after Fastify has stopped listening and the in-flight requests have ended.
+    built.addHook('onClose', async () => {
+      await drainUsage(usage, built.log)
+      await models.close()
+      await database.destroy()
+    })
+    await built.listen({ port: config.port, host: config.host })
+    // Only now that nothing else can stop the start is the admin's key made and shown.
+    const admin = firstStart ? await ensureAdminAccount(accounts, { email: config.adminEmail, key: config.adminKey, firstStart }) : null
     if (admin) {
       // Printed, never logged: this is the one time the key can be seen.
       print(admin.fromConfig
         ? `\nCreated admin account ${admin.email} with the key from CHATD_ADMIN_KEY.\n\n`
         : `\nCreated admin account ${admin.email}. Its API key (shown only now, keep it):\n\n    ${admin.key}\n\n`)
     }
-    models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: opts.factories })
-    // Made here, not in buildApp, so the rows it still holds are drained before the database closes.
-    let log: FastifyInstance['log'] | undefined
-    const usage = new UsageRecords(db, { outbox: { onGiveUp: (row, reason) => { if (log) logUnwrittenUsage(log, row, reason) } } })
-    const app = await buildApp({ config, accounts, models, usage, logger: opts.logger, logStream: opts.logStream })
-    log = app.log
-    noteIdleError = err => app.log.warn({ err: err.message }, 'a pooled database connection was lost; the next query opens a new one')
-    const registry = models
-    // Runs after Fastify has stopped listening and the in-flight requests have ended.
-    app.addHook('onClose', async () => {
-      await drainUsage(usage, app.log)
-      await registry.close()
-      await db.destroy()
-    })
-    await app.listen({ port: config.port, host: config.host })
     // Listening first, loading after: /healthz answers at once, /readyz says when models are ready.
-    void models.loadAll(app.log)
-    return app
+    void models.loadAll(built.log)
+    return built
   } catch (err) {
-    await models?.close()
-    await db.destroy()
+    if (app) {
+      await app.close() // its onClose hook closes the models and the database
+    } else {
+      await models.close()
+      await db.destroy()
+    }
     throw err
   }
 }
@@ -84,6 +103,11 @@ export async function main (): Promise<void> {
   } catch (err) {
     if (err instanceof ConfigError || err instanceof ModelsFileError) {
       process.stderr.write(`chatd: ${err.message}\n`)
+      process.exit(1)
+    }
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+      process.stderr.write(`chatd: cannot listen on ${config!.host}:${config!.port}: ${(err as Error).message} (set PORT or HOST)\n`)
       process.exit(1)
     }
     throw err

@@ -18,8 +18,13 @@ export interface CreatedAdmin {
   fromConfig: boolean
 }
 
-export async function ensureAdminAccount (accounts: Accounts, opts: { email: string; key?: string; tier?: string }): Promise<CreatedAdmin | null> {
-  if (await accounts.count() > 0) return null
+/**
+ * Creates the admin account and its key when the database has no account.
+ * `firstStart`: whether it had none when the start began (read before the
+ * server listened); when given, it decides instead of a count taken now.
+ */
+export async function ensureAdminAccount (accounts: Accounts, opts: { email: string; key?: string; tier?: string; firstStart?: boolean }): Promise<CreatedAdmin | null> {
+  if (opts.firstStart === false || (opts.firstStart === undefined && await accounts.count() > 0)) return null
   let account
   try {
     account = await accounts.create({ email: opts.email, isAdmin: true, tier: opts.tier ?? ADMIN_TIER })

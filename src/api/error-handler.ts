@@ -6,6 +6,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { redactSecretLooking } from '../logging.ts'
+import { WORDCOUNT_MAX } from './chat/schema.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import type { Metrics } from './metrics/metrics.ts'
@@ -32,7 +33,7 @@ export function paramFromPointer (pointer: string): string {
 
 /** Wordings for fields whose schema is a union, where Ajv's per-branch messages would mislead. */
 const UNION_FIELD_MESSAGES: Record<string, string> = {
-  wordcount: 'must be "Default" or a positive integer',
+  wordcount: `must be "Default" or an integer from 1 to ${WORDCOUNT_MAX}`,
   content: 'must be a string or an array of {"type":"text","text":string} parts',
   stop: 'must be a string or an array of at most 4 non-empty strings',
 }

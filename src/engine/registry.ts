@@ -14,6 +14,7 @@ import type { Config } from '../config.ts'
 import { ApiError } from '../errors.ts'
 import type { Backend, BackendState, GenerateEvent } from './backend.ts'
 import { UpstreamBackend } from './upstream/backend.ts'
+import { ONNX_FILES_BY_DTYPE, type ModelDtype } from './onnx/model-dir.ts'
 import type { DownloadState, PullingBackend } from '../pull/pulling-backend.ts'
 
 // ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 export interface FactoryContext {
   config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
-    & Partial<Pick<Config, 'upstream'>>
+    & Partial<Pick<Config, 'upstream' | 'env'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
   baseDir: string
 }
@@ -216,6 +217,22 @@ export type BackendFactory<E extends ModelEntry = ModelEntry> = (entry: E, ctx: 
 
 export function pullHint (id: string): string {
   return `run: npx chatd pull ${id}`
+}
+
+/** The files a local model directory holds, for messages that ask someone to put them there. */
+export function modelDirLayout (dtype = 'q4'): string {
+  const onnx = (ONNX_FILES_BY_DTYPE[dtype as ModelDtype] ?? ['model*.onnx']).map(f => `onnx/${f}`).join(' or ')
+  return `Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ${onnx}`
+}
+
+/**
+ * What to do about a local model whose files are not on disk: pull them, or,
+ * for an entry without a hubRepo (chatd pull has nowhere to fetch it from),
+ * put them there or name the repository.
+ */
+export function missingFilesHint (entry: OnnxModelEntry, path: string): string {
+  if (entry.hubRepo) return pullHint(entry.id)
+  return `put the model directory (${modelDirLayout(entry.dtype)}) at ${path}, or add "hubRepo" (the Hugging Face repository it comes from) to its entry in models.json and run: npx chatd pull ${entry.id}`
 }
 
 /** A local model's directory: its path from models.json, relative to `baseDir` unless absolute. */
@@ -233,7 +250,7 @@ export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => 
     }
   }
   if (!existsSync(path)) {
-    return new UnavailableBackend(entry.id, `model files not found at ${path}`, pullHint(entry.id))
+    return new UnavailableBackend(entry.id, `model files not found at ${path}`, missingFilesHint(entry, path))
   }
   return openOnnx(entry, path, ctx)
 }
@@ -345,7 +362,10 @@ export class ModelRegistry {
     }
   }
 
-  /** Reads MODELS_FILE and builds every backend (without loading them yet). */
+  /**
+   * Reads MODELS_FILE and builds every backend (without loading them yet).
+   * `${VAR}`s come from `env`, else config.env (the environment over .env), else process.env.
+   */
   static async fromFile (file: string, opts: { config: FactoryContext['config']; env?: Record<string, string | undefined>; factories?: Partial<BackendFactories> }): Promise<ModelRegistry> {
     let text: string
     try {
@@ -353,7 +373,7 @@ export class ModelRegistry {
     } catch (err) {
       throw new ModelsFileError(`MODELS_FILE ${file}: cannot be read: ${(err as Error).message}`)
     }
-    const parsed = parseModelsFile(text, opts.env ?? process.env, file)
+    const parsed = parseModelsFile(text, opts.env ?? opts.config.env ?? process.env, file)
     const factories = { ...defaultFactories, ...opts.factories }
     const ctx: FactoryContext = { config: opts.config, baseDir: resolve(opts.config.modelsDir ?? dirname(resolve(file))) }
     const models = []
@@ -399,9 +419,21 @@ export class ModelRegistry {
     return state
   }
 
-  /** Ready when every model that can be used has loaded; unavailable ones do not hold readiness back, downloading ones do. */
+  /**
+   * The server's readiness (GET /readyz):
+   * - `loading` while any model is still loading or downloading its files;
+   * - then `ready` when at least one model can answer (unavailable ones do not hold it back);
+   * - `unavailable` when none can (every model is unavailable, or there is none).
+   */
+  readiness (): 'ready' | 'loading' | 'unavailable' {
+    const models = this.list()
+    if (models.some(m => this.state(m.id).state === 'loading' || asPulling(m.backend)?.download()?.state === 'downloading')) return 'loading'
+    return models.some(m => this.state(m.id).state === 'ready') ? 'ready' : 'unavailable'
+  }
+
+  /** Whether the server is ready to serve (see readiness()). */
   ready (): boolean {
-    return this.list().every(m => this.state(m.id).state !== 'loading' && asPulling(m.backend)?.download()?.state !== 'downloading')
+    return this.readiness() === 'ready'
   }
 
   /** Downloads of model files started by the server (auto-pull), running or failed, by model id. */

@@ -7,8 +7,8 @@
 import { readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { Config } from '../config.ts'
-import { ONNX_FILES_BY_DTYPE, type ModelDtype } from '../engine/onnx/model-dir.ts'
-import { modelPath, parseModelsFile, type OnnxModelEntry } from '../engine/registry.ts'
+import type { ModelDtype } from '../engine/onnx/model-dir.ts'
+import { modelDirLayout, modelPath, parseModelsFile, type OnnxModelEntry } from '../engine/registry.ts'
 import { modelFilesMissing } from './auto-pull.ts'
 import { PullError } from './errors.ts'
 import { hubLocation } from './model-source.ts'
@@ -29,7 +29,7 @@ export interface PullCommandOptions {
 
 /** Pulls each model named (every local model with a hubRepo when none is). */
 export async function runPullCommand (ids: string[], config: Config, opts: PullCommandOptions): Promise<void> {
-  const entries = parseModelsFile(readFileSync(config.modelsFile, 'utf8'), process.env, config.modelsFile).map(p => p.entry)
+  const entries = parseModelsFile(readFileSync(config.modelsFile, 'utf8'), config.env ?? process.env, config.modelsFile).map(p => p.entry)
   const baseDir = resolve(config.modelsDir ?? dirname(resolve(config.modelsFile)))
   const targets = ids.length > 0
     ? ids.map(id => {
@@ -45,8 +45,7 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
     const dir = modelPath(entry, baseDir)
     const dtype = (entry.dtype ?? 'q4') as ModelDtype
     if (!entry.hubRepo) {
-      const onnxFiles = (ONNX_FILES_BY_DTYPE[dtype] ?? ['model*.onnx']).map(f => `onnx/${f}`).join(' or ')
-      throw new PullError(`${entry.id} has no "hubRepo" in ${config.modelsFile}, so there is nowhere to download it from: add one, or put the model directory (Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, ${onnxFiles}) at ${dir}`)
+      throw new PullError(`${entry.id} has no "hubRepo" in ${config.modelsFile}, so there is nowhere to download it from: add one, or put the model directory (${modelDirLayout(dtype)}) at ${dir}`)
     }
     if (opts.ifMissing && !modelFilesMissing(dir, dtype)) {
       opts.out(`${entry.id}: every file is already in ${dir}`)

@@ -10,7 +10,7 @@ import { createReadStream } from 'node:fs'
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { hubError, type HubLocation, type RemoteFile } from './hub.ts'
-import { DownloadInterruptedError, IntegrityError, PullError } from './errors.ts'
+import { describeNetworkError, DownloadInterruptedError, IntegrityError, PullError } from './errors.ts'
 
 export interface DownloadOptions {
   hub: HubLocation
@@ -65,7 +65,8 @@ export async function downloadFile (opts: DownloadOptions): Promise<void> {
       } catch (err) {
         if (err instanceof PullError) throw err
         if (opts.signal?.aborted) throw new PullError(`download of ${file.path} stopped`, { cause: err })
-        throw new DownloadInterruptedError(`download of ${file.path} was interrupted after ${have} of ${file.size} bytes (${(err as Error).message}); run the same command again to resume`, { cause: err })
+        // The error's text is in the message; no `cause`, so a log line does not repeat it.
+        throw new DownloadInterruptedError(`download of ${file.path} was interrupted after ${have} of ${file.size} bytes (${describeNetworkError(err)}); run the same command again to resume`)
       }
       await fh.sync()
     } finally {

@@ -9,11 +9,18 @@ export class PullError extends Error {
   }
 }
 
-/** The hub (or mirror) could not be reached at all: DNS, refused connection, TLS, timeout. */
+/**
+ * The hub (or mirror) could not be reached at all: DNS, refused connection, TLS, timeout.
+ * The network error's whole chain is in the message, so it is not kept as `cause`
+ * (a logger would append the chain a second time); `networkError` holds it.
+ */
 export class HubUnreachableError extends PullError {
-  constructor (endpoint: string, cause: unknown) {
-    super(`could not reach the Hugging Face Hub at ${endpoint}: ${describeNetworkError(cause)}`, { cause })
+  readonly networkError: unknown
+
+  constructor (endpoint: string, networkError: unknown) {
+    super(`could not reach the Hugging Face Hub at ${endpoint}: ${describeNetworkError(networkError)}`)
     this.name = 'HubUnreachableError'
+    this.networkError = networkError
   }
 }
 

@@ -105,7 +105,9 @@ export class PullingBackend implements Backend {
         throw new Error('download stopped', { cause: err })
       }
       log?.error({ model: this.id, error: this.#failure, hint: this.#opts.pullCommand }, `model download failed; to retry by hand run: ${this.#opts.pullCommand}`)
-      throw new Error(`download failed: ${this.#failure}`, { cause: err })
+      // No `cause`: the message already holds the failure's whole text, and a logged
+      // error's causes are appended to its message (pino), which repeated it.
+      throw new Error(`download failed: ${this.#failure}`)
     }
     this.#inner = await this.#opts.open()
     await this.#inner.load()

@@ -4,6 +4,7 @@
 // backend with the spec's defaults and exactly the client's conversation.
 
 import t from 'tap'
+import { ChatCompletionRequest } from '../../src/api/chat/schema.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
@@ -24,6 +25,7 @@ const INVALID: Array<[string, Record<string, unknown>, string]> = [
   ['wordcount fractional', { wordcount: 2.5 }, 'wordcount'],
   ['wordcount another word', { wordcount: 'Long' }, 'wordcount'],
   ['wordcount numeric string', { wordcount: '300' }, 'wordcount'],
+  ['wordcount above its maximum', { wordcount: 100001 }, 'wordcount'],
   ['role outside user/assistant/system', { messages: [{ role: 'bot', content: 'hi' }] }, 'messages[0].role'],
   ['role of a later message', { messages: [{ role: 'user', content: 'hi' }, { role: 'tool', content: 'x' }] }, 'messages[1].role'],
   ['message without role', { messages: [{ content: 'hi' }] }, 'messages[0].role'],
@@ -162,5 +164,54 @@ t.test('accepted extras', async t => {
   for (const edge of [{ temperature: 0 }, { temperature: 2 }, { top_p: 0 }, { top_p: 1 }, { top_k: 0 }, { wordcount: 'Default' }, { wordcount: 1 }]) {
     res = await send(edge)
     t.equal(res.statusCode, 200, `inclusive edge ${JSON.stringify(edge)}`)
+  }
+})
+
+t.test('null counts as absent for every optional field, the spec\'s own included', async t => {
+  const backend = new ScriptedBackend()
+  const { app, auth } = await buildTestApp(t, { backends: [backend] })
+  const send = (patch: Record<string, unknown>) => app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody(patch) })
+  const schema = ChatCompletionRequest as unknown as { properties: Record<string, unknown>; required: string[] }
+  const optional = Object.keys(schema.properties).filter(name => !schema.required.includes(name))
+  // The list is read from the schema, so a new optional field is covered too; this pins the ones the spec names.
+  for (const field of ['language', 'tone', 'wordcount', 'googleSearchStatus', 'stream', 'temperature', 'top_p', 'top_k', 'stream_options', 'max_tokens', 'max_completion_tokens', 'stop', 'seed', 'n', 'presence_penalty', 'frequency_penalty', 'user']) {
+    t.ok(optional.includes(field), `${field} is optional`)
+  }
+
+  const plain = await send({})
+  t.equal(plain.statusCode, 200)
+  const defaults = backend.lastRequest
+
+  for (const field of optional) {
+    const res = await send({ [field]: null })
+    t.equal(res.statusCode, 200, `${field}: null is accepted (${res.body})`)
+    t.match(res.headers['content-type'], /^application\/json/, `${field}: null is not a stream`)
+    t.same(backend.lastRequest, defaults, `${field}: null gets the default`)
+  }
+  const allNull = await send(Object.fromEntries(optional.map(field => [field, null])))
+  t.equal(allNull.statusCode, 200, 'every optional field null at once')
+  t.same(backend.lastRequest, defaults)
+
+  // Nested: stream_options.include_usage null is false (no usage chunk).
+  const stream = await send({ stream: true, stream_options: { include_usage: null } })
+  t.equal(stream.statusCode, 200, stream.body)
+  const frames = stream.body.split('\n\n').filter(f => f.startsWith('data: {')).map(f => JSON.parse(f.slice(6)))
+  t.ok(frames.length > 0)
+  t.notOk(frames.some(f => f.choices.length === 0), 'no usage chunk')
+
+  // Required fields stay required.
+  for (const field of ['model', 'messages']) {
+    const res = await send({ [field]: null })
+    t.equal(res.statusCode, 400, `${field}: null is refused`)
+    t.equal(res.json().error.param, field)
+  }
+})
+
+t.test('the wordcount error says its range, maximum included', async t => {
+  const { app, auth } = await buildTestApp(t)
+  for (const wordcount of [0, 100001, 2.5, 'Long']) {
+    const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ wordcount }) })
+    t.equal(res.statusCode, 400)
+    t.same(res.json().error, { message: 'Invalid value for \'wordcount\': must be "Default" or an integer from 1 to 100000.', type: 'invalid_request_error', param: 'wordcount', code: 'invalid_parameter' }, `wordcount ${JSON.stringify(wordcount)}`)
   }
 })

@@ -2,10 +2,12 @@
 // (keys create prints only the key), errors, and the bin launcher itself.
 
 import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
+import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { run } from '../../src/cli.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 
@@ -55,8 +57,27 @@ t.test('accounts and keys commands', async t => {
   t.match(await cli(['keys', 'create', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
 })
 
+t.test('the key commands README\'s quick start shows work, in order, after a first start', async t => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('### Your first authenticated call'), readme.indexOf('\n## ', readme.indexOf('### Your first authenticated call')))
+  const commands = [...section.matchAll(/npx chatd ((?:keys|accounts) [^`)\n]+)/g)].map(m => m[1].trim().split(/\s+/))
+  t.ok(commands.some(args => args[0] === 'keys' && args[1] === 'create'), 'the section shows how to make keys')
+  const dbPath = join(t.testdir(), 'chatd.db')
+  process.env.DATABASE_URL = `sqlite://${dbPath}`
+  t.teardown(() => { delete process.env.DATABASE_URL })
+  // What the first start does on an empty database (default CHATD_ADMIN_EMAIL).
+  const db = await openMigratedDatabase({ kind: 'sqlite', path: dbPath })
+  await ensureAdminAccount(new Accounts(db), { email: 'admin@localhost' })
+  await db.destroy()
+  for (const args of commands) {
+    const result = await cli(args)
+    t.equal(result.code, 0, `npx chatd ${args.join(' ')}: ${result.err}`)
+    if (args[0] === 'keys' && args[1] === 'create') t.match(result.out, /^sk-chatd-[A-Za-z0-9]{32}\n$/)
+  }
+})
+
 t.test('usage errors', async t => {
-  t.match(await cli([]), { code: 1, out: /Usage: chatd <command>/ })
+  t.match(await cli([]), { code: 2, out: '', err: /no command given[\s\S]*Usage: chatd <command>/ }, 'no command is a usage error: exit 2, as README says')
   t.match(await cli(['--help']), { code: 0, out: /keys revoke <prefix>/ })
   t.match(await cli(['frobnicate']), { code: 2, err: /unknown command: frobnicate/ })
   t.match(await cli(['keys', 'create']), { code: 2, err: /--email is required/ })
@@ -64,6 +85,22 @@ t.test('usage errors', async t => {
   t.match(await cli(['keys', 'create', '--email', 'a@b.c', '--bogus']), { code: 2, err: /Unknown option '--bogus'/ })
   t.match(await cli(['keys', 'revoke']), { code: 2, err: /<prefix> is required/ })
   t.match(await cli(['keys', 'revoke', 'a', 'b']), { code: 2, err: /unexpected argument: b/ })
+})
+
+t.test('every command prints its help for --help and exits 0', async t => {
+  const commands = ['serve', 'accounts create', 'accounts set-tier', 'accounts set-password', 'accounts list', 'keys create', 'keys list', 'keys revoke', 'pull', 'convert', 'install-cuda']
+  for (const command of commands) {
+    for (const flag of ['--help', '-h']) {
+      const result = await cli([...command.split(' '), flag])
+      t.equal(result.code, 0, `chatd ${command} ${flag}: exit 0 (${result.err})`)
+      t.equal(result.err, '', `chatd ${command} ${flag}: nothing on stderr`)
+      t.match(result.out, command === 'convert' ? /chatd convert --from <hf-checkpoint-dir>[\s\S]*--block-size/ : new RegExp(`Usage: chatd ${command}\n\n {2}${command}`), `chatd ${command} ${flag}: its help`)
+    }
+  }
+  // After other flags too, and for a group.
+  t.match(await cli(['convert', '--out', 'x', '--help']), { code: 0, out: /Usage:/ })
+  t.match(await cli(['keys', '--help']), { code: 0, out: /keys create[\s\S]*keys list[\s\S]*keys revoke/ })
+  t.match(await cli(['keys']), { code: 2, err: /which keys command/ })
 })
 
 t.test('convert is wired to the model builder', async t => {

@@ -1,7 +1,7 @@
 // Configuration: defaults, and a clear message naming each bad variable.
 
 import t from 'tap'
-import { ConfigError, loadConfig, parseDatabaseUrl } from '../../src/config.ts'
+import { ConfigError, DEFAULT_MODELS_FILE, DEFAULT_TIERS_FILE, loadConfig, parseDatabaseUrl } from '../../src/config.ts'
 
 t.test('defaults', async t => {
   // match, not same: each feature's settings add fields, checked in that feature's tests.
@@ -9,7 +9,8 @@ t.test('defaults', async t => {
     port: 8080,
     host: '127.0.0.1',
     database: { kind: 'sqlite', path: 'data/chatd.db' },
-    modelsFile: 'models/models.json',
+    modelsFile: DEFAULT_MODELS_FILE,
+    tiersFile: DEFAULT_TIERS_FILE,
     logLevel: 'info',
     adminKey: undefined,
     adminEmail: 'admin@localhost',
@@ -85,4 +86,15 @@ t.test('slow clients, connections and refused requests (issue 19): defaults, val
   t.match(err.message, /REQUEST_TIMEOUT_MS: must be >= 100 \(got "5"\)/)
   t.match(err.message, /JSON_MAX_DEPTH: must be >= 1 \(got "0"\)/)
   t.match(err.message, /MAX_CONNECTIONS_PER_ADDRESS: must be >= 0 \(got "-1"\)/)
+})
+
+t.test('.env variables reach config.env (what models.json\'s ${VAR}s read), real ones winning', async t => {
+  const dir = t.testdir({ '.env': 'UPSTREAM_BASE_URL=http://from-dotenv/v1\nUPSTREAM_MODEL=dotenv-model\n' })
+  const cwd = process.cwd()
+  process.chdir(dir)
+  t.teardown(() => process.chdir(cwd))
+  const c = loadConfig({ UPSTREAM_BASE_URL: 'http://from-env/v1' }, { dotenv: true })
+  t.equal(c.env.UPSTREAM_BASE_URL, 'http://from-env/v1')
+  t.equal(c.env.UPSTREAM_MODEL, 'dotenv-model')
+  t.equal(loadConfig({}).env.UPSTREAM_MODEL, undefined, 'without dotenv, .env is not read')
 })

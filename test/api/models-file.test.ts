@@ -2,7 +2,7 @@
 // model that cannot be used is listed as unavailable with a hint while the
 // others keep working.
 
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
@@ -75,7 +75,13 @@ t.test('fromFile: missing files, unset variables and a bad upstream baseUrl are 
   t.same(seen, [{ id: 'local', path: join(dir, 'present-model') }], 'relative paths resolve against the models.json directory')
   t.equal(registry.get('local')?.reasoning, 'hidden')
   t.same(registry.state('local'), { state: 'ready' })
-  t.same(registry.state('absent'), { state: 'unavailable', reason: `model files not found at ${join(dir, 'not-downloaded')}`, hint: 'run: npx chatd pull absent' })
+  // No hubRepo: `chatd pull` would refuse (nowhere to download from), so the hint says what to do instead.
+  t.same(registry.state('absent'), {
+    state: 'unavailable',
+    reason: `model files not found at ${join(dir, 'not-downloaded')}`,
+    hint: `put the model directory (Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, onnx/model_q4.onnx) at ${join(dir, 'not-downloaded')}, or add "hubRepo" (the Hugging Face repository it comes from) to its entry in models.json and run: npx chatd pull absent`,
+  })
+  t.notMatch(registry.state('absent'), { hint: /^run: npx chatd pull/ }, 'not told to run a pull that refuses')
   t.same(registry.state('upstream'), { state: 'unavailable', reason: 'environment variable UPSTREAM_BASE_URL not set', hint: 'set UPSTREAM_BASE_URL in the environment or .env' })
   t.same(registry.state('upstream2'), { state: 'ready' }, 'an upstream is ready at once; whether it answers is found out per request')
   t.equal(registry.get('upstream2')?.thinkingBudget, 512)
@@ -90,6 +96,14 @@ t.test('fromFile: missing files, unset variables and a bad upstream baseUrl are 
 
 t.test('fromFile: an unreadable file is a clear error', async t => {
   await t.rejects(ModelRegistry.fromFile('/nonexistent/models.json', { config }), { name: 'ModelsFileError', message: /MODELS_FILE \/nonexistent\/models.json: cannot be read/ })
+})
+
+t.test('README\'s models.json snippet is the shipped models/models.json', async t => {
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+  // The first JSON block that is a whole models file (later ones show single entries).
+  const snippet = [...readme.matchAll(/```json\n([\s\S]*?)```/g)].map(m => m[1]).find(text => /^\s*\{\s*"models"\s*:/.test(text))
+  t.ok(snippet, 'README has a models.json snippet')
+  t.same(JSON.parse(snippet!), JSON.parse(readFileSync(new URL('../../models/models.json', import.meta.url), 'utf8')))
 })
 
 t.test('the shipped models/models.json is valid', async t => {

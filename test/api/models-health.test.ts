@@ -32,6 +32,22 @@ t.test('model list in the OpenAI shape, with status', async t => {
   open()
 })
 
+t.test('the model list marks models the caller\'s tier may not use', async t => {
+  const tiers = JSON.stringify({ default: 'free', tiers: { free: { models: ['scripted', 'small-*'] }, pro: { models: ['*'] } } })
+  const backends = [new ScriptedBackend(), new ScriptedBackend({ id: 'small-1' }), new ScriptedBackend({ id: 'big' })]
+  const free = await buildTestApp(t, { tier: 'free', tiers, backends })
+  const list = (await free.app.inject({ url: '/api/v1/models', headers: free.auth })).json()
+  t.same(list.data.map((m: { id: string; allowed: boolean }) => [m.id, m.allowed]), [['scripted', true], ['small-1', true], ['big', false]], 'every model is listed; allowed says which the tier may use')
+  t.match((await free.app.inject({ url: '/api/v1/models/big', headers: free.auth })).json(), { id: 'big', status: 'ready', allowed: false })
+  // What allowed: false means: the chat endpoint refuses the model for this tier.
+  const refused = await free.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: free.auth, payload: chatBody({ model: 'big' }) })
+  t.equal(refused.statusCode, 403)
+  t.equal(refused.json().error.code, 'model_not_allowed')
+
+  const pro = await buildTestApp(t, { tier: 'pro', tiers, backends: [new ScriptedBackend(), new ScriptedBackend({ id: 'big' })] })
+  t.same((await pro.app.inject({ url: '/api/v1/models', headers: pro.auth })).json().data.map((m: { allowed: boolean }) => m.allowed), [true, true])
+})
+
 t.test('unknown, loading and unavailable models on the chat endpoint', async t => {
   let open!: () => void
   const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
@@ -81,6 +97,25 @@ t.test('healthz and readyz', async t => {
   t.same(after.json(), { status: 'ready', models: { scripted: 'ready', slow: 'ready', big: 'unavailable' } })
 })
 
+t.test('readyz: 503 when no model can answer, 200 when one of two can', async t => {
+  const none = await buildTestApp(t, { backends: [new UnavailableBackend('a', 'files missing'), new UnavailableBackend('b', 'environment variable X not set')] })
+  await none.models.loadAll()
+  const unusable = await none.app.inject({ url: '/readyz' })
+  t.equal(unusable.statusCode, 503, 'no usable model: not ready')
+  t.same(unusable.json(), { status: 'unavailable', models: { a: 'unavailable', b: 'unavailable' } })
+
+  const failedDownload = Promise.reject(new Error('download failed: could not reach the Hugging Face Hub'))
+  failedDownload.catch(() => {})
+  const one = await buildTestApp(t, { backends: [new ScriptedBackend({ id: 'pulled', loadGate: failedDownload }), new ScriptedBackend({ id: 'usable' })] })
+  await one.models.loadAll()
+  const res = await one.app.inject({ url: '/readyz' })
+  t.equal(res.statusCode, 200, 'one usable model of two: ready')
+  t.same(res.json(), { status: 'ready', models: { pulled: 'unavailable', usable: 'ready' } })
+
+  const empty = await buildTestApp(t, { backends: [] })
+  t.equal((await empty.app.inject({ url: '/readyz' })).statusCode, 503, 'no model at all: not ready')
+})
+
 t.test('a model whose load fails becomes unavailable', async t => {
   const failedLoad = Promise.reject(new Error('bad weights'))
   failedLoad.catch(() => {})
@@ -88,7 +123,9 @@ t.test('a model whose load fails becomes unavailable', async t => {
   const { app, auth, models } = await buildTestApp(t, { backends: [broken] })
   await models.loadAll()
   t.same(models.state('broken'), { state: 'unavailable', reason: 'loading failed: bad weights' })
-  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+  const readyz = await app.inject({ url: '/readyz' })
+  t.equal(readyz.statusCode, 503, 'no model can answer: not ready')
+  t.same(readyz.json(), { status: 'unavailable', models: { broken: 'unavailable' } })
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'broken' }) })
   t.equal(res.statusCode, 503)
   t.match(res.json().error.message, /bad weights/)

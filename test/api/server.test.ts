@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { writeFileSync } from 'node:fs'
-import { connect, type AddressInfo } from 'node:net'
+import { connect, createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import OpenAI from 'openai'
@@ -167,6 +167,48 @@ t.test('a bad models.json stops start-up with the entry named', async t => {
   await t.rejects(startServer(config, { print: () => {}, logger: false }), { name: 'ModelsFileError', message: /models\[0\] \(id "x"\): missing "path"/ })
 })
 
+t.test('a start that fails (bad models.json, missing tiers file, port taken) prints no admin key; the next good start does', async t => {
+  const dir = t.testdir({ 'bad.json': '{"models":[{"id":"x","backend":"onnx"}]}', 'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: '.' }] }) })
+  const env = { PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json') }
+  let printed = ''
+  const print = (text: string) => { printed += text }
+  await t.rejects(startServer(loadConfig({ ...env, MODELS_FILE: join(dir, 'bad.json') }), { print, factories: scripted(), logger: false }), { name: 'ModelsFileError' })
+  t.equal(printed, '', 'bad models.json: no key printed')
+  await t.rejects(startServer(loadConfig({ ...env, TIERS_FILE: join(dir, 'missing-tiers.json') }), { print, factories: scripted(), logger: false }), { name: 'TiersFileError', message: /missing-tiers\.json: cannot be read/ })
+  t.equal(printed, '', 'missing tiers file: no key printed')
+  const taken = createServer()
+  taken.listen(0, '127.0.0.1')
+  await once(taken, 'listening')
+  t.teardown(() => taken.close())
+  await t.rejects(startServer(loadConfig({ ...env, PORT: String((taken.address() as AddressInfo).port) }), { print, factories: scripted(), logger: false }), { code: 'EADDRINUSE' })
+  t.equal(printed, '', 'port in use: no key printed')
+
+  const app = await startServer(loadConfig(env), { print, factories: scripted(), logger: false })
+  t.teardown(() => app.close())
+  const key = /sk-chatd-[A-Za-z0-9]{32}/.exec(printed)?.[0]
+  t.ok(key, 'the first start that succeeds creates the admin and prints its key')
+  t.equal((await client(app, key!).models.list()).data.length, 1, 'and the key works')
+})
+
+t.test('models.json and tiers.json default to chatd\'s own directory, whatever the working directory', async t => {
+  const config = loadConfig({})
+  t.equal(config.modelsFile, join(ROOT, 'models', 'models.json'))
+  t.equal(config.tiersFile, join(ROOT, 'tiers.json'))
+  // Explicit relative values are the operator's, taken from the working directory.
+  t.equal(loadConfig({ MODELS_FILE: 'mine/models.json', TIERS_FILE: 'mine/tiers.json' }).modelsFile, 'mine/models.json')
+  t.equal(loadConfig({ TIERS_FILE: 'mine/tiers.json' }).tiersFile, 'mine/tiers.json')
+
+  // From another directory, with the defaults: the shipped files are found (test/api/newcomer.test.ts runs the whole server that way).
+  const elsewhere = t.testdir({})
+  const cwd = process.cwd()
+  process.chdir(elsewhere)
+  t.teardown(() => process.chdir(cwd))
+  let printed = ''
+  const app = await startServer(loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(elsewhere, 'chatd.db')}`, MODELS_DIR: join(elsewhere, 'no-models') }), { print: text => { printed += text }, factories: scripted(), logger: false })
+  t.teardown(() => app.close())
+  t.match(printed, /Created admin account/)
+})
+
 t.test('`chatd serve` as a process: listens, answers, exits cleanly on SIGTERM', async t => {
   const dir = t.testdir()
   writeFileSync(join(dir, 'models.json'), JSON.stringify({ models: [{ id: 'absent', backend: 'onnx', path: 'nowhere' }] }))
@@ -193,8 +235,8 @@ t.test('`chatd serve` as a process: listens, answers, exits cleanly on SIGTERM',
     body: JSON.stringify({ model: 'absent', messages: [{ role: 'user', content: 'hi' }] }),
   })
   t.equal(res.status, 503)
-  t.match(((await res.json()) as { error: unknown }).error, { code: 'model_unavailable', message: /run: npx chatd pull absent/ })
-  t.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 200)
+  t.match(((await res.json()) as { error: unknown }).error, { code: 'model_unavailable', message: /put the model directory .* at .*nowhere, or add "hubRepo"/ })
+  t.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 503, 'its only model cannot answer: not ready')
 
   const logLines = stdout.split('\n').filter(line => line.startsWith('{'))
   t.ok(logLines.some(line => /"model unavailable"/.test(line)), 'the unavailable model is logged at start')

@@ -1,6 +1,6 @@
 // ONNX_DEVICE at start: `cuda` on a machine without the CUDA execution provider
-// fails that model's load with a message saying what a CUDA host needs; `auto`
-// falls back to the CPU and says so in the log.
+// fails that model's load with a message saying which file is missing where and
+// the command that installs it; `auto` falls back to the CPU and says so in the log.
 
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
@@ -35,13 +35,14 @@ async function serve (t: Test, device: string) {
   return { app, logs }
 }
 
-t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying what a CUDA host needs', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying which file is missing and how to install it', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
   const { app, logs } = await serve(t, 'cuda')
   const failed = logs.find(l => l.msg === 'model failed to load')
-  t.match(failed, { level: 50, model: 'stories', err: { message: /^ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded \(.+\)\. A CUDA host needs an NVIDIA GPU and driver, the CUDA 12 and cuDNN 9 runtime libraries, and onnxruntime-node's CUDA 12 provider libraries.*ONNXRUNTIME_NODE_INSTALL=cuda12.*Or set ONNX_DEVICE=auto/ } })
+  t.match(failed, { level: 50, model: 'stories', err: { message: /^ONNX_DEVICE=cuda but onnxruntime-node's CUDA provider library is not installed: \/\S*onnxruntime-node\/bin\/napi-v6\/linux\/x64\/libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda to download it/ } })
+  t.match(failed?.err.message, /Or set ONNX_DEVICE=auto/)
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${KEY}` }, payload: { model: 'stories', messages: [{ role: 'user', content: 'hi' }] } })
   t.equal(res.statusCode, 503)
-  t.match(res.json().error, { code: 'model_unavailable', message: /ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded/ })
+  t.match(res.json().error, { code: 'model_unavailable', message: /CUDA provider library is not installed: .*libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda/ })
 })
 
 t.test('ONNX_DEVICE=auto without CUDA: the model runs on the CPU and the log says so', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {

@@ -56,8 +56,9 @@ t.test('onnxruntime-node\'s CUDA 12 libraries are fetched for the GPU image only
   t.ok(stage('deps-cuda').body.some(i => i.op === 'RUN' && /ONNXRUNTIME_NODE_INSTALL=cuda12 node node_modules\/onnxruntime-node\/script\/install\.js/.test(i.args)))
   t.ok(stage('gpu').body.some(i => i.op === 'COPY' && /--from=deps-cuda \/app\/node_modules/.test(i.args)))
   t.ok(stage('cpu').body.some(i => i.op === 'COPY' && /--from=deps \/app\/node_modules/.test(i.args)))
-  t.notMatch(stage('deps').body.map(i => i.args).join('\n'), /ONNXRUNTIME_NODE_INSTALL/)
-  t.match(stage('deps').body.find(i => i.op === 'RUN')?.args, /npm ci --omit=dev/)
+  t.notMatch(stage('deps').body.map(i => i.args).join('\n'), /ONNXRUNTIME_NODE_INSTALL=cuda/)
+  t.match(stage('deps').body.find(i => i.op === 'RUN')?.args, /^ONNXRUNTIME_NODE_INSTALL=skip npm ci --omit=dev/, 'the CPU image\'s install skips the CUDA download, whatever the npm')
+  t.notOk(stage('deps').body.some(i => i.op === 'ENV' && /ONNXRUNTIME_NODE_INSTALL/.test(i.args)), 'only for that RUN: deps-cuda builds on this stage')
 })
 
 for (const name of ['cpu', 'gpu']) {
@@ -94,7 +95,10 @@ t.test('no secrets in the image', async t => {
     t.notMatch(allowed, /\.env|node_modules|^!data|^!models\/?$|^!\.git/, `${allowed} lets nothing private in`)
   }
   t.ok(ignore.includes('!models/models.json'), 'models.json goes in, downloaded weights do not')
-  for (const needed of ['package.json', 'package-lock.json', '.npmrc', 'bin/chatd.js', 'src/cli.ts', 'models/models.json']) t.ok(existsSync(join(ROOT, needed)), `${needed} exists to be copied`)
+  for (const needed of ['package.json', 'package-lock.json', 'bin/chatd.js', 'src/cli.ts', 'models/models.json']) t.ok(existsSync(join(ROOT, needed)), `${needed} exists to be copied`)
+  for (const copy of stages.flatMap(s => s.body.filter(i => i.op === 'COPY' && !i.args.startsWith('--from')))) {
+    for (const source of copy.args.split(/\s+/).slice(0, -1)) if (source !== '.') t.ok(existsSync(join(ROOT, source)), `COPY ${source}: it exists`)
+  }
 })
 
 const hadolint = spawnSync('hadolint', ['--version']).status === 0

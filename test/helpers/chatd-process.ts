@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { createServer } from 'node:net'
+import { join } from 'node:path'
 import type { Test } from 'tap'
 import { REPO_ROOT } from './models.ts'
 
@@ -32,15 +33,19 @@ export async function freePort (): Promise<number> {
 }
 
 /**
- * Starts `chatd serve` with `env` over the test's environment and resolves
- * once /readyz answers 200 (listening, models ready).
+ * Starts `chatd serve` with `env` over the test's environment (a variable
+ * given as undefined is removed) and resolves once /readyz answers 200
+ * (listening, a model ready). `cwd`: the working directory, chatd's own by
+ * default (as `npm start` runs it).
  */
-export async function startChatd (t: Test, env: Record<string, string>, opts: { readyWithinMs?: number } = {}): Promise<ChatdProcess> {
+export async function startChatd (t: Test, env: Record<string, string | undefined>, opts: { readyWithinMs?: number; cwd?: string } = {}): Promise<ChatdProcess> {
   // The port is chosen here rather than read from the log, so LOG_LEVEL can stay quiet.
   const port = await freePort()
-  const child = spawn(process.execPath, ['src/cli.ts', 'serve'], {
-    cwd: REPO_ROOT,
-    env: { ...process.env, HOST: '127.0.0.1', LOG_LEVEL: 'warn', CHATD_AUTO_PULL: '0', ...env, PORT: String(port) },
+  const childEnv: Record<string, string | undefined> = { ...process.env, HOST: '127.0.0.1', LOG_LEVEL: 'warn', CHATD_AUTO_PULL: '0', ...env, PORT: String(port) }
+  for (const [name, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[name]
+  const child = spawn(process.execPath, [join(REPO_ROOT, 'src/cli.ts'), 'serve'], {
+    cwd: opts.cwd ?? REPO_ROOT,
+    env: childEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''

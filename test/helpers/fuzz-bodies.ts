@@ -76,23 +76,23 @@ const LANGUAGES = [...new Set([...LANGUAGE_BY_CODE.keys(), ...LANGUAGE_BY_CODE.v
 
 /** Every optional field with a value the API accepts (null where it means absent). */
 const validOptional = {
-  language: fc.oneof(fc.constantFrom(...LANGUAGES.slice(0, 40)), fc.constantFrom('english', ' French ', 'pt-BR', 'zh_Hant')),
-  tone: fc.constantFrom(...Object.keys(TONES), 'formal', 'CASUAL'),
-  wordcount: fc.oneof(fc.constant('Default'), fc.integer({ min: 1, max: 100000 })),
-  stream: fc.boolean(),
-  temperature: fc.oneof(fc.constantFrom(0, 2, Number.MIN_VALUE, 1e-300), fc.double({ min: 0, max: 2, noNaN: true })),
-  top_p: fc.oneof(fc.constantFrom(0, 1, Number.MIN_VALUE), fc.double({ min: 0, max: 1, noNaN: true })),
-  top_k: fc.oneof(fc.constantFrom(0, 1, Number.MAX_SAFE_INTEGER, 1e20), fc.nat()),
+  language: fc.oneof(fc.constant(null), fc.constantFrom(...LANGUAGES.slice(0, 40)), fc.constantFrom('english', ' French ', 'pt-BR', 'zh_Hant')),
+  tone: fc.constantFrom(null, ...Object.keys(TONES), 'formal', 'CASUAL'),
+  wordcount: fc.oneof(fc.constantFrom(null, 'Default'), fc.integer({ min: 1, max: 100000 })),
+  stream: fc.constantFrom(null, true, false),
+  temperature: fc.oneof(fc.constantFrom(null, 0, 2, Number.MIN_VALUE, 1e-300), fc.double({ min: 0, max: 2, noNaN: true })),
+  top_p: fc.oneof(fc.constantFrom(null, 0, 1, Number.MIN_VALUE), fc.double({ min: 0, max: 1, noNaN: true })),
+  top_k: fc.oneof(fc.constantFrom(null, 0, 1, Number.MAX_SAFE_INTEGER, 1e20), fc.nat()),
   max_tokens: fc.oneof(fc.constant(null), fc.constantFrom(1, 2, Number.MAX_SAFE_INTEGER, 1e20), fc.integer({ min: 1, max: 10 })),
   max_completion_tokens: fc.oneof(fc.constant(null), fc.integer({ min: 1, max: 10 })),
   stop: fc.oneof(fc.constant(null), fc.string({ unit: trickyUnit, minLength: 1, maxLength: 8 }), fc.array(fc.string({ unit: trickyUnit, minLength: 1, maxLength: 8 }), { maxLength: 4 })),
   seed: fc.oneof(fc.constant(null), fc.constantFrom(0, -1, 2 ** 32, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 1e20, -1e300), fc.integer()),
-  stream_options: fc.oneof(fc.constant(null), fc.record({ include_usage: fc.boolean() }, { requiredKeys: [] })),
+  stream_options: fc.oneof(fc.constant(null), fc.record({ include_usage: fc.constantFrom(null, true, false) }, { requiredKeys: [] })),
   n: fc.constantFrom(null, 1),
   presence_penalty: fc.oneof(fc.constant(null), fc.double({ min: -2, max: 2, noNaN: true })),
   frequency_penalty: fc.oneof(fc.constant(null), fc.double({ min: -2, max: 2, noNaN: true })),
   user: fc.oneof(fc.constant(null), fc.string({ unit: trickyUnit, maxLength: 20 }).filter(s => s.length <= 256)),
-  googleSearchStatus: fc.constant(false),
+  googleSearchStatus: fc.constantFrom(null, false),
 }
 
 /** A body the API must answer with 200, for the model `model`. */

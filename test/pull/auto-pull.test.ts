@@ -112,13 +112,26 @@ t.test('an unreachable hub: the model is unavailable, and the error names the hu
     message: new RegExp(`^The model 'stories' is unavailable: its files could not be downloaded: could not reach the Hugging Face Hub at ${hub.url}: .*\\(run: npx chatd pull stories\\)$`),
   })
   t.match(logs.find(l => l.msg === 'model download failed; to retry by hand run: npx chatd pull stories'), { level: 50, model: 'stories' })
+  // Each message says it once: no log line's message, error or err.message repeats the hub's
+  // message or the network error (a stack may: it is a stack).
+  t.ok(logs.some(l => l.msg === 'model failed to load'))
+  const once = (text: unknown, what: string, where: string) => {
+    if (typeof text === 'string') t.ok(text.split(what).length <= 2, `${where} says "${what}" at most once: ${text}`)
+  }
+  for (const line of logs) {
+    for (const [where, text] of [['msg', line.msg], ['error', line.error], ['err.message', (line.err as { message?: string } | undefined)?.message]] as const) {
+      once(text, 'could not reach the Hugging Face Hub', `${line.msg}: ${where}`)
+      once(text, 'ECONNREFUSED', `${line.msg}: ${where}`)
+    }
+  }
+  once(readyz.json().downloads.stories.error, 'ECONNREFUSED', '/readyz downloads.stories.error')
 })
 
 t.test('CHATD_AUTO_PULL=0: nothing is fetched, the model says how to pull it', async t => {
   const hub = await startHub({ [REPO]: repoFromDir(source) })
   t.teardown(hub.close)
   const { app, dir, chat } = await serve(t, hub.url, { CHATD_AUTO_PULL: '0' })
-  t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+  t.match((await app.inject({ url: '/readyz' })).json(), { status: 'unavailable' }, 'its only model cannot answer: not ready (503)')
   t.match((await chat()).json().error, { code: 'model_unavailable', message: `The model 'stories' is unavailable: model files not found at ${join(dir, 'stories')} (run: npx chatd pull stories)` })
   t.equal(hub.requests.length, 0, 'the hub was never asked')
 })

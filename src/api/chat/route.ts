@@ -18,7 +18,7 @@ import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { admitCompletion, type ChatLimits } from './metering.ts'
 import { observeGeneration } from './observe.ts'
-import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest } from './schema.ts'
+import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
 import { SSE_HEADERS, SseBody } from './sse.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
 import type { WebSearch } from '../../search/web-search.ts'
@@ -72,6 +72,8 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
         ...errorResponses,
       },
     },
+    // null means absent for every optional field; dropped before validation so the defaults apply.
+    preValidation: async request => { nullMeansAbsent(request.body) },
   }, async (request, reply) => {
     const startedAt = performance.now()
     const body = request.body

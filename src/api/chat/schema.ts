@@ -17,6 +17,9 @@ export const DEFAULTS = {
   top_k: 0,
 } as const
 
+/** The largest wordcount (the spec's range is 1 to 100000). */
+export const WORDCOUNT_MAX = 100000
+
 const Role = Type.Enum(['user', 'assistant', 'system'], { description: 'Who wrote the message.' })
 
 const TextPart = Type.Object({
@@ -38,9 +41,9 @@ export const ChatCompletionRequest = Type.Object({
   messages: Type.Array(Message, { minItems: 1, description: 'The conversation so far.' }),
   language: ShortName(DEFAULTS.language, 'Language of the reply.'),
   tone: ShortName(DEFAULTS.tone, 'Tone of the reply.'),
-  wordcount: Type.Optional(Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: 100000 })], {
+  wordcount: Type.Optional(Type.Union([Type.Literal('Default'), Type.Integer({ minimum: 1, maximum: WORDCOUNT_MAX })], {
     default: DEFAULTS.wordcount,
-    description: 'Target length of the reply in words: "Default" or a positive integer.',
+    description: `Target length of the reply in words: "Default" or an integer from 1 to ${WORDCOUNT_MAX}.`,
   })),
   googleSearchStatus: Type.Optional(Type.Boolean({ default: DEFAULTS.googleSearchStatus, description: 'Enrich the reply with web search results (needs a search provider).' })),
   stream: Type.Optional(Type.Boolean({ default: DEFAULTS.stream, description: 'Stream the reply as server-sent events.' })),
@@ -65,9 +68,35 @@ export const ChatCompletionRequest = Type.Object({
   presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
   frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
   user: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'End-user id; accepted, not used.' })),
-})
+}, { description: 'Every optional field may be null, which means the same as leaving it out (nullMeansAbsent). Unknown fields are ignored.' })
 
 export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>
+
+interface ObjectSchema { type?: unknown; properties?: Record<string, unknown>; required?: string[]; anyOf?: unknown[] }
+
+/**
+ * Removes every optional field whose value is null, at any depth the schema
+ * describes (stream_options.include_usage too), before the body is validated:
+ * clients send null for "not set", and the schema's defaults then apply as if
+ * the field were absent. Required fields keep their null and are refused.
+ */
+export function nullMeansAbsent (value: unknown, schema: ObjectSchema = ChatCompletionRequest as ObjectSchema): void {
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || !schema.properties) return
+  const record = value as Record<string, unknown>
+  const required = new Set(schema.required ?? [])
+  for (const [name, fieldSchema] of Object.entries(schema.properties)) {
+    if (!Object.hasOwn(record, name)) continue
+    if (record[name] === null && !required.has(name)) {
+      delete record[name]
+      continue
+    }
+    // An object-valued field (or a union with an object branch) has optional fields of its own.
+    const field = fieldSchema as ObjectSchema
+    for (const branch of [field, ...(field.anyOf ?? []) as ObjectSchema[]]) {
+      if (branch.properties) nullMeansAbsent(record[name], branch)
+    }
+  }
+}
 
 export const Usage = Type.Object({
   prompt_tokens: Type.Integer(),

@@ -1,6 +1,8 @@
-// GET /healthz: the process answers (liveness). GET /readyz: every model that
-// can be used has loaded (readiness); 503 until then, so a load balancer keeps
-// traffic away from a server still loading (or downloading) weights; while the
+// GET /healthz: the process answers (liveness). GET /readyz: 200 only when no
+// model is still loading (or downloading its files) and at least one model can
+// answer; 503 otherwise, so a load balancer keeps traffic away from a server
+// that is still loading weights or cannot serve any model at all (every one
+// unavailable: files missing, download failed, variables unset). While the
 // server fetches a model's files, `downloads` says how far it has got.
 // Neither needs a key.
 
@@ -25,8 +27,8 @@ const Download = Type.Union([
 ])
 
 const Readiness = Type.Object({
-  status: Type.Enum(['ready', 'loading']),
-  models: Type.Record(Type.String(), Type.Enum(['ready', 'loading', 'unavailable'])),
+  status: Type.Enum(['ready', 'loading', 'unavailable'], { description: 'ready (200): no model is loading and at least one can answer; loading (503): a model is still loading or downloading; unavailable (503): no model can answer.' }),
+  models: Type.Record(Type.String(), Type.Enum(['ready', 'loading', 'unavailable']), { description: 'Every configured model by id, with its state (GET /api/v1/models says why one is unavailable).' }),
   downloads: Type.Optional(Type.Record(Type.String(), Download, { description: 'Model files being downloaded at start, by model id; absent when there are none.' })),
 })
 
@@ -36,11 +38,11 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> 
   }, async () => ({ status: 'ok' as const }))
 
   app.get('/readyz', {
-    schema: { tags: ['operations'], summary: 'Readiness: 503 until every usable model has loaded', response: { 200: Readiness, 503: Readiness } },
+    schema: { tags: ['operations'], summary: 'Readiness: 200 when no model is loading and at least one can answer, else 503', response: { 200: Readiness, 503: Readiness } },
   }, async (_request, reply) => {
     const states = Object.fromEntries(models.list().map(m => [m.id, models.state(m.id).state]))
-    const ready = models.ready()
+    const status = models.readiness()
     const downloads = models.downloads()
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'loading', models: states, ...(Object.keys(downloads).length > 0 ? { downloads } : {}) })
+    return reply.code(status === 'ready' ? 200 : 503).send({ status, models: states, ...(Object.keys(downloads).length > 0 ? { downloads } : {}) })
   })
 }

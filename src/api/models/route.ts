@@ -1,22 +1,41 @@
 // GET /api/v1/models and /api/v1/models/{id}: the OpenAI list shape, plus a
-// `status` field so clients can tell a loading or unavailable model apart.
+// `status` field so clients can tell a loading or unavailable model apart, and
+// `allowed`, whether the caller's tier may use it. Every configured model is
+// listed (the list is the same for everyone, as OpenAI clients expect); extra
+// fields are ignored by clients that do not know them.
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
 import type { ModelRegistry, RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
+import type { Limiter } from '../../limits/limiter.ts'
 import { errorResponses } from '../error-schema.ts'
 import { Model, ModelList, ModelParams } from './schema.ts'
 
-function describe (models: ModelRegistry, model: RegisteredModel): Model {
+export interface ModelsRouteOptions {
+  models: ModelRegistry
+  /** The tiers that decide `allowed`; without it every model is allowed. */
+  limiter?: Pick<Limiter, 'tiers' | 'tierOf'>
+}
+
+function describe (models: ModelRegistry, model: RegisteredModel, allowed: boolean): Model {
   const state = models.state(model.id)
-  const described: Model = { id: model.id, object: 'model', created: model.created, owned_by: 'chatd', status: state.state }
+  const described: Model = { id: model.id, object: 'model', created: model.created, owned_by: 'chatd', status: state.state, allowed }
   if (state.state === 'unavailable') described.status_reason = state.hint ? `${state.reason} (${state.hint})` : state.reason
   const contextLength = model.backend.contextLength
   if (contextLength !== undefined) described.context_length = contextLength
   return described
 }
 
-export const modelsRoute: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> = async (app, { models }) => {
+export const modelsRoute: FastifyPluginAsyncTypebox<ModelsRouteOptions> = async (app, { models, limiter }) => {
+  /** Whether the caller's tier may use `id` (the chat route answers 403 model_not_allowed otherwise). */
+  const allowedFor = (request: FastifyRequest): (id: string) => boolean => {
+    const account = request.account
+    if (!limiter || !account) return () => true
+    const tier = limiter.tierOf(account)
+    return id => limiter.tiers.allowsModel(tier, id)
+  }
+
   app.get('/models', {
     schema: {
       tags: ['models'],
@@ -24,7 +43,10 @@ export const modelsRoute: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> =
       security: [{ bearerAuth: [] }],
       response: { 200: ModelList, ...errorResponses },
     },
-  }, async () => ({ object: 'list' as const, data: models.list().map(m => describe(models, m)) }))
+  }, async request => {
+    const allowed = allowedFor(request)
+    return { object: 'list' as const, data: models.list().map(m => describe(models, m, allowed(m.id))) }
+  })
 
   app.get('/models/:id', {
     schema: {
@@ -37,6 +59,6 @@ export const modelsRoute: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> =
   }, async (request) => {
     const model = models.get(request.params.id)
     if (!model) throw new ApiError('model_not_found', `The model '${request.params.id}' does not exist.`, { param: 'id' })
-    return describe(models, model)
+    return describe(models, model, allowedFor(request)(model.id))
   })
 }

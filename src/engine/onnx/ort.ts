@@ -1,9 +1,9 @@
 // onnxruntime-node, loaded once per thread with the settings chatd relies on.
-import fs from 'node:fs'
-import { createRequire } from 'node:module'
 import os from 'node:os'
-import path from 'node:path'
 import ort from 'onnxruntime-node'
+import { cudaProviderInstalled, cudaProviderPath, INSTALL_CUDA_COMMAND } from './cuda-provider.ts'
+
+export { cudaProviderInstalled }
 
 // onnxruntime-node 1.30's native binding reads a float16 input as zero bytes
 // when its data is a Float16Array (N-API has no float16 typed array), and
@@ -45,10 +45,23 @@ export interface LoadedSession {
 }
 
 /** What a machine needs for the CUDA execution provider; part of the error when it is missing. */
-export const CUDA_REQUIREMENTS = 'A CUDA host needs an NVIDIA GPU and driver, the CUDA 12 and cuDNN 9 runtime libraries, ' +
-  'and onnxruntime-node\'s CUDA 12 provider libraries, which its install step fetches only when asked ' +
-  '(ONNXRUNTIME_NODE_INSTALL=cuda12 node node_modules/onnxruntime-node/script/install.js; the GPU Docker image does this). ' +
+export const CUDA_REQUIREMENTS = 'A CUDA host needs an NVIDIA GPU and driver, the CUDA 12 and cuDNN 9 runtime libraries on the library path, ' +
+  `and onnxruntime-node's CUDA 12 provider libraries, which ${INSTALL_CUDA_COMMAND} downloads (the GPU Docker image has them). ` +
   'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+
+/** ONNX_DEVICE=cuda on a machine without the provider library: which file is missing where, and the command. */
+export function cudaProviderMissingMessage (library = cudaProviderPath()): string {
+  return `ONNX_DEVICE=cuda but onnxruntime-node's CUDA provider library is not installed: ${library} does not exist. ` +
+    `Run ${INSTALL_CUDA_COMMAND} to download it; the CUDA 12 and cuDNN 9 runtime libraries and an NVIDIA driver are needed as well. ` +
+    'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+}
+
+/** ONNX_DEVICE=cuda, the provider library installed, and onnxruntime still could not start it: its own message. */
+export function cudaLoadFailedMessage (err: Error, library = cudaProviderPath()): string {
+  return `ONNX_DEVICE=cuda: onnxruntime-node's CUDA provider library is installed (${library}) but the CUDA execution provider could not be loaded: ${err.message}. ` +
+    'Usually the CUDA 12 runtime (cuBLAS included) or cuDNN 9 libraries are not on the library path (LD_LIBRARY_PATH), or there is no usable NVIDIA GPU or driver. ' +
+    'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+}
 
 export async function createSession (modelPath: string, settings: SessionSettings): Promise<LoadedSession> {
   const base: ort.InferenceSession.SessionOptions = {
@@ -68,21 +81,15 @@ export async function createSession (modelPath: string, settings: SessionSetting
   if (settings.device === 'cpu' || (settings.device === 'auto' && !cudaProviderInstalled())) {
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }
+  // Asked for by name: say which file is missing rather than relay onnxruntime's "Failed to load library".
+  if (settings.device === 'cuda' && !cudaProviderInstalled()) throw new Error(cudaProviderMissingMessage())
   try {
     const session = await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cuda'] })
     return { session, device: 'cuda' }
   } catch (err) {
-    if (settings.device === 'cuda') {
-      throw new Error(`ONNX_DEVICE=cuda but the CUDA execution provider could not be loaded (${(err as Error).message}). ${CUDA_REQUIREMENTS}`)
-    }
+    if (settings.device === 'cuda') throw new Error(cudaLoadFailedMessage(err as Error))
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }
-}
-
-/** Whether onnxruntime-node's install step fetched the CUDA execution provider (ONNXRUNTIME_NODE_INSTALL=cuda12). */
-export function cudaProviderInstalled (): boolean {
-  const binding = path.join(path.dirname(createRequire(import.meta.url).resolve('onnxruntime-node')), '..', 'bin', 'napi-v6', process.platform, process.arch)
-  return fs.existsSync(path.join(binding, 'libonnxruntime_providers_cuda.so')) || fs.existsSync(path.join(binding, 'onnxruntime_providers_cuda.dll'))
 }
 
 /**

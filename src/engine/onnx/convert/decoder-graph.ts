@@ -75,12 +75,27 @@ export interface DecoderGraphOptions {
 
 const MS_DOMAIN = 'com.microsoft'
 
+/** onnxruntime's GroupQueryAttention kernels take head sizes in multiples of this only. */
+export const GQA_HEAD_SIZE_MULTIPLE = 16
+
+/**
+ * Throws when this shape cannot be written in this graph style; the converter
+ * calls it before it writes anything, and buildDecoderGraph again.
+ */
+export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache'>, source = 'config.json'): void {
+  if (opts.attention !== 'gqa') return
+  if (opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
+  if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
+  if (cfg.headDim % GQA_HEAD_SIZE_MULTIPLE !== 0) {
+    throw new Error(`--attention gqa needs a head size that is a multiple of ${GQA_HEAD_SIZE_MULTIPLE} (onnxruntime's GroupQueryAttention takes no other), but ${source} gives head_dim ${cfg.headDim}; use --attention standard`)
+  }
+}
+
 export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: WeightSource, opts: DecoderGraphOptions): void {
   const ioType = opts.weights === 'fp16' ? DataType.FLOAT16 : DataType.FLOAT
-  if (opts.attention === 'gqa' && opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
+  checkGraphOptions(cfg, opts)
   const plain = opts.form === 'onnx-community'
   const cache = plain ? 'concat' : opts.cache ?? defaultCacheStyle(opts.attention)
-  if (opts.attention === 'gqa' && cache !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
   if (plain && (opts.attention === 'gqa' || opts.weights === 'fp16' || opts.cache === 'append')) {
     throw new Error('the onnx-community form is written with standard attention, the concat cache and fp32 or int4 weights')
   }

@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
 import { parseDecoderConfig } from './decoder-config.ts'
-import { buildDecoderGraph, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { buildDecoderGraph, checkGraphOptions, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
@@ -38,6 +38,35 @@ export interface ConvertResult {
   seconds: number
 }
 
+/**
+ * How many token ids a tokenizer.json hands out: its highest id, in the
+ * vocabulary or among the added tokens, plus one.
+ */
+export function tokenizerSize (file: string): number {
+  const tokenizer = readJson(file) as { model?: { vocab?: unknown }; added_tokens?: Array<{ id?: unknown }> }
+  let highest = -1
+  const vocab = tokenizer.model?.vocab
+  if (Array.isArray(vocab)) {
+    highest = vocab.length - 1 // Unigram: [piece, score] pairs, ids are positions
+  } else if (typeof vocab === 'object' && vocab !== null) {
+    for (const id of Object.values(vocab)) if (typeof id === 'number' && id > highest) highest = id
+  }
+  for (const token of tokenizer.added_tokens ?? []) if (typeof token.id === 'number' && token.id > highest) highest = token.id
+  return highest + 1
+}
+
+/**
+ * A tokenizer with ids the model has no output (and no embedding) for cannot
+ * be run: refused before anything is written, naming both numbers.
+ */
+function checkTokenizerFits (tokenizerFile: string, cfg: ReturnType<typeof parseDecoderConfig>, configSource: string): void {
+  if (!fs.existsSync(tokenizerFile)) return // reported as missing where the files are copied
+  const size = tokenizerSize(tokenizerFile)
+  if (size > cfg.vocabSize) {
+    throw new Error(`${tokenizerFile} has ${size} tokens (ids 0 to ${size - 1}), more than the vocab_size ${cfg.vocabSize} of ${configSource}: the model has no embedding or logit for ids ${cfg.vocabSize} and above; use the tokenizer that belongs to this config, or a config whose vocab_size is at least ${size}`)
+  }
+}
+
 export function convertCheckpoint (opts: GraphOptions & {
   from: string
   out: string
@@ -47,6 +76,8 @@ export function convertCheckpoint (opts: GraphOptions & {
   const started = performance.now()
   const rawConfig = readJson(path.join(opts.from, 'config.json'))
   const cfg = parseDecoderConfig(rawConfig, path.join(opts.from, 'config.json'))
+  checkGraphOptions(cfg, opts, path.join(opts.from, 'config.json'))
+  checkTokenizerFits(path.join(opts.from, 'tokenizer.json'), cfg, path.join(opts.from, 'config.json'))
   const checkpoint = new CheckpointWeights(opts.from, cfg)
   const source = opts.onProgress ? counted(checkpoint, expectedShapes(cfg).size, opts.onProgress) : checkpoint
   try {
@@ -85,6 +116,14 @@ function counted (source: WeightSource, total: number, onProgress: (tensors: num
 export function convertRandom (opts: GraphOptions & { configPath: string; out: string; seed: number; tokenizerDir?: string }): ConvertResult {
   const started = performance.now()
   const rawConfig = readJson(opts.configPath)
+  // Everything that can be refused is, before anything is written.
+  const shape = parseDecoderConfig(rawConfig, opts.configPath)
+  checkGraphOptions(shape, opts, opts.configPath)
+  if (opts.tokenizerDir) {
+    checkTokenizerFits(path.join(opts.tokenizerDir, 'tokenizer.json'), shape, opts.configPath)
+  } else if (shape.vocabSize < BYTE_TOKENIZER_SIZE) {
+    throw new Error(`${opts.configPath}: vocab_size ${shape.vocabSize} is smaller than the generated tokenizer (${BYTE_TOKENIZER_SIZE} tokens)`)
+  }
   fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
   let bos = rawConfig.bos_token_id
   let eos = rawConfig.eos_token_id
@@ -104,9 +143,6 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
     for (const [file, content] of Object.entries(byteTokenizerFiles())) writeJson(path.join(opts.out, file), content)
     bos = BYTE_TOKENIZER_BOS_ID
     eos = BYTE_TOKENIZER_EOS_ID
-    if (typeof rawConfig.vocab_size === 'number' && rawConfig.vocab_size < BYTE_TOKENIZER_SIZE) {
-      throw new Error(`${opts.configPath}: vocab_size ${rawConfig.vocab_size} is smaller than the generated tokenizer (${BYTE_TOKENIZER_SIZE} tokens)`)
-    }
   }
   const config = { ...rawConfig, bos_token_id: bos, eos_token_id: eos }
   const cfg = parseDecoderConfig(config, opts.configPath)
