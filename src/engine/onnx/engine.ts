@@ -240,7 +240,11 @@ export class LocalEngine {
     let count = 0
     while (count < limit && count < this.waiting.length) {
       const seq = this.waiting[count]
-      const match = this.prefixes?.lookup(seq.promptIds, seq.promptIds.length - 1) ?? null
+      // A seeded request computes its whole prompt, so the same seed gives the same reply bit for bit:
+      // logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
+      // token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
+      // turn that into another token.
+      const match = seq.seeded ? null : this.prefixes?.lookup(seq.promptIds, seq.promptIds.length - 1) ?? null
       reserves.push(reserveOf(seq))
       while (!this.kvBudget.fits(reserves, this.prefixPositions) && this.prefixes?.evictOldest(match?.entry)) { /* room made */ }
       if (!this.kvBudget.fits(reserves, this.prefixPositions) && match) this.prefixes?.evictOldest()

@@ -36,6 +36,8 @@ export class Sequence {
   /** The ids generated so far, in order (the end-of-sequence id excluded). */
   readonly outputIds: number[] = []
   cancelled = false
+  /** The request gave a seed: it must replay exactly. */
+  readonly seeded: boolean
   private readonly request: GenerateRequest
   private readonly rng: Rng
   private readonly detokenizer: IncrementalDetokenizer
@@ -60,6 +62,7 @@ export class Sequence {
     this.maxNewTokens = opts.maxNewTokens
     this.request = opts.request
     this.rng = createRng(opts.request.seed)
+    this.seeded = opts.request.seed !== undefined
     this.detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
     this.stops = new StopStringMatcher(opts.request.stop)
     this.reasoning = new ReasoningSplitter(opts.startsInReasoning)
