@@ -45,7 +45,7 @@ export class Metrics {
 
   readonly cachedPromptTokens = new Counter({
     name: 'chatd_prompt_tokens_cached_total',
-    help: 'Prompt tokens served from the prefix cache instead of computed (local models), by model; part of chatd_prompt_tokens_total.',
+    help: 'Prompt tokens served from a prefix cache instead of computed, as the model reports them (the local engine; upstreams that send prompt_tokens_details), by model; part of chatd_prompt_tokens_total.',
     labelNames: ['model'] as const,
     registers: [this.registry],
   })

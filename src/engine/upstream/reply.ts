@@ -39,7 +39,11 @@ function readUsage (value: unknown): Usage | undefined {
   const completion = value.completion_tokens
   if (!Number.isInteger(prompt) || !Number.isInteger(completion)) return undefined
   const total = Number.isInteger(value.total_tokens) ? value.total_tokens as number : (prompt as number) + (completion as number)
-  return { prompt_tokens: prompt as number, completion_tokens: completion as number, total_tokens: total }
+  const usage: Usage = { prompt_tokens: prompt as number, completion_tokens: completion as number, total_tokens: total }
+  // The upstream's own prompt-cache count (OpenAI's field; vLLM and chatd send it too), relayed as given.
+  const details = value.prompt_tokens_details
+  if (isObject(details) && Number.isInteger(details.cached_tokens)) usage.prompt_tokens_details = { cached_tokens: details.cached_tokens as number }
+  return usage
 }
 
 /** One piece from `choices[0]` and `usage` of a chunk or completion; `part` is `delta` or `message`. */
