@@ -67,9 +67,12 @@ function errorPage (err: FastifyError): { status: number; title: string; message
   // The database or Redis being down (restarting, unreachable) is an outage to wait
   // out: 503 with Retry-After, as the API answers, rather than a 500 page. A log-in
   // whose throttle cannot count is refused too, never let through uncounted.
-  const outage = err instanceof ApiError ? (err.status === 503 ? err : undefined)
-    : isDatabaseUnavailable(err) ? databaseUnavailableError(err)
-      : isRedisUnavailable(err) ? limitsUnavailableError(err)
+  const outage = err instanceof ApiError
+    ? (err.status === 503 ? err : undefined)
+    : isDatabaseUnavailable(err)
+      ? databaseUnavailableError(err)
+      : isRedisUnavailable(err)
+        ? limitsUnavailableError(err)
         : undefined
   if (outage) return { status: 503, title: 'Temporarily unavailable', message: 'This page cannot be served right now (the server is restarting, or cannot reach its storage). Try again in a moment.', headers: outage.headers }
   const status = err instanceof ApiError ? err.status : err.statusCode && err.statusCode >= 400 ? err.statusCode : 500

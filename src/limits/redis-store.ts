@@ -52,7 +52,7 @@ export class RedisLimitStore implements LimitStore {
       ...this.#keys(r.accountId, r.month),
       this.#windowMs, r.requestId, r.tokens,
       arg(r.rules.requestsPerMinute), arg(r.rules.tokensPerMinute), arg(r.rules.callsPerMonth),
-      r.monthSeed ?? -1, r.month.endMs,
+      r.monthSeed ?? -1, r.month.endMs
     )
     if (reply[0] === 'seed') return { outcome: 'needs-seed' }
     const [status, retryAfterMs, requests, tokens, calls, reset] = reply as AdmitVerdict

@@ -26,6 +26,6 @@ export function isRedisUnavailable (err: unknown): boolean {
 export function limitsUnavailableError (cause?: unknown): ApiError {
   return Object.assign(
     new ApiError('limits_unavailable', 'Rate limits cannot be checked right now; retry shortly.', { headers: { 'retry-after': '1' } }),
-    { cause },
+    { cause }
   )
 }

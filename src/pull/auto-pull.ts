@@ -26,7 +26,7 @@ export function createPullingBackend (
   entry: OnnxModelEntry & { hubRepo?: string },
   dir: string,
   config: Partial<Pick<Config, 'hfEndpoint' | 'hfToken'>>,
-  open: () => Promise<Backend>,
+  open: () => Promise<Backend>
 ): PullingBackend {
   const hub = hubLocation({ ...entry, hubRepo: entry.hubRepo! }, config)
   return new PullingBackend({

@@ -47,6 +47,6 @@ export function isDatabaseUnavailable (err: unknown, depth = 0): boolean {
 export function databaseUnavailableError (cause?: unknown): ApiError {
   return Object.assign(
     new ApiError('database_unavailable', 'The database cannot be reached right now; retry shortly.', { headers: { 'retry-after': '1' } }),
-    { cause },
+    { cause }
   )
 }

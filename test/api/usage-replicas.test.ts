@@ -117,7 +117,7 @@ t.test('two replicas on PostgreSQL and Redis enforce one account\'s limits exact
   t.same(
     rows.filter(r => r.email === 'perminute@example.com').map(r => [r.prompt_tokens, r.completion_tokens]).sort(),
     usages.map(u => [u.usage.prompt_tokens, u.usage.completion_tokens]).sort(),
-    'the rows carry the usage the responses reported',
+    'the rows carry the usage the responses reported'
   )
   // The dashboard: a form from one replica posts to the other (one cookie secret, from the shared
   // database), and the session it starts opens the dashboard on both (sessions live in PostgreSQL).

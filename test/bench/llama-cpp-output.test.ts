@@ -45,7 +45,7 @@ t.test('llama-bench JSON: prompt and decode rows', async t => {
 
 t.test('llama-batched-bench JSONL: one level per line, aggregate counted as chatd counts it', async t => {
   const line = (pl: number, tPp: number, tTg: number): string =>
-    `{"n_kv_max": 2048, "n_batch": 2048, "n_ubatch": 512, "flash_attn": -1, "is_pp_shared": 0, "n_gpu_layers": -1, "n_threads": 2, "n_threads_batch": 2, ` +
+    '{"n_kv_max": 2048, "n_batch": 2048, "n_ubatch": 512, "flash_attn": -1, "is_pp_shared": 0, "n_gpu_layers": -1, "n_threads": 2, "n_threads_batch": 2, ' +
     `"pp": 128, "tg": 128, "pl": ${pl}, "n_kv": ${pl * 256}, "t_pp": ${tPp}, "speed_pp": ${(pl * 128) / tPp}, "t_tg": ${tTg}, "speed_tg": ${(pl * 128) / tTg}, "t": ${tPp + tTg}, "speed": ${(pl * 256) / (tPp + tTg)}}`
   const text = ['llama_model_loader: loaded meta data', line(1, 0.5, 5), line(4, 2, 14), 'main: done'].join('\n')
   const levels = parseBatchedBenchJsonl(text)

@@ -28,7 +28,7 @@ const content = fc.oneof(
   { weight: 1, arbitrary: fc.integer({ min: 200, max: 3000 }).map(n => 'Once upon a time '.repeat(Math.ceil(n / 17))) },
   // Up to MAX_MESSAGE_CHARS and just under BODY_LIMIT (1 MiB of UTF-8): refused as fast, without
   // tokenizing it all (seconds of the model's thread).
-  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('Once upon a time ', 'a', '日本語', '😀', '</s>'), fc.integer({ min: 1000, max: 262144 })).map(([piece, chars]) => piece.repeat(Math.min(Math.floor(chars / [...piece].length), Math.floor(1_000_000 / Buffer.byteLength(piece))))) },
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom('Once upon a time ', 'a', '日本語', '😀', '</s>'), fc.integer({ min: 1000, max: 262144 })).map(([piece, chars]) => piece.repeat(Math.min(Math.floor(chars / [...piece].length), Math.floor(1_000_000 / Buffer.byteLength(piece))))) }
 )
 
 const sampling = fc.record({
@@ -39,7 +39,7 @@ const sampling = fc.record({
   max_tokens: fc.oneof(fc.constantFrom(1, 2, 8, 16, 511, 512, 1e9, Number.MAX_SAFE_INTEGER, 1e20), fc.integer({ min: 1, max: 40 })),
   stop: fc.oneof(
     fc.constantFrom(' ', 'e', 'the', '.', 'Once', '\n', '\uD800', '</s>', 'a'.repeat(300)),
-    fc.array(fc.string({ unit: fc.constantFrom('a', 'e', ' ', 't', 'h', '.', '\uD800', '😀', 's', 'o'), minLength: 1, maxLength: 4 }), { maxLength: 4 }),
+    fc.array(fc.string({ unit: fc.constantFrom('a', 'e', ' ', 't', 'h', '.', '\uD800', '😀', 's', 'o'), minLength: 1, maxLength: 4 }), { maxLength: 4 })
   ),
   stream: fc.boolean(),
   stream_options: fc.record({ include_usage: fc.boolean() }),

@@ -24,9 +24,9 @@ const contentType = fc.oneof(
     'application/json, text/plain', 'application/json;', 'application/json; =', 'application/json; charset', 'application/jsonx',
     'application/vnd.api+json', 'application/problem+json', 'application/*', '*/*', '', 'text/plain', 'text/json', 'text/html',
     'multipart/form-data', 'multipart/form-data; boundary=----x', 'application/x-www-form-urlencoded', 'application/octet-stream',
-    'application/xml', 'application/json\tcharset=utf-8', 'json', '/', ';', 'application/json; boundary=x; charset=utf-8; q=0.5',
+    'application/xml', 'application/json\tcharset=utf-8', 'json', '/', ';', 'application/json; boundary=x; charset=utf-8; q=0.5'
   ),
-  headerText,
+  headerText
 )
 
 const authorization = fc.oneof(
@@ -35,10 +35,10 @@ const authorization = fc.oneof(
     `Bearer ${key}x`, `Bearer ${key.slice(0, -1)}`, `Bearer ${key.toUpperCase()}`, `Bearer ${key} ${key}`, `Bearer ${key},Bearer ${key}`,
     `Basic ${Buffer.from(`user:${key}`).toString('base64')}`, `Token ${key}`, key, 'Bearer', 'Bearer ', 'bearer', '', ' ',
     'Bearer sk-chatd-', `Bearer sk-chatd-${'A'.repeat(32)}`, `Bearer sk-chatd-${'A'.repeat(31)}é`, 'Bearer null', 'Bearer undefined',
-    `Bearer ${'x'.repeat(100_000)}`, `Bearer sk-chatd-${'a'.repeat(100_000)}`, `${' '.repeat(50_000)}x`, `Bearer ${' '.repeat(50_000)}x`,
+    `Bearer ${'x'.repeat(100_000)}`, `Bearer sk-chatd-${'a'.repeat(100_000)}`, `${' '.repeat(50_000)}x`, `Bearer ${' '.repeat(50_000)}x`
   ),
   headerText,
-  headerText.map(s => `Bearer ${s}`),
+  headerText.map(s => `Bearer ${s}`)
 )
 
 const extraHeaders = fc.record({

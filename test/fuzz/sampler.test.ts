@@ -15,7 +15,7 @@ import { FUZZ_SEED, fuzzParameters, fuzzRuns } from '../helpers/fuzz.ts'
 
 const logit = fc.oneof(
   { weight: 6, arbitrary: fc.float({ min: -30, max: 30, noNaN: true }) },
-  { weight: 1, arbitrary: fc.constantFrom(NaN, Infinity, -Infinity, 0, -0, 3.4e38, -3.4e38, 1e-45, 5) },
+  { weight: 1, arbitrary: fc.constantFrom(NaN, Infinity, -Infinity, 0, -0, 3.4e38, -3.4e38, 1e-45, 5) }
 )
 const row = fc.array(logit, { minLength: 1, maxLength: 300 }).map(values => Float32Array.from(values))
 

@@ -15,7 +15,7 @@ export const trickyUnit = fc.constantFrom(
   '\u0000', '\u001F', '\u007F', '\uFEFF', '\u202E', '\u2028', '\uFDD0', '\uFDD1', '\uFFFF', '\uFFFD',
   '<s>', '</s>', '<unk>', '<｜User｜>', '<｜Assistant｜>', '<｜end▁of▁sentence｜>', '<｜begin▁of▁sentence｜>',
   '<think>', '</think>', '<|im_start|>', '<|im_end|>', '<|eos|>', '{{ bos_token }}', '{%', '%}', '${x}',
-  '__proto__', 'constructor', 'NaN', 'Infinity',
+  '__proto__', 'constructor', 'NaN', 'Infinity'
 )
 
 /** Names and numbers-as-strings that code paths special-case. */
@@ -28,24 +28,24 @@ const SPECIAL_STRINGS = [
 /** Up to ~1.1 MB of one repeated piece: around BODY_LIMIT and MAX_MESSAGE_CHARS. */
 export const hugeString = fc.tuple(
   fc.constantFrom('x', ' ', 'ab ', '日', '😀', '\uD800', '</s>'),
-  fc.oneof(fc.constantFrom(65536, 262144, 262145, 349525, 524288, 1048576), fc.integer({ min: 1, max: 1_100_000 })),
+  fc.oneof(fc.constantFrom(65536, 262144, 262145, 349525, 524288, 1048576), fc.integer({ min: 1, max: 1_100_000 }))
 ).map(([piece, chars]) => piece.repeat(Math.max(1, Math.ceil(chars / piece.length))))
 
 export const trickyString = fc.oneof(
   { weight: 6, arbitrary: fc.string({ unit: trickyUnit, maxLength: 24 }) },
   { weight: 4, arbitrary: fc.string({ unit: 'binary', maxLength: 24 }) },
   { weight: 3, arbitrary: fc.constantFrom(...SPECIAL_STRINGS) },
-  { weight: 1, arbitrary: hugeString },
+  { weight: 1, arbitrary: hugeString }
 )
 
 export const trickyNumber = fc.oneof(
   fc.constantFrom(
     0, -0, 1, -1, 0.5, 1.5, 2, 2.0000000001, 1.9999999999, 3, 4, 5, 100000, 100001, 2 ** 31 - 1, 2 ** 31, 2 ** 32,
     Number.MAX_SAFE_INTEGER, 2 ** 53, 2 ** 53 + 2, 1e20, 1e21, 1e300, Number.MAX_VALUE, Number.MIN_VALUE, -Number.MIN_VALUE,
-    -1e308, Number.EPSILON, -0.000001, NaN, Infinity, -Infinity, // the last three serialize as null
+    -1e308, Number.EPSILON, -0.000001, NaN, Infinity, -Infinity // the last three serialize as null
   ),
   fc.integer(),
-  fc.double(),
+  fc.double()
 )
 
 /** Any JSON value, strings and keys tricky, a few levels deep. */
@@ -55,20 +55,20 @@ export const trickyJson: fc.Arbitrary<unknown> = fc.oneof(
   fc.boolean(),
   fc.constant(null),
   fc.jsonValue({ maxDepth: 3, stringUnit: trickyUnit }),
-  fc.array(fc.constantFrom(null, 0, '', 'a', true, {}, []), { maxLength: 6 }),
+  fc.array(fc.constantFrom(null, 0, '', 'a', true, {}, []), { maxLength: 6 })
 )
 
 const contentText = fc.oneof(
   { weight: 5, arbitrary: fc.string({ unit: trickyUnit, maxLength: 40 }) },
   { weight: 3, arbitrary: fc.lorem({ maxCount: 12 }) },
-  { weight: 2, arbitrary: fc.string({ unit: 'binary', maxLength: 40 }) },
+  { weight: 2, arbitrary: fc.string({ unit: 'binary', maxLength: 40 }) }
 )
 
 const validMessage = fc.record({
   role: fc.constantFrom('user', 'assistant', 'system'),
   content: fc.oneof(
     { weight: 4, arbitrary: contentText },
-    { weight: 1, arbitrary: fc.array(fc.record({ type: fc.constant('text'), text: contentText }), { maxLength: 4 }) },
+    { weight: 1, arbitrary: fc.array(fc.record({ type: fc.constant('text'), text: contentText }), { maxLength: 4 }) }
   ),
 })
 

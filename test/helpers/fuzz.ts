@@ -84,7 +84,7 @@ function parseJson (payload: string, type: string): unknown {
 
 /** The exact error shape, with the table's status and type for its code; returns the code. */
 export function checkErrorBody (body: unknown, status: number): string {
-  const shape = `{error:{message,type,param,code}}`
+  const shape = '{error:{message,type,param,code}}'
   if (!isObject(body) || Object.keys(body).join() !== 'error' || !isObject(body.error)) throw new Error(`error body is not ${shape}: ${JSON.stringify(body).slice(0, 300)}`)
   const e = body.error
   if (Object.keys(e).sort().join() !== 'code,message,param,type') throw new Error(`error keys ${Object.keys(e).join()}, not message,type,param,code`)

@@ -50,7 +50,9 @@ t.test('through the endpoint: a model with systemPrompt "user" never receives a 
   const backend = new ScriptedBackend()
   const { app, auth } = await buildTestApp(t, { backends: [{ backend, systemPrompt: 'user' }] })
   const res = await app.inject({
-    method: 'POST', url: '/api/v1/chat/completions', headers: auth,
+    method: 'POST',
+    url: '/api/v1/chat/completions',
+    headers: auth,
     payload: chatBody({ messages: [{ role: 'system', content: 'Be kind.' }, { role: 'user', content: 'Tell me a story' }], language: 'fr', wordcount: 30 }),
   })
   t.equal(res.statusCode, 200)

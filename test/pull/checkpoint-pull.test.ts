@@ -121,9 +121,11 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
   const hub = await startHub({ [REPO]: repo })
   t.teardown(hub.close)
   const project = join(work, 'project')
-  writeFileSync(join(project, 'models.json'), JSON.stringify({ models: [
-    { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4' },
-  ] }))
+  writeFileSync(join(project, 'models.json'), JSON.stringify({
+    models: [
+      { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4' },
+    ]
+  }))
   withEnv(t, { MODELS_FILE: join(project, 'models.json'), HF_ENDPOINT: hub.url })
 
   const pulled = await cli(['pull', 'stories'])
@@ -181,9 +183,11 @@ t.test('chatd serve on a fresh machine: auto-pull downloads and converts the che
   const hub = await startHub({ [REPO]: repoFromDir(bf16Checkpoint(join(work, 'checkpoint'))) })
   t.teardown(hub.close)
   const project = join(work, 'project')
-  writeFileSync(join(project, 'models.json'), JSON.stringify({ models: [
-    { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4', device: 'cpu' },
-  ] }))
+  writeFileSync(join(project, 'models.json'), JSON.stringify({
+    models: [
+      { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4', device: 'cpu' },
+    ]
+  }))
   const key = `sk-chatd-${'autoConvert'.repeat(2)}abcdefghij`
   const app = await startServer(loadConfig({
     PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(project, 'chatd.db')}`, MODELS_FILE: join(project, 'models.json'), CHATD_ADMIN_KEY: key, HF_ENDPOINT: hub.url,
@@ -196,7 +200,9 @@ t.test('chatd serve on a fresh machine: auto-pull downloads and converts the che
     await new Promise(resolve => setTimeout(resolve, 50))
   }
   const res = await app.inject({
-    method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${key}` },
+    method: 'POST',
+    url: '/api/v1/chat/completions',
+    headers: { authorization: `Bearer ${key}` },
     payload: { model: 'stories', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 8, temperature: 0 },
   })
   t.equal(res.statusCode, 200, res.body)

@@ -36,10 +36,12 @@ t.test('chatd pull <id> downloads into the model\'s path and prints plain progre
   const hub = await startHub({ [REPO]: repo })
   t.teardown(hub.close)
   const dir = t.testdir()
-  writeFileSync(join(dir, 'models.json'), JSON.stringify({ models: [
-    { id: 'stories', backend: 'onnx', path: 'stories', dtype: 'q4', hubRepo: REPO },
-    { id: 'u', backend: 'openai', baseUrl: 'http://x', upstreamModel: 'y' },
-  ] }))
+  writeFileSync(join(dir, 'models.json'), JSON.stringify({
+    models: [
+      { id: 'stories', backend: 'onnx', path: 'stories', dtype: 'q4', hubRepo: REPO },
+      { id: 'u', backend: 'openai', baseUrl: 'http://x', upstreamModel: 'y' },
+    ]
+  }))
   withEnv(t, { MODELS_FILE: join(dir, 'models.json'), HF_ENDPOINT: hub.url })
 
   const denied = await cli(['pull', 'stories'])

@@ -43,10 +43,13 @@ const GOOGLE_REPLY = {
 }
 const BRAVE_REPLY = {
   type: 'search',
-  web: { type: 'search', results: [
-    { title: 'Otters', url: 'https://example.org/otters', description: 'Otters <strong>live</strong> in rivers.' },
-    { title: 'Sea otters', url: 'https://example.org/sea', description: 'They float.' },
-  ] },
+  web: {
+    type: 'search',
+    results: [
+      { title: 'Otters', url: 'https://example.org/otters', description: 'Otters <strong>live</strong> in rivers.' },
+      { title: 'Sea otters', url: 'https://example.org/sea', description: 'They float.' },
+    ]
+  },
 }
 const EXPECTED: SearchResult[] = [
   { title: 'Otters', url: 'https://example.org/otters', snippet: 'Otters live in rivers.' },

@@ -119,7 +119,10 @@ t.test('an upstream that answers with one JSON body instead of a stream', async 
   const s = await setup(t, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify({
-      id: 'x', object: 'chat.completion', created: 1, model: 'm',
+      id: 'x',
+      object: 'chat.completion',
+      created: 1,
+      model: 'm',
       choices: [{ index: 0, message: { role: 'assistant', content: 'Whole answer.', reasoning_content: 'Thought.' }, finish_reason: 'length' }],
       usage: { prompt_tokens: 5, completion_tokens: 6, total_tokens: 11 },
     }))

@@ -108,7 +108,7 @@ export async function admitCompletion (
   model: RegisteredModel,
   startedAt: number,
   /** The completion's id, stored on its usage row. */
-  completionId?: string,
+  completionId?: string
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')

@@ -106,7 +106,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       try {
         events = meter.wrap(observeGeneration(
           withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
-          metrics, model.id, startedAt, release,
+          metrics, model.id, startedAt, release
         ))
       } catch (err) {
         release() // a backend whose generate() throws synchronously never starts the observer
@@ -150,7 +150,7 @@ async function streamCompletion (
   reply: FastifyReply,
   events: AsyncIterable<GenerateEvent>,
   meta: CompletionMeta,
-  opts: { includeUsage: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal },
+  opts: { includeUsage: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()

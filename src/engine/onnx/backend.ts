@@ -58,8 +58,17 @@ export class OnnxBackend implements Backend {
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
-    this.settings = { modelDir: opts.path, dtype, device, threads: opts.threads ?? 0, maxBatch: opts.maxBatch, prefillChunk: opts.prefillChunk,
-      contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache }
+    this.settings = {
+      modelDir: opts.path,
+      dtype,
+      device,
+      threads: opts.threads ?? 0,
+      maxBatch: opts.maxBatch,
+      prefillChunk: opts.prefillChunk,
+      contextLength: opts.contextLength,
+      kvCacheBytes: opts.kvCacheBytes,
+      prefixCache: opts.prefixCache
+    }
   }
 
   state (): BackendState {

@@ -19,7 +19,7 @@ export function encodeChatPrompt (
   template: ChatTemplate,
   tokenizer: TextTokenizer,
   messages: readonly ChatMessage[],
-  maxTokens?: number,
+  maxTokens?: number
 ): EncodedPrompt {
   const quoted = messages.map(m => ({ role: m.role, content: tokenizer.quoting.quote(m.content) }))
   // Rendered from quoted text, the `<think>` check sees only what the template wrote.

@@ -30,67 +30,67 @@ export interface DetokenizerOptions {
 }
 
 /** Prompt tokens used as the starting context: enough for any decoder's context effect. */
-const PROMPT_CONTEXT_TOKENS = 6;
+const PROMPT_CONTEXT_TOKENS = 6
 /** Extra prompt tokens we may reach back to find a start that is not mid-character. */
-const PROMPT_CONTEXT_MAX = 16;
+const PROMPT_CONTEXT_MAX = 16
 /**
  * A UTF-8 character has at most 4 bytes, so a real incomplete character is completed within a few
  * tokens. If the window still ends in U+FFFD after this many pending tokens, the bytes are invalid
  * (or the text really contains U+FFFD): emit them rather than hold text back forever.
  */
-const MAX_PENDING_TOKENS = 8;
+const MAX_PENDING_TOKENS = 8
 
-const REPLACEMENT = '\uFFFD';
+const REPLACEMENT = '\uFFFD'
 
 export class IncrementalDetokenizer {
-  #tokenizer: DetokenizerTokenizer;
-  #skipSpecial: boolean;
+  #tokenizer: DetokenizerTokenizer
+  #skipSpecial: boolean
   /** The window: `#ids.slice(0, #readOffset)` is the prefix (already emitted), the rest pending. */
-  #ids: number[];
-  #readOffset: number;
+  #ids: number[]
+  #readOffset: number
   /** decode(prefix), cached: the prefix only changes when we emit. */
-  #prefixText: string;
+  #prefixText: string
 
-  constructor(tokenizer: DetokenizerTokenizer, promptIds: readonly number[] = [], options: DetokenizerOptions = {}) {
-    this.#tokenizer = tokenizer;
-    this.#skipSpecial = options.skipSpecialTokens ?? true;
-    this.#ids = this.#promptContext(promptIds);
-    this.#readOffset = this.#ids.length;
-    this.#prefixText = this.#decode(this.#ids);
+  constructor (tokenizer: DetokenizerTokenizer, promptIds: readonly number[] = [], options: DetokenizerOptions = {}) {
+    this.#tokenizer = tokenizer
+    this.#skipSpecial = options.skipSpecialTokens ?? true
+    this.#ids = this.#promptContext(promptIds)
+    this.#readOffset = this.#ids.length
+    this.#prefixText = this.#decode(this.#ids)
   }
 
   /** Adds one generated id; returns the text that became complete (often '', never partial). */
-  push(id: number): string {
+  push (id: number): string {
     // Skipped specials are kept out of the window entirely: a window that starts with a special
     // would otherwise lose the leading-space context the prefix is there to provide.
-    if (this.#skipSpecial && this.#tokenizer.specialTokenIds.has(id)) return '';
-    this.#ids.push(id);
-    const text = this.#decode(this.#ids);
-    const pending = this.#ids.length - this.#readOffset;
-    if (text.endsWith(REPLACEMENT) && pending < MAX_PENDING_TOKENS) return '';
-    return this.#emit(text);
+    if (this.#skipSpecial && this.#tokenizer.specialTokenIds.has(id)) return ''
+    this.#ids.push(id)
+    const text = this.#decode(this.#ids)
+    const pending = this.#ids.length - this.#readOffset
+    if (text.endsWith(REPLACEMENT) && pending < MAX_PENDING_TOKENS) return ''
+    return this.#emit(text)
   }
 
   /** Returns whatever is still held (an incomplete character at the end of generation). */
-  flush(): string {
-    if (this.#ids.length === this.#readOffset) return '';
-    return this.#emit(this.#decode(this.#ids));
+  flush (): string {
+    if (this.#ids.length === this.#readOffset) return ''
+    return this.#emit(this.#decode(this.#ids))
   }
 
-  #emit(text: string): string {
+  #emit (text: string): string {
     // decode(prefix + pending) starts with decode(prefix) for the decoders in use (byte fallback,
     // byte-level, metaspace), because the prefix ends on a character boundary.
-    const piece = text.slice(this.#prefixText.length);
+    const piece = text.slice(this.#prefixText.length)
     // The pending tokens become the next prefix; everything before them is dropped.
-    this.#ids = this.#ids.slice(this.#readOffset);
-    this.#readOffset = this.#ids.length;
-    this.#prefixText = this.#decode(this.#ids);
-    return piece;
+    this.#ids = this.#ids.slice(this.#readOffset)
+    this.#readOffset = this.#ids.length
+    this.#prefixText = this.#decode(this.#ids)
+    return piece
   }
 
-  #decode(ids: readonly number[]): string {
+  #decode (ids: readonly number[]): string {
     // Specials never enter the window when skipping, so the plain decode is the right one.
-    return this.#tokenizer.decode(ids, { skipSpecialTokens: false });
+    return this.#tokenizer.decode(ids, { skipSpecialTokens: false })
   }
 
   /**
@@ -98,11 +98,11 @@ export class IncrementalDetokenizer {
    * back while it would cut a character (its text starts with U+FFFD), so the context itself is
    * clean text.
    */
-  #promptContext(promptIds: readonly number[]): number[] {
-    const ids = this.#skipSpecial ? promptIds.filter((id) => !this.#tokenizer.specialTokenIds.has(id)) : [...promptIds];
-    let start = Math.max(0, ids.length - PROMPT_CONTEXT_TOKENS);
-    const limit = Math.max(0, ids.length - PROMPT_CONTEXT_MAX);
-    while (start > limit && this.#decode(ids.slice(start)).startsWith(REPLACEMENT)) start--;
-    return ids.slice(start);
+  #promptContext (promptIds: readonly number[]): number[] {
+    const ids = this.#skipSpecial ? promptIds.filter((id) => !this.#tokenizer.specialTokenIds.has(id)) : [...promptIds]
+    let start = Math.max(0, ids.length - PROMPT_CONTEXT_TOKENS)
+    const limit = Math.max(0, ids.length - PROMPT_CONTEXT_MAX)
+    while (start > limit && this.#decode(ids.slice(start)).startsWith(REPLACEMENT)) start--
+    return ids.slice(start)
   }
 }

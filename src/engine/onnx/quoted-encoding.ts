@@ -103,7 +103,7 @@ export function encodeQuoted (
   options: LegacyTextOptions,
   text: string,
   quoting: ContentQuoting,
-  limit?: EncodeLimit,
+  limit?: EncodeLimit
 ): number[] {
   const sections = stripAroundTokens(table, table.rawSplitter.split(text))
   const ids: number[] = []
@@ -148,7 +148,7 @@ function normalizeAndSplit (
   table: AddedTokenTable,
   options: LegacyTextOptions,
   quoted: string,
-  quoting: ContentQuoting,
+  quoting: ContentQuoting
 ): SplitPiece[] {
   if (quoted.length === 0) return []
   // A stretch that is exactly an added token's text (possible only for tokens matched after

@@ -17,76 +17,76 @@ export interface StopPushResult {
 }
 
 export class StopStringMatcher {
-  readonly stops: readonly string[];
-  #held = '';
-  #stopped = false;
-  #matched: string | null = null;
+  readonly stops: readonly string[]
+  #held = ''
+  #stopped = false
+  #matched: string | null = null
 
   /** @param stops the stop strings; empty strings are ignored (they would match everywhere). */
-  constructor(stops: readonly string[]) {
-    this.stops = stops.filter((s) => s.length > 0);
+  constructor (stops: readonly string[]) {
+    this.stops = stops.filter((s) => s.length > 0)
   }
 
   /** Whether a stop string has been seen; later pushes emit nothing. */
-  get stopped(): boolean {
-    return this.#stopped;
+  get stopped (): boolean {
+    return this.#stopped
   }
 
   /** The stop string that ended the text, or null. */
-  get matchedStop(): string | null {
-    return this.#matched;
+  get matchedStop (): string | null {
+    return this.#matched
   }
 
-  push(text: string): StopPushResult {
-    if (this.#stopped) return { emit: '', stopped: true };
-    if (this.stops.length === 0) return { emit: text, stopped: false };
+  push (text: string): StopPushResult {
+    if (this.#stopped) return { emit: '', stopped: true }
+    if (this.stops.length === 0) return { emit: text, stopped: false }
 
-    const buffer = this.#held + text;
+    const buffer = this.#held + text
     // The stop string that is complete first, reading the text in order, wins (on a tie, the one
     // that starts earlier). Generation ends the moment a stop string is complete, so this is the
     // only rule that gives the same result however the text is cut into tokens.
-    let cut = -1;
-    let cutEnd = Infinity;
+    let cut = -1
+    let cutEnd = Infinity
     for (const stop of this.stops) {
-      const at = buffer.indexOf(stop);
-      if (at < 0) continue;
-      const end = at + stop.length;
+      const at = buffer.indexOf(stop)
+      if (at < 0) continue
+      const end = at + stop.length
       if (end < cutEnd || (end === cutEnd && at < cut)) {
-        cut = at;
-        cutEnd = end;
-        this.#matched = stop;
+        cut = at
+        cutEnd = end
+        this.#matched = stop
       }
     }
     if (cut >= 0) {
-      this.#stopped = true;
-      this.#held = '';
-      return { emit: buffer.slice(0, cut), stopped: true };
+      this.#stopped = true
+      this.#held = ''
+      return { emit: buffer.slice(0, cut), stopped: true }
     }
 
-    const hold = longestStopPrefixSuffix(buffer, this.stops);
-    this.#held = buffer.slice(buffer.length - hold);
-    return { emit: buffer.slice(0, buffer.length - hold), stopped: false };
+    const hold = longestStopPrefixSuffix(buffer, this.stops)
+    this.#held = buffer.slice(buffer.length - hold)
+    return { emit: buffer.slice(0, buffer.length - hold), stopped: false }
   }
 
   /** At the end of generation: the held text was not a stop string after all. */
-  flush(): string {
-    const rest = this.#held;
-    this.#held = '';
-    return rest;
+  flush (): string {
+    const rest = this.#held
+    this.#held = ''
+    return rest
   }
 }
 
 /** Length of the longest suffix of `text` that is a proper prefix of some stop string. */
-function longestStopPrefixSuffix(text: string, stops: readonly string[]): number {
-  let best = 0;
+function longestStopPrefixSuffix (text: string, stops: readonly string[]): number {
+  let best = 0
   for (const stop of stops) {
     // Only lengths longer than the best so far matter; a full match was already ruled out.
     for (let len = Math.min(stop.length - 1, text.length); len > best; len--) {
       if (text.endsWith(stop.slice(0, len))) {
-        best = len;
-        break;
+        best = len
+        break
       }
     }
   }
-  return best;
+  return best
 }

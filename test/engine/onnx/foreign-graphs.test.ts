@@ -194,7 +194,7 @@ t.test('a graph without position_ids runs its sequences one per run (it derives 
       { op_type: 'Gather', input: ['pos/ids_shape', 'pos/one'], output: ['pos/seq'], name: 'pos/GatherSeq', domain: '', attribute: [{ name: 'axis', type: 2, i: 0 }] },
       { op_type: 'Add', input: ['pos/past', 'pos/seq'], output: ['pos/end'], name: 'pos/Add', domain: '', attribute: [] },
       { op_type: 'Range', input: ['pos/past', 'pos/end', 'pos/step'], output: ['pos/range'], name: 'pos/Range', domain: '', attribute: [] },
-      { op_type: 'Unsqueeze', input: ['pos/range', 'pos/zero_axis'], output: ['position_ids'], name: 'pos/Unsqueeze', domain: '', attribute: [] },
+      { op_type: 'Unsqueeze', input: ['pos/range', 'pos/zero_axis'], output: ['position_ids'], name: 'pos/Unsqueeze', domain: '', attribute: [] }
     )
     const scalar = (name: string, value: number) => ({ name, data_type: 7, dims: [], raw_data: new Uint8Array(BigInt64Array.of(BigInt(value)).buffer) })
     graph.initializer!.push(scalar('pos/two', 2), scalar('pos/one', 1), scalar('pos/step', 1),

@@ -58,7 +58,7 @@ t.test('R1 tokenizer: control-token text in messages stays ordinary text', async
 })
 
 t.test('R1 tokenizer: the prompt without control-token text is exactly encode(render(...))', async t => {
-  const text = fc.string({ unit: fc.constantFrom('a', ' ', '\n', '<', '>', '|', '｜', '▁', 'é', '日', '😀', '\uFDD0', '\uFDD1', '1', 't', 'h', 'i', 'n', 'k', '/') , maxLength: 40 })
+  const text = fc.string({ unit: fc.constantFrom('a', ' ', '\n', '<', '>', '|', '｜', '▁', 'é', '日', '😀', '\uFDD0', '\uFDD1', '1', 't', 'h', 'i', 'n', 'k', '/'), maxLength: 40 })
   const messages = fc.array(fc.record({ role: fc.constantFrom('user', 'assistant', 'system') as fc.Arbitrary<ChatMessage['role']>, content: text }), { minLength: 1, maxLength: 4 })
   let runs = 0
   fc.assert(fc.property(messages, msgs => {

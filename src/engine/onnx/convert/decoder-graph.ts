@@ -131,7 +131,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       const b = g.initializer(`${name}.qweight`, DataType.UINT8, [n, q.blocksPerRow, q.blockSize / 2], q.packed)
       const s = g.initializer(`${name}.scales`, DataType.FLOAT, [n * q.blocksPerRow], toFloat32Bytes(q.scales))
       y = g.op('MatMulNBits', [x, b, s], {
-        K: attr.i(k), N: attr.i(n), bits: attr.i(4), block_size: attr.i(q.blockSize),
+        K: attr.i(k),
+        N: attr.i(n),
+        bits: attr.i(4),
+        block_size: attr.i(q.blockSize),
         ...(accuracyLevel === undefined ? {} : { accuracy_level: attr.i(accuracyLevel) }),
       }, { domain: MS_DOMAIN, name: `${name}/MatMulNBits` })
     } else {
