@@ -49,6 +49,8 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
     // creating the admin must not make this start look like a later one.
     const firstStart = await accounts.count() === 0
     // Made here, not in buildApp, so the rows it still holds are drained before the database closes.
+    // Set once the app is built; the outbox's callback above reads it only after that.
+    // eslint-disable-next-line prefer-const
     let log: FastifyInstance['log'] | undefined
     const usage = new UsageRecords(db, { outbox: { onGiveUp: (row, reason) => { if (log) logUnwrittenUsage(log, row, reason) } } })
     // buildApp reads the tiers file: a bad or missing one stops the start here.

@@ -109,26 +109,26 @@ function readValue (r: ChunkReader, code: number): unknown {
 /** Sequential little-endian reads from a file, fetching 1 MiB at a time. */
 class ChunkReader {
   pos = 0
-  private buf = new Uint8Array(0)
-  private bufStart = 0
-  private readonly fd: number
+  #buf = new Uint8Array(0)
+  #bufStart = 0
+  readonly #fd: number
 
   constructor (fd: number) {
-    this.fd = fd
+    this.#fd = fd
   }
 
   take (n: number): Uint8Array {
-    if (this.pos + n > this.bufStart + this.buf.length) {
+    if (this.pos + n > this.#bufStart + this.#buf.length) {
       const size = Math.max(n, 2 ** 20)
       const next = new Uint8Array(size)
-      const got = fs.readSync(this.fd, next, 0, size, this.pos)
+      const got = fs.readSync(this.#fd, next, 0, size, this.pos)
       if (got < n) throw new Error(`GGUF header ends early at byte ${this.pos + got}`)
-      this.buf = next.subarray(0, got)
-      this.bufStart = this.pos
+      this.#buf = next.subarray(0, got)
+      this.#bufStart = this.pos
     }
-    const start = this.pos - this.bufStart
+    const start = this.pos - this.#bufStart
     this.pos += n
-    return this.buf.subarray(start, start + n)
+    return this.#buf.subarray(start, start + n)
   }
 
   view (n: number): DataView {

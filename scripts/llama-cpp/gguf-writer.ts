@@ -158,20 +158,20 @@ function writeScalar (w: ByteWriter, type: GgufScalarType, value: number | bigin
 
 /** A growable little-endian byte buffer for the header. */
 class ByteWriter {
-  private buf = new Uint8Array(4096)
-  private len = 0
+  #buf = new Uint8Array(4096)
+  #len = 0
 
   view (n: number): DataView {
-    this.reserve(n)
-    const v = new DataView(this.buf.buffer, this.len, n)
-    this.len += n
+    this.#reserve(n)
+    const v = new DataView(this.#buf.buffer, this.#len, n)
+    this.#len += n
     return v
   }
 
   bytes (b: Uint8Array): void {
-    this.reserve(b.length)
-    this.buf.set(b, this.len)
-    this.len += b.length
+    this.#reserve(b.length)
+    this.#buf.set(b, this.#len)
+    this.#len += b.length
   }
 
   u32 (n: number): void { this.view(4).setUint32(0, n, true) }
@@ -185,13 +185,13 @@ class ByteWriter {
   }
 
   done (): Uint8Array {
-    return this.buf.slice(0, this.len)
+    return this.#buf.slice(0, this.#len)
   }
 
-  private reserve (n: number): void {
-    if (this.len + n <= this.buf.length) return
-    const next = new Uint8Array(Math.max(this.buf.length * 2, this.len + n))
-    next.set(this.buf.subarray(0, this.len))
-    this.buf = next
+  #reserve (n: number): void {
+    if (this.#len + n <= this.#buf.length) return
+    const next = new Uint8Array(Math.max(this.#buf.length * 2, this.#len + n))
+    next.set(this.#buf.subarray(0, this.#len))
+    this.#buf = next
   }
 }

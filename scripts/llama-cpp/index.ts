@@ -25,7 +25,7 @@ export function prepareLlamaCpp (opts: { out: string; threads: number; jobs?: nu
   const log = opts.log ?? ((line: string) => console.error(line))
   const started = performance.now()
   const source = fetchLlamaCppSource(opts.out, opts.npmVersion, log)
-  const fetch_s = (performance.now() - started) / 1000
+  const fetchSeconds = (performance.now() - started) / 1000
   let build = buildLlamaCpp(opts.out, source, { jobs: opts.jobs, log })
   if (!build.cached) log(`built llama.cpp tools in ${build.seconds.toFixed(0)} s`)
   const threads = opts.threads > 0 ? opts.threads : os.availableParallelism()
@@ -41,7 +41,7 @@ export function prepareLlamaCpp (opts: { out: string; threads: number; jobs?: nu
   } else if (crash) {
     throw new Error(`llama-bench (${build.variant} build) dies by ${crash}; no llama.cpp figures on this machine`)
   }
-  return { source, build, model, threads, fetch_s }
+  return { source, build, model, threads, fetch_s: fetchSeconds }
 }
 
 /** A few tokens through llama-bench: the signal that killed it, or null when it ran. */

@@ -77,11 +77,9 @@ const OpenAiEntry = Type.Object({
   systemPrompt: Type.Optional(SystemPrompt),
 })
 
-const Entry = Type.Union([OnnxEntry, OpenAiEntry])
-
 export type OnnxModelEntry = Static<typeof OnnxEntry>
 export type OpenAiModelEntry = Static<typeof OpenAiEntry>
-export type ModelEntry = Static<typeof Entry>
+export type ModelEntry = OnnxModelEntry | OpenAiModelEntry
 export type ReasoningMode = Static<typeof ReasoningMode>
 
 const checkOnnx = Compile(OnnxEntry)

@@ -90,6 +90,7 @@ export function driveLoad (opts: { url: string; key: string; workers?: number; p
     if (outcome.status !== 200 && opts.pauseMs !== 0) await new Promise(resolve => setTimeout(resolve, opts.pauseMs ?? 50))
   }
   const loops = Array.from({ length: opts.workers ?? 4 }, async () => {
+    // eslint-disable-next-line no-unmodified-loop-condition -- stop() clears it while the loops run
     while (running) await one()
   })
   return load

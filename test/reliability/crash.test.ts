@@ -54,6 +54,7 @@ async function crashAndRecover (t: Test, kind: DatabaseKind): Promise<void> {
   const keys: string[] = [ADMIN_KEY]
   let making = true
   const maker = (async () => {
+    // eslint-disable-next-line no-unmodified-loop-condition -- cleared from outside when the crash comes
     for (let i = 0; making; i++) {
       const key = await cliKey(env, 'cli@example.com', `cli-${i}`)
       if (making && key) keys.push(key)

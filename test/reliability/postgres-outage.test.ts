@@ -8,7 +8,6 @@
 // answers 503 too; the process survives; once the database is back requests
 // succeed again on the same process; and every complete 200 has its usage row.
 
-import { join } from 'node:path'
 import t from 'tap'
 import pg from 'pg'
 import { Accounts } from '../../src/accounts/accounts.ts'

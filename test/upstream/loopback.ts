@@ -69,6 +69,7 @@ export async function loopbackServer (t: Test, handler: Handler): Promise<Loopba
     get abandoned () { return abandoned },
     async settled (ms = 5000) {
       const deadline = Date.now() + ms
+      // eslint-disable-next-line no-unmodified-loop-condition -- connections closing elsewhere change it
       while (open > 0 && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 10))
       return open === 0
     },

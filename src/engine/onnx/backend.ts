@@ -39,18 +39,18 @@ export class OnnxBackend implements Backend {
   contextLength?: number
   /** The execution provider in use once loaded. */
   device?: 'cpu' | 'cuda'
-  private readonly settings: WorkerSettings
-  private current: BackendState = { state: 'loading' }
-  private worker: Worker | null = null
-  private loading: Promise<void> | null = null
+  readonly #settings: WorkerSettings
+  #current: BackendState = { state: 'loading' }
+  #worker: Worker | null = null
+  #loading: Promise<void> | null = null
   /** Open requests by id: the worker's events for each are pushed here. */
-  private readonly streams = new Map<string, Readable>()
+  readonly #streams = new Map<string, Readable>()
   /**
    * Requests the worker has been given and has not yet finished or failed. A
    * consumer that stops reading leaves `streams` at once, but its sequence
    * runs until the worker sees the cancel; this set says when it has stopped.
    */
-  private readonly inEngine = new Set<string>()
+  readonly #inEngine = new Set<string>()
 
   constructor (opts: OnnxBackendOptions) {
     this.id = opts.id
@@ -58,7 +58,7 @@ export class OnnxBackend implements Backend {
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
-    this.settings = {
+    this.#settings = {
       modelDir: opts.path,
       dtype,
       device,
@@ -72,78 +72,78 @@ export class OnnxBackend implements Backend {
   }
 
   state (): BackendState {
-    return this.current
+    return this.#current
   }
 
   /** Requests being generated right now. */
   get activeRequests (): number {
-    return this.streams.size
+    return this.#streams.size
   }
 
   get activeSequences (): number {
-    return this.inEngine.size
+    return this.#inEngine.size
   }
 
   load (): Promise<void> {
-    this.loading ??= this.spawn()
-    return this.loading
+    this.#loading ??= this.#spawn()
+    return this.#loading
   }
 
-  private async spawn (): Promise<void> {
+  async #spawn (): Promise<void> {
     try {
       // Checked here first so a missing or broken directory is reported at once, with its file.
-      readModelDir(this.settings.modelDir, this.settings.dtype)
+      readModelDir(this.#settings.modelDir, this.#settings.dtype)
     } catch (err) {
       const missing = err instanceof ModelDirError && /missing|not found/.test(err.message)
-      this.current = { state: 'unavailable', reason: (err as Error).message, hint: missing ? `npx chatd pull ${this.id}` : undefined }
+      this.#current = { state: 'unavailable', reason: (err as Error).message, hint: missing ? `npx chatd pull ${this.id}` : undefined }
       throw err
     }
-    const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: this.settings })
-    this.worker = worker
+    const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: this.#settings })
+    this.#worker = worker
     await new Promise<void>((resolve, reject) => {
       const onFirst = (message: FromWorker): void => {
         if (message.type === 'ready') {
           this.contextLength = message.contextLength
           this.device = message.device
-          this.current = { state: 'ready' }
-          worker.on('message', (m: FromWorker) => this.onMessage(m))
+          this.#current = { state: 'ready' }
+          worker.on('message', (m: FromWorker) => this.#onMessage(m))
           resolve()
         } else if (message.type === 'load_error') {
-          this.current = { state: 'unavailable', reason: message.message }
+          this.#current = { state: 'unavailable', reason: message.message }
           void worker.terminate()
           reject(new Error(message.message))
         }
       }
       worker.once('message', onFirst)
       worker.once('error', err => {
-        this.current = { state: 'unavailable', reason: `engine worker failed: ${err.message}` }
-        this.failAll(new ApiError('model_unavailable', `model ${this.id} stopped: ${err.message}`))
+        this.#current = { state: 'unavailable', reason: `engine worker failed: ${err.message}` }
+        this.#failAll(new ApiError('model_unavailable', `model ${this.id} stopped: ${err.message}`))
         reject(err)
       })
       worker.once('exit', code => {
-        if (this.current.state === 'ready') this.current = { state: 'unavailable', reason: `engine worker exited (code ${code})` }
-        this.failAll(new ApiError('model_unavailable', `model ${this.id} is not running`))
-        this.inEngine.clear() // a worker that has exited holds nothing
-        this.worker = null
+        if (this.#current.state === 'ready') this.#current = { state: 'unavailable', reason: `engine worker exited (code ${code})` }
+        this.#failAll(new ApiError('model_unavailable', `model ${this.id} is not running`))
+        this.#inEngine.clear() // a worker that has exited holds nothing
+        this.#worker = null
       })
     })
   }
 
   async * generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
-    const worker = this.worker
-    if (this.current.state !== 'ready' || !worker) {
-      const why = this.current.state === 'unavailable' ? this.current.reason : 'it is still loading'
+    const worker = this.#worker
+    if (this.#current.state !== 'ready' || !worker) {
+      const why = this.#current.state === 'unavailable' ? this.#current.reason : 'it is still loading'
       throw new ApiError('model_unavailable', `model ${this.id} is not available: ${why}`, {
-        headers: this.current.state === 'loading' ? { 'retry-after': '5' } : {},
+        headers: this.#current.state === 'loading' ? { 'retry-after': '5' } : {},
       })
     }
     const id = randomUUID()
     const stream = new Readable({ objectMode: true, read () {} })
-    this.streams.set(id, stream)
-    const cancel = (): void => this.post({ type: 'cancel', id })
+    this.#streams.set(id, stream)
+    const cancel = (): void => this.#post({ type: 'cancel', id })
     signal.addEventListener('abort', cancel, { once: true })
-    this.inEngine.add(id)
-    this.post({ type: 'generate', id, request })
+    this.#inEngine.add(id)
+    this.#post({ type: 'generate', id, request })
     if (signal.aborted) cancel()
     let finished = false
     try {
@@ -156,17 +156,17 @@ export class OnnxBackend implements Backend {
       }
     } finally {
       signal.removeEventListener('abort', cancel)
-      this.streams.delete(id)
+      this.#streams.delete(id)
       // The consumer stopped reading early: the worker must stop too.
       if (!finished) cancel()
     }
   }
 
-  private onMessage (message: FromWorker): void {
+  #onMessage (message: FromWorker): void {
     if (!('id' in message)) return
     // The engine reports every sequence's end, cancelled ones included, as finish or error.
-    if (message.type !== 'delta') this.inEngine.delete(message.id)
-    const stream = this.streams.get(message.id)
+    if (message.type !== 'delta') this.#inEngine.delete(message.id)
+    const stream = this.#streams.get(message.id)
     if (!stream) return
     switch (message.type) {
       case 'delta':
@@ -186,24 +186,24 @@ export class OnnxBackend implements Backend {
     }
   }
 
-  private post (message: ToWorker): void {
-    this.worker?.postMessage(message)
+  #post (message: ToWorker): void {
+    this.#worker?.postMessage(message)
   }
 
-  private failAll (error: ApiError): void {
-    for (const stream of this.streams.values()) stream.destroy(error)
+  #failAll (error: ApiError): void {
+    for (const stream of this.#streams.values()) stream.destroy(error)
   }
 
   async close (): Promise<void> {
-    const worker = this.worker
+    const worker = this.#worker
     if (!worker) return
     const closed = new Promise<void>(resolve => {
       worker.on('message', (m: FromWorker) => { if (m.type === 'closed') resolve() })
       worker.once('exit', () => resolve())
     })
-    this.post({ type: 'close' })
+    this.#post({ type: 'close' })
     await closed
     await worker.terminate()
-    this.worker = null
+    this.#worker = null
   }
 }

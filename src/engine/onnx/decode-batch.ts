@@ -10,13 +10,13 @@ import type { Sequence } from './sequence.ts'
 
 export class DecodeBatch {
   readonly capacity: number
-  private readonly layout: CacheLayout
+  readonly #layout: CacheLayout
   /** Sequences in row order. */
   rows: Sequence[] = []
   cache: RowCache | null = null
 
   constructor (layout: CacheLayout, capacity: number) {
-    this.layout = layout
+    this.#layout = layout
     this.capacity = capacity
   }
 
@@ -35,9 +35,9 @@ export class DecodeBatch {
     const old = this.cache
     const sources = this.rows.map((_, b) => ({ cache: old as RowCache, row: b }))
     sources.push({ cache: own, row: 0 })
-    this.cache = this.layout.gather(sources)
-    if (old) this.layout.free(old)
-    this.layout.free(own)
+    this.cache = this.#layout.gather(sources)
+    if (old) this.#layout.free(old)
+    this.#layout.free(own)
     seq.cache = null
     this.rows.push(seq)
   }
@@ -49,14 +49,14 @@ export class DecodeBatch {
     const old = this.cache
     this.cache = keep.length === 0 || !old
       ? null
-      : this.layout.gather(keep.map(r => ({ cache: old, row: this.rows.indexOf(r) })))
-    if (old) this.layout.free(old)
+      : this.#layout.gather(keep.map(r => ({ cache: old, row: this.rows.indexOf(r) })))
+    if (old) this.#layout.free(old)
     this.rows = keep
   }
 
   /** One decode step: every row's pending token in, logits [rows, vocab] out. */
   async step (): Promise<Float32Array> {
-    const { logits, cache } = await this.layout.run(this.cache as RowCache, this.rows.map(r => r.pending), 1)
+    const { logits, cache } = await this.#layout.run(this.cache as RowCache, this.rows.map(r => r.pending), 1)
     this.cache = cache
     for (const row of this.rows) row.cachedTokens += 1
     return logits

@@ -78,12 +78,12 @@ export class DecoderSession {
   readonly graphStyle: GraphStyle
   readonly cacheOutputs: CacheOutputs
   /** The names of the cache outputs: present.N.* (concat) or new_key_values.N.* (append). */
-  private readonly cacheOutputPrefix: 'present' | 'new_key_values'
-  private readonly session: ort.InferenceSession
+  readonly #cacheOutputPrefix: 'present' | 'new_key_values'
+  readonly #session: ort.InferenceSession
 
   private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
     this.model = model
-    this.session = session
+    this.#session = session
     this.device = device
     this.graphStyle = graphStyle
     const inputs = new Map(session.inputMetadata.map(m => [m.name, m]))
@@ -123,7 +123,7 @@ export class DecoderSession {
     if (outputs.has('present.0.key')) this.cacheOutputs = 'concat'
     else if (outputs.has('new_key_values.0.key')) this.cacheOutputs = 'append'
     else throw new ModelDirError(`${where}: unknown cache layout: the graph returns neither present.N.key/value (the whole cache) nor new_key_values.N.key/value (new positions); outputs: ${session.outputNames.join(', ')}`)
-    this.cacheOutputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
+    this.#cacheOutputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
     this.hasPositionIds = inputs.has('position_ids')
     this.hasLogitsToKeep = inputs.has('num_logits_to_keep')
     if (this.cacheOutputs === 'append' && graphStyle === 'gqa') throw new ModelDirError(`${where}: a GroupQueryAttention graph must return present.N.key/value`)
@@ -136,7 +136,7 @@ export class DecoderSession {
     for (let i = 0; i < model.numLayers; i++) {
       for (const kv of ['key', 'value']) {
         if (!inputs.has(`past_key_values.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no past_key_values.${i}.${kv} input`)
-        const output = `${this.cacheOutputPrefix}.${i}.${kv}`
+        const output = `${this.#cacheOutputPrefix}.${i}.${kv}`
         if (!outputs.has(output)) throw new ModelDirError(`${where}: graph has no ${output} output`)
       }
     }
@@ -165,7 +165,7 @@ export class DecoderSession {
 
   /** Stops onnxruntime's profiler (sessions loaded with `profilePrefix`) and writes its trace file. */
   endProfiling (): void {
-    this.session.endProfiling()
+    this.#session.endProfiling()
   }
 
   /** An empty cache for `batch` rows. */
@@ -193,7 +193,7 @@ export class DecoderSession {
     }
     if (this.hasPositionIds) feeds.position_ids = int64Tensor(input.positionIds, [batch, seqLen])
     if (this.hasLogitsToKeep) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(input.logitsToKeep)), [])
-    const out = await this.session.run(feeds)
+    const out = await this.#session.run(feeds)
     const logitsTensor = out.logits
     const [, positions, vocab] = logitsTensor.dims
     // Graphs without num_logits_to_keep return every position's logits: keep the last ones of each row.
@@ -202,7 +202,7 @@ export class DecoderSession {
       ? logitsTensor.data as Float32Array | Uint16Array
       : lastPositions(logitsTensor.data as Float32Array | Uint16Array, batch, positions, rows, vocab)
     const logits = logitsTensor.type === 'float16' ? float16BitsToFloat32(kept as Uint16Array) : kept as Float32Array
-    const prefix = this.cacheOutputPrefix
+    const prefix = this.#cacheOutputPrefix
     const present: KvCache = { tensors: {}, length: this.cacheOutputs === 'append' ? seqLen : totalLen }
     for (let i = 0; i < this.model.numLayers; i++) {
       present.tensors[`past_key_values.${i}.key`] = out[`${prefix}.${i}.key`]
@@ -218,7 +218,7 @@ export class DecoderSession {
   }
 
   async close (): Promise<void> {
-    await this.session.release()
+    await this.#session.release()
   }
 }
 

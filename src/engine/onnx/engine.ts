@@ -26,7 +26,7 @@ import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
-import { PrefixCache, type PrefixMatch } from './prefix-cache.ts'
+import { PrefixCache } from './prefix-cache.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { Sequence, type StepResult } from './sequence.ts'
@@ -86,19 +86,19 @@ export class LocalEngine {
   readonly scheduler: SchedulerSettings
   /** How key/value caches are kept between runs, as the graph's outputs require. */
   readonly cacheLayout: CacheLayout
-  private readonly events: EngineEvents
+  readonly #events: EngineEvents
   /** Admitted sequences whose prompt has not started. */
-  private readonly waiting: Sequence[] = []
+  readonly #waiting: Sequence[] = []
   /** The sequences whose prompts are being fed together, chunk by chunk. */
-  private prefill: PrefillGroup | null = null
-  private readonly batches: DecodeBatch[] = []
-  private looping = false
+  #prefill: PrefillGroup | null = null
+  readonly #batches: DecodeBatch[] = []
+  #looping = false
   /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
-  private readonly pacer: PrefillPacer
+  readonly #pacer: PrefillPacer
   /** Admission: sequences start only while their reserved caches fit in it. */
   readonly kvBudget: KvBudget
   /** Prompt plus generated tokens of one sequence; see contextLength. */
-  private readonly contextLimit: number
+  readonly #contextLimit: number
   /** Caches kept for later requests with the same start; null when turned off. */
   readonly prefixes: PrefixCache | null
 
@@ -108,14 +108,14 @@ export class LocalEngine {
     this.session = session
     this.tokenizer = tokenizer
     this.template = template
-    this.events = events
+    this.#events = events
     this.scheduler = scheduler
     this.cacheLayout = cacheLayoutFor(session)
-    this.pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
+    this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
-    this.contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
     this.prefixes = limits.prefixCache === false ? null : new PrefixCache(this.cacheLayout)
-    if (this.contextLimit < 1) {
+    if (this.#contextLimit < 1) {
       throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
     }
   }
@@ -142,11 +142,11 @@ export class LocalEngine {
    * what the KV cache budget holds for one sequence.
    */
   get contextLength (): number {
-    return this.contextLimit
+    return this.#contextLimit
   }
 
   /** Rows per decode batch: graphs that cannot take padded rows decode one sequence per run. */
-  private get batchCapacity (): number {
+  get #batchCapacity (): number {
     return this.session.takesPaddedRows ? this.scheduler.maxBatch : 1
   }
 
@@ -155,7 +155,7 @@ export class LocalEngine {
    * position fed (4 bytes x vocabulary each: 300 MB for 512 positions of a 150k vocabulary), so
    * its prompt chunks are bounded by the memory those logits take.
    */
-  private get positionsPerRun (): number {
+  get #positionsPerRun (): number {
     if (this.session.hasLogitsToKeep) return SOLO_PREFILL_CHUNK
     return Math.max(1, Math.min(SOLO_PREFILL_CHUNK, Math.floor(ALL_POSITION_LOGITS_BYTES / (4 * this.model.vocabSize))))
   }
@@ -179,7 +179,7 @@ export class LocalEngine {
    * encoding a megabyte of text takes seconds on this thread, during which every sequence of
    * the model waits, and a prompt that cannot fit is not worth them.
    */
-  private renderWithinContext (request: GenerateRequest): EncodedPrompt {
+  #renderWithinContext (request: GenerateRequest): EncodedPrompt {
     try {
       return this.renderPrompt(request, this.contextLength - 1)
     } catch (err) {
@@ -191,7 +191,7 @@ export class LocalEngine {
 
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
-    const { ids: promptIds, endsInThink } = this.renderWithinContext(request)
+    const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
     const room = this.contextLength - promptIds.length
     if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
       const wanted = request.maxTokens ?? 1
@@ -199,7 +199,7 @@ export class LocalEngine {
         `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and max_tokens asks for ${wanted} more.`,
         { param: request.maxTokens !== undefined && room > 0 ? 'max_tokens' : 'messages' })
     }
-    this.waiting.push(new Sequence({
+    this.#waiting.push(new Sequence({
       id,
       promptIds,
       maxNewTokens: request.maxTokens ?? room,
@@ -210,22 +210,22 @@ export class LocalEngine {
       validVocab: Math.min(this.tokenizer.vocabSize, this.model.vocabSize),
       startsInReasoning: endsInThink,
     }))
-    if (!this.looping) void this.loop()
+    if (!this.#looping) void this.#loop()
     return id
   }
 
   /** Stops a sequence before its next step; it finishes with reason "cancelled". */
   cancel (id: string): void {
-    for (const seq of this.allSequences()) if (seq.id === id) seq.cancelled = true
+    for (const seq of this.#allSequences()) if (seq.id === id) seq.cancelled = true
   }
 
   /** Sequences admitted and not finished: waiting, prefilling or decoding. */
   get activeCount (): number {
-    return this.waiting.length + (this.prefill?.size ?? 0) + this.decodingCount
+    return this.#waiting.length + (this.#prefill?.size ?? 0) + this.#decodingCount
   }
 
-  private get decodingCount (): number {
-    return this.batches.reduce((n, b) => n + b.size, 0)
+  get #decodingCount (): number {
+    return this.#batches.reduce((n, b) => n + b.size, 0)
   }
 
   /**
@@ -235,20 +235,20 @@ export class LocalEngine {
    * The queue is never reordered, so a long request is not starved by short ones behind it. Each
    * sequence that starts takes the longest cached prefix of its prompt into a cache of its own.
    */
-  private admit (limit: number): Sequence[] {
-    const reserves = [...(this.prefill?.rows ?? []), ...this.batches.flatMap(b => b.rows)].map(reserveOf)
+  #admit (limit: number): Sequence[] {
+    const reserves = [...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows)].map(reserveOf)
     let count = 0
-    while (count < limit && count < this.waiting.length) {
-      const seq = this.waiting[count]
+    while (count < limit && count < this.#waiting.length) {
+      const seq = this.#waiting[count]
       // A seeded request computes its whole prompt, so the same seed gives the same reply bit for bit:
       // logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
       // token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
       // turn that into another token.
       const match = seq.seeded ? null : this.prefixes?.lookup(seq.promptIds, seq.promptIds.length - 1) ?? null
       reserves.push(reserveOf(seq))
-      while (!this.kvBudget.fits(reserves, this.prefixPositions) && this.prefixes?.evictOldest(match?.entry)) { /* room made */ }
-      if (!this.kvBudget.fits(reserves, this.prefixPositions) && match) this.prefixes?.evictOldest()
-      if (!this.kvBudget.fits(reserves, this.prefixPositions)) break
+      while (!this.kvBudget.fits(reserves, this.#prefixPositions) && this.prefixes?.evictOldest(match?.entry)) { /* room made */ }
+      if (!this.kvBudget.fits(reserves, this.#prefixPositions) && match) this.prefixes?.evictOldest()
+      if (!this.kvBudget.fits(reserves, this.#prefixPositions)) break
       // Taken now: making room for the next sequence may evict this one's entry.
       if (match && this.prefixes?.holds(match.entry)) {
         seq.cache = this.prefixes.take(match)
@@ -256,11 +256,11 @@ export class LocalEngine {
       }
       count++
     }
-    return this.waiting.splice(0, count)
+    return this.#waiting.splice(0, count)
   }
 
   /** Positions the prefix cache holds, each entry with its buffer's slack. */
-  private get prefixPositions (): number {
+  get #prefixPositions (): number {
     return this.prefixes ? this.prefixes.positions + this.prefixes.size * SLOT_SLACK : 0
   }
 
@@ -268,50 +268,50 @@ export class LocalEngine {
    * Keeps a copy of a sequence's cache for later requests with the same start (row `row` of
    * `cache`), then lets go of the oldest entries until running sequences' reservations fit again.
    */
-  private remember (seq: Sequence, cache: RowCache, row: number): void {
+  #remember (seq: Sequence, cache: RowCache, row: number): void {
     if (!this.prefixes || seq.cachedTokens === 0) return
     this.prefixes.insert(seq.cachedIds, this.cacheLayout.gather([{ cache, row }]))
-    const reserves = [...(this.prefill?.rows ?? []), ...this.batches.flatMap(b => b.rows)].map(reserveOf)
-    while (!this.kvBudget.fits(reserves, this.prefixPositions) && this.prefixes.evictOldest()) { /* room made */ }
+    const reserves = [...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows)].map(reserveOf)
+    while (!this.kvBudget.fits(reserves, this.#prefixPositions) && this.prefixes.evictOldest()) { /* room made */ }
   }
 
-  private * allSequences (): Iterable<Sequence> {
-    yield * this.waiting
-    if (this.prefill) yield * this.prefill.rows
-    for (const batch of this.batches) yield * batch.rows
+  * #allSequences (): Iterable<Sequence> {
+    yield * this.#waiting
+    if (this.#prefill) yield * this.#prefill.rows
+    for (const batch of this.#batches) yield * batch.rows
   }
 
-  private async loop (): Promise<void> {
-    this.looping = true
+  async #loop (): Promise<void> {
+    this.#looping = true
     try {
       await sleep(ADMISSION_WINDOW_MS)
       while (this.activeCount > 0) {
-        this.dropCancelled()
-        const room = this.scheduler.maxBatch - this.decodingCount
-        if (!this.prefill && this.waiting.length > 0 && room > 0) {
+        this.#dropCancelled()
+        const room = this.scheduler.maxBatch - this.#decodingCount
+        if (!this.#prefill && this.#waiting.length > 0 && room > 0) {
           // Waiting prompts in arrival order that will have a row to decode in, up to what one run
           // may batch and what the KV cache budget still holds.
-          const admitted = this.admit(Math.min(room, this.batchCapacity))
-          if (admitted.length > 0) this.prefill = new PrefillGroup(this.cacheLayout, admitted)
+          const admitted = this.#admit(Math.min(room, this.#batchCapacity))
+          if (admitted.length > 0) this.#prefill = new PrefillGroup(this.cacheLayout, admitted)
         }
-        if (this.prefill) {
-          await this.prefillChunk(this.prefill)
+        if (this.#prefill) {
+          await this.#prefillChunk(this.#prefill)
           await yieldToEventLoop()
-          this.dropCancelled()
+          this.#dropCancelled()
         }
-        for (const batch of this.batches) {
+        for (const batch of this.#batches) {
           if (batch.size === 0) continue
-          await this.decodeStep(batch)
+          await this.#decodeStep(batch)
           await yieldToEventLoop()
-          this.dropCancelled()
+          this.#dropCancelled()
         }
         // Idle one-row batches (graphs that cannot pad rows) are dropped; the shared batch is kept.
-        for (let i = this.batches.length - 1; i >= 0; i--) {
-          if (this.batches[i].size === 0 && this.batchCapacity === 1) this.batches.splice(i, 1)
+        for (let i = this.#batches.length - 1; i >= 0; i--) {
+          if (this.#batches[i].size === 0 && this.#batchCapacity === 1) this.#batches.splice(i, 1)
         }
       }
     } finally {
-      this.looping = false
+      this.#looping = false
     }
   }
 
@@ -319,114 +319,114 @@ export class LocalEngine {
    * Feeds the next slice of the group's prompts. A row whose prompt is complete samples its first
    * token and leaves the group for a decode batch.
    */
-  private async prefillChunk (group: PrefillGroup): Promise<void> {
+  async #prefillChunk (group: PrefillGroup): Promise<void> {
     // Tokens for this run, shared by the rows: alone, large chunks (bounded for attention's scratch
     // memory); beside decoding streams, what the pacer allows between their steps.
-    const budget = Math.min(this.positionsPerRun, this.decodingCount === 0
+    const budget = Math.min(this.#positionsPerRun, this.#decodingCount === 0
       ? SOLO_PREFILL_CHUNK
-      : this.scheduler.prefillChunk || this.pacer.chunkSize())
+      : this.scheduler.prefillChunk || this.#pacer.chunkSize())
     const started = performance.now()
     let logits: Float32Array
     try {
       const out = await group.feed(Math.max(1, Math.floor(budget / group.size)))
       logits = out.logits
-      this.pacer.recordPrefill(out.tokens, performance.now() - started)
+      this.#pacer.recordPrefill(out.tokens, performance.now() - started)
     } catch (err) {
       const rows = group.rows
       group.free()
-      this.prefill = null
-      this.fail(rows, err)
+      this.#prefill = null
+      this.#fail(rows, err)
       return
     }
     const ready = new Map<Sequence, StepResult>()
     group.rows.forEach((seq, b) => {
-      if (!seq.prefilling) ready.set(seq, seq.advance(this.lastRow(logits, b)))
+      if (!seq.prefilling) ready.set(seq, seq.advance(this.#lastRow(logits, b)))
     })
     group.remove(new Set(ready.keys()))
-    if (group.size === 0) this.prefill = null
+    if (group.size === 0) this.#prefill = null
     for (const [seq, result] of ready) {
-      if (seq.cache) this.remember(seq, seq.cache, 0)
-      this.emit(seq, result)
+      if (seq.cache) this.#remember(seq, seq.cache, 0)
+      this.#emit(seq, result)
       if (result.finish) {
         if (seq.cache) this.cacheLayout.free(seq.cache)
         seq.cache = null
-        this.finish(seq, result.finish)
+        this.#finish(seq, result.finish)
       } else {
-        this.batchWithRoom().join(seq)
+        this.#batchWithRoom().join(seq)
       }
     }
   }
 
-  private async decodeStep (batch: DecodeBatch): Promise<void> {
+  async #decodeStep (batch: DecodeBatch): Promise<void> {
     let logits: Float32Array
     const started = performance.now()
     try {
       logits = await batch.step()
-      this.pacer.recordDecode(performance.now() - started)
+      this.#pacer.recordDecode(performance.now() - started)
     } catch (err) {
       const rows = batch.rows
       batch.leave(new Set(rows))
-      this.fail(rows, err)
+      this.#fail(rows, err)
       return
     }
     const finished = new Set<Sequence>()
     batch.rows.forEach((seq, b) => {
-      const result = seq.advance(this.lastRow(logits, b))
-      this.emit(seq, result)
+      const result = seq.advance(this.#lastRow(logits, b))
+      this.#emit(seq, result)
       if (result.finish) {
         finished.add(seq)
-        if (batch.cache) this.remember(seq, batch.cache, b)
-        this.finish(seq, result.finish)
+        if (batch.cache) this.#remember(seq, batch.cache, b)
+        this.#finish(seq, result.finish)
       }
     })
     batch.leave(finished)
   }
 
-  private emit (seq: Sequence, result: StepResult): void {
-    if (result.content !== '' || result.reasoning !== '') this.events.delta(seq.id, { content: result.content, reasoning: result.reasoning })
+  #emit (seq: Sequence, result: StepResult): void {
+    if (result.content !== '' || result.reasoning !== '') this.#events.delta(seq.id, { content: result.content, reasoning: result.reasoning })
   }
 
   /** Row b's logits (each step keeps one position per row). */
-  private lastRow (logits: Float32Array, b: number): Float32Array {
+  #lastRow (logits: Float32Array, b: number): Float32Array {
     const vocab = this.model.vocabSize
     return logits.subarray(b * vocab, (b + 1) * vocab)
   }
 
-  private batchWithRoom (): DecodeBatch {
-    let batch = this.batches.find(b => b.hasRoom)
+  #batchWithRoom (): DecodeBatch {
+    let batch = this.#batches.find(b => b.hasRoom)
     if (!batch) {
-      batch = new DecodeBatch(this.cacheLayout, this.batchCapacity)
-      this.batches.push(batch)
+      batch = new DecodeBatch(this.cacheLayout, this.#batchCapacity)
+      this.#batches.push(batch)
     }
     return batch
   }
 
-  private dropCancelled (): void {
-    for (let i = this.waiting.length - 1; i >= 0; i--) {
-      const seq = this.waiting[i]
+  #dropCancelled (): void {
+    for (let i = this.#waiting.length - 1; i >= 0; i--) {
+      const seq = this.#waiting[i]
       if (seq.cancelled) {
-        this.waiting.splice(i, 1)
-        this.finish(seq, 'cancelled')
+        this.#waiting.splice(i, 1)
+        this.#finish(seq, 'cancelled')
       }
     }
-    const group = this.prefill
+    const group = this.#prefill
     const gone = new Set(group?.rows.filter(r => r.cancelled))
     if (group && gone.size > 0) {
       group.remove(gone, true)
-      if (group.size === 0) this.prefill = null
-      for (const seq of gone) this.finish(seq, 'cancelled')
+      if (group.size === 0) this.#prefill = null
+      for (const seq of gone) this.#finish(seq, 'cancelled')
     }
-    for (const batch of this.batches) {
+    for (const batch of this.#batches) {
       const gone = new Set(batch.rows.filter(r => r.cancelled))
       if (gone.size === 0) continue
       batch.leave(gone)
-      for (const seq of gone) this.finish(seq, 'cancelled')
+      for (const seq of gone) this.#finish(seq, 'cancelled')
     }
   }
 
-  private finish (seq: Sequence, reason: FinishReason): void {
+  #finish (seq: Sequence, reason: FinishReason): void {
     const prompt = seq.promptIds.length
-    this.events.finish(seq.id, reason, {
+    this.#events.finish(seq.id, reason, {
       prompt_tokens: prompt,
       completion_tokens: seq.generated,
       total_tokens: prompt + seq.generated,
@@ -434,17 +434,17 @@ export class LocalEngine {
     })
   }
 
-  private fail (seqs: Sequence[], err: unknown): void {
+  #fail (seqs: Sequence[], err: unknown): void {
     for (const seq of seqs) {
       if (seq.cache) this.cacheLayout.free(seq.cache)
       seq.cache = null
-      this.events.error(seq.id, new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
+      this.#events.error(seq.id, new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
     }
   }
 
   async close (): Promise<void> {
-    for (const seq of this.allSequences()) seq.cancelled = true
-    while (this.looping) await yieldToEventLoop()
+    for (const seq of this.#allSequences()) seq.cancelled = true
+    while (this.#looping) await yieldToEventLoop()
     this.prefixes?.clear()
     await this.session.close()
   }

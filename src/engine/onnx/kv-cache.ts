@@ -65,22 +65,22 @@ interface ConcatCache extends RowCache {
 }
 
 class ConcatLayout implements CacheLayout {
-  private readonly session: DecoderSession
+  readonly #session: DecoderSession
   bytesHeld = 0
 
   constructor (session: DecoderSession) {
-    this.session = session
+    this.#session = session
   }
 
   empty (rows = 1): ConcatCache {
-    return { kv: this.session.emptyCache(rows), lengths: new Array(rows).fill(0) }
+    return { kv: this.#session.emptyCache(rows), lengths: new Array(rows).fill(0) }
   }
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {
     const cache = rowCache as ConcatCache
     const total = cache.kv.length
     const seqLen = tokens[0].length
-    const out = await this.session.forward({
+    const out = await this.#session.forward({
       batch: tokens.length,
       inputIds: tokens,
       attentionMask: cache.lengths.map(len => {
@@ -98,7 +98,7 @@ class ConcatLayout implements CacheLayout {
   }
 
   gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): ConcatCache {
-    const model = this.session.model
+    const model = this.#session.model
     const heads = model.numKvHeads
     const dim = model.headDim
     // `held`: the positions the source row holds; `len`: the first of them this row keeps.
@@ -106,7 +106,7 @@ class ConcatLayout implements CacheLayout {
     const length = Math.max(...sources.map(s => s.len))
     const tensors: Record<string, OrtTensor> = {}
     for (const name of Object.keys(sources[0].cache.kv.tensors)) {
-      const out = newCacheData(this.session, sources.length * heads * length * dim)
+      const out = newCacheData(this.#session, sources.length * heads * length * dim)
       sources.forEach((src, b) => {
         const tensor = src.cache.kv.tensors[name]
         const data = tensor.data as CacheData
@@ -118,7 +118,7 @@ class ConcatLayout implements CacheLayout {
           out.set(data.subarray(from, from + src.len * dim), to)
         }
       })
-      tensors[name] = new ort.Tensor(this.session.cacheType, out, [sources.length, heads, length, dim])
+      tensors[name] = new ort.Tensor(this.#session.cacheType, out, [sources.length, heads, length, dim])
     }
     const gathered = { kv: { tensors, length }, lengths: sources.map(s => s.len) }
     this.bytesHeld += kvBytes(gathered.kv)
@@ -140,17 +140,17 @@ interface AppendCache extends RowCache {
 }
 
 class AppendLayout implements CacheLayout {
-  private readonly session: DecoderSession
-  private readonly names: string[]
+  readonly #session: DecoderSession
+  readonly #names: string[]
   bytesHeld = 0
 
   constructor (session: DecoderSession) {
-    this.session = session
-    this.names = Object.keys(session.emptyCache(1).tensors)
+    this.#session = session
+    this.#names = Object.keys(session.emptyCache(1).tensors)
   }
 
   empty (rows = 1): AppendCache {
-    return this.allocate(new Array(rows).fill(0), 0)
+    return this.#allocate(new Array(rows).fill(0), 0)
   }
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {
@@ -159,16 +159,16 @@ class AppendLayout implements CacheLayout {
     const rows = tokens.length
     const needed = Math.max(...cache.lengths) + seqLen
     // Room for this run's entries first, so nothing is reallocated after the run.
-    const target = needed > cache.capacity ? this.grown(cache, needed) : cache
-    const { heads, dim } = this.shape()
+    const target = needed > cache.capacity ? this.#grown(cache, needed) : cache
+    const { heads, dim } = this.#shape()
     const capacity = target.capacity
     const past: KvCache = { tensors: {}, length: capacity }
-    for (const name of this.names) {
-      past.tensors[name] = new ort.Tensor(this.session.cacheType, target.buffers[name], [rows, heads, capacity, dim])
+    for (const name of this.#names) {
+      past.tensors[name] = new ort.Tensor(this.#session.cacheType, target.buffers[name], [rows, heads, capacity, dim])
     }
     let out
     try {
-      out = await this.session.forward({
+      out = await this.#session.forward({
         batch: rows,
         inputIds: tokens,
         // Slots 0..len-1 are the row's past, the rest of the buffer is empty; then this run's positions.
@@ -186,7 +186,7 @@ class AppendLayout implements CacheLayout {
       throw err
     }
     if (target !== cache) this.free(cache)
-    for (const name of this.names) {
+    for (const name of this.#names) {
       const entries = out.present.tensors[name]
       const data = entries.data as CacheData
       const buffer = target.buffers[name]
@@ -205,14 +205,14 @@ class AppendLayout implements CacheLayout {
   gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): AppendCache {
     const lengths = rows.map(r => Math.min(r.length ?? Infinity, r.cache.lengths[r.row]))
     // One free slot at least: the next decode step fits without growing.
-    const out = this.allocate(lengths, roundUp(Math.max(...lengths) + 1, CAPACITY_STEP))
-    this.copyRows(rows.map((r, b) => ({ cache: r.cache as AppendCache, row: r.row, length: lengths[b] })), out)
+    const out = this.#allocate(lengths, roundUp(Math.max(...lengths) + 1, CAPACITY_STEP))
+    this.#copyRows(rows.map((r, b) => ({ cache: r.cache as AppendCache, row: r.row, length: lengths[b] })), out)
     return out
   }
 
   free (rowCache: RowCache): void {
     const cache = rowCache as AppendCache
-    for (const name of this.names) {
+    for (const name of this.#names) {
       // The buffers are this module's own, never shared with a tensor that outlives the run.
       const buffer = cache.buffers[name].buffer
       if (buffer instanceof ArrayBuffer && !buffer.detached) {
@@ -222,31 +222,31 @@ class AppendLayout implements CacheLayout {
     }
   }
 
-  private shape (): { heads: number; dim: number } {
-    return { heads: this.session.model.numKvHeads, dim: this.session.model.headDim }
+  #shape (): { heads: number; dim: number } {
+    return { heads: this.#session.model.numKvHeads, dim: this.#session.model.headDim }
   }
 
-  private allocate (lengths: number[], capacity: number): AppendCache {
-    const { heads, dim } = this.shape()
+  #allocate (lengths: number[], capacity: number): AppendCache {
+    const { heads, dim } = this.#shape()
     const buffers: Record<string, CacheData> = {}
-    for (const name of this.names) {
-      buffers[name] = newCacheData(this.session, lengths.length * heads * capacity * dim)
+    for (const name of this.#names) {
+      buffers[name] = newCacheData(this.#session, lengths.length * heads * capacity * dim)
       this.bytesHeld += buffers[name].byteLength
     }
     return { lengths: [...lengths], capacity, buffers }
   }
 
   /** The same rows in a larger buffer with room for `needed` positions. */
-  private grown (cache: AppendCache, needed: number): AppendCache {
-    const out = this.allocate(cache.lengths, roundUp(needed, CAPACITY_STEP))
-    this.copyRows(cache.lengths.map((length, row) => ({ cache, row, length })), out)
+  #grown (cache: AppendCache, needed: number): AppendCache {
+    const out = this.#allocate(cache.lengths, roundUp(needed, CAPACITY_STEP))
+    this.#copyRows(cache.lengths.map((length, row) => ({ cache, row, length })), out)
     return out
   }
 
   /** Copies each source row's first `length` positions into row b of `into` (right padding). */
-  private copyRows (sources: Array<{ cache: AppendCache; row: number; length: number }>, into: AppendCache): void {
-    const { heads, dim } = this.shape()
-    for (const name of this.names) {
+  #copyRows (sources: Array<{ cache: AppendCache; row: number; length: number }>, into: AppendCache): void {
+    const { heads, dim } = this.#shape()
+    for (const name of this.#names) {
       const to = into.buffers[name]
       sources.forEach((src, b) => {
         const from = src.cache.buffers[name]

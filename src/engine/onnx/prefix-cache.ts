@@ -28,24 +28,24 @@ export interface PrefixMatch {
 }
 
 export class PrefixCache {
-  private readonly layout: CacheLayout
-  private readonly entries = new Set<PrefixEntry>()
+  readonly #layout: CacheLayout
+  readonly #entries = new Set<PrefixEntry>()
   /** Chain key of a block -> the entries whose tokens contain that whole prefix. */
-  private readonly byBlock = new Map<number, Set<PrefixEntry>>()
-  private clock = 0
+  readonly #byBlock = new Map<number, Set<PrefixEntry>>()
+  #clock = 0
 
   constructor (layout: CacheLayout) {
-    this.layout = layout
+    this.#layout = layout
   }
 
   get size (): number {
-    return this.entries.size
+    return this.#entries.size
   }
 
   /** Cached positions held by every entry. */
   get positions (): number {
     let n = 0
-    for (const e of this.entries) n += e.tokens.length
+    for (const e of this.#entries) n += e.tokens.length
     return n
   }
 
@@ -58,7 +58,7 @@ export class PrefixCache {
     let candidates: Set<PrefixEntry> | undefined
     let blocks = 0
     for (const key of keys) {
-      const next = this.byBlock.get(key)
+      const next = this.#byBlock.get(key)
       if (!next) break
       // Hash collisions are possible; keep only entries whose tokens really match this block.
       const matching = new Set([...next].filter(e => sameTokens(e.tokens, tokens, blocks * BLOCK, (blocks + 1) * BLOCK)))
@@ -67,7 +67,7 @@ export class PrefixCache {
       blocks++
     }
     // Within the last partial block (or with no whole block in common), compare token by token.
-    const pool = candidates ?? this.entries
+    const pool = candidates ?? this.#entries
     let best: PrefixMatch | null = null
     for (const entry of pool) {
       let length = blocks * BLOCK
@@ -78,13 +78,13 @@ export class PrefixCache {
     if (!best) return null
     best.length = Math.min(best.length, limit)
     if (best.length < BLOCK) return null
-    best.entry.lastUsed = ++this.clock
+    best.entry.lastUsed = ++this.#clock
     return best
   }
 
   /** A new one-row cache holding the match's positions, for the sequence to continue from. */
   take (match: PrefixMatch): RowCache {
-    return this.layout.gather([{ cache: match.entry.cache, row: 0, length: match.length }])
+    return this.#layout.gather([{ cache: match.entry.cache, row: 0, length: match.length }])
   }
 
   /**
@@ -92,50 +92,50 @@ export class PrefixCache {
    * Entries whose tokens are a prefix of these are dropped: the new one serves them too.
    */
   insert (tokens: readonly number[], cache: RowCache): void {
-    for (const e of [...this.entries]) {
-      if (e.tokens.length <= tokens.length && sameTokens(e.tokens, tokens, 0, e.tokens.length)) this.remove(e)
+    for (const e of [...this.#entries]) {
+      if (e.tokens.length <= tokens.length && sameTokens(e.tokens, tokens, 0, e.tokens.length)) this.#remove(e)
       else if (e.tokens.length > tokens.length && sameTokens(e.tokens, tokens, 0, tokens.length)) {
         // Already held by a longer entry.
-        this.layout.free(cache)
-        e.lastUsed = ++this.clock
+        this.#layout.free(cache)
+        e.lastUsed = ++this.#clock
         return
       }
     }
-    const entry: PrefixEntry = { tokens: [...tokens], cache, lastUsed: ++this.clock }
-    this.entries.add(entry)
+    const entry: PrefixEntry = { tokens: [...tokens], cache, lastUsed: ++this.#clock }
+    this.#entries.add(entry)
     for (const key of chainKeys(entry.tokens)) {
-      let set = this.byBlock.get(key)
-      if (!set) this.byBlock.set(key, set = new Set())
+      let set = this.#byBlock.get(key)
+      if (!set) this.#byBlock.set(key, set = new Set())
       set.add(entry)
     }
   }
 
   /** Whether `entry` is still kept (not evicted). */
   holds (entry: PrefixEntry): boolean {
-    return this.entries.has(entry)
+    return this.#entries.has(entry)
   }
 
   /** Frees the least recently used entry other than `keep`; false when there is none. */
   evictOldest (keep?: PrefixEntry): boolean {
     let oldest: PrefixEntry | undefined
-    for (const e of this.entries) if (e !== keep && (!oldest || e.lastUsed < oldest.lastUsed)) oldest = e
+    for (const e of this.#entries) if (e !== keep && (!oldest || e.lastUsed < oldest.lastUsed)) oldest = e
     if (!oldest) return false
-    this.remove(oldest)
+    this.#remove(oldest)
     return true
   }
 
   clear (): void {
-    for (const e of [...this.entries]) this.remove(e)
+    for (const e of [...this.#entries]) this.#remove(e)
   }
 
-  private remove (entry: PrefixEntry): void {
-    if (!this.entries.delete(entry)) return
+  #remove (entry: PrefixEntry): void {
+    if (!this.#entries.delete(entry)) return
     for (const key of chainKeys(entry.tokens)) {
-      const set = this.byBlock.get(key)
+      const set = this.#byBlock.get(key)
       set?.delete(entry)
-      if (set?.size === 0) this.byBlock.delete(key)
+      if (set?.size === 0) this.#byBlock.delete(key)
     }
-    this.layout.free(entry.cache)
+    this.#layout.free(entry.cache)
   }
 }
 

@@ -213,7 +213,7 @@ function topKIndices (logits: Float32Array, n: number, k: number, out: Int32Arra
   // root is the entry to evict first. NaN logits are treated as -Infinity.
   const value = (i: number) => {
     const v = logits[i]
-    return v === v ? v : -Infinity
+    return Number.isNaN(v) ? -Infinity : v
   }
   const less = (a: number, b: number) => {
     const va = value(a)

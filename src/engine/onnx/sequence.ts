@@ -38,13 +38,13 @@ export class Sequence {
   cancelled = false
   /** The request gave a seed: it must replay exactly. */
   readonly seeded: boolean
-  private readonly request: GenerateRequest
-  private readonly rng: Rng
-  private readonly detokenizer: IncrementalDetokenizer
-  private readonly stops: StopStringMatcher
-  private readonly reasoning: ReasoningSplitter
-  private readonly eosIds: Set<number>
-  private readonly validVocab: number
+  readonly #request: GenerateRequest
+  readonly #rng: Rng
+  readonly #detokenizer: IncrementalDetokenizer
+  readonly #stops: StopStringMatcher
+  readonly #reasoning: ReasoningSplitter
+  readonly #eosIds: Set<number>
+  readonly #validVocab: number
 
   constructor (opts: {
     id: string
@@ -60,14 +60,14 @@ export class Sequence {
     this.id = opts.id
     this.promptIds = opts.promptIds
     this.maxNewTokens = opts.maxNewTokens
-    this.request = opts.request
-    this.rng = createRng(opts.request.seed)
+    this.#request = opts.request
+    this.#rng = createRng(opts.request.seed)
     this.seeded = opts.request.seed !== undefined
-    this.detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
-    this.stops = new StopStringMatcher(opts.request.stop)
-    this.reasoning = new ReasoningSplitter(opts.startsInReasoning)
-    this.eosIds = new Set(opts.eosIds)
-    this.validVocab = opts.validVocab
+    this.#detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
+    this.#stops = new StopStringMatcher(opts.request.stop)
+    this.#reasoning = new ReasoningSplitter(opts.startsInReasoning)
+    this.#eosIds = new Set(opts.eosIds)
+    this.#validVocab = opts.validVocab
   }
 
   /** The ids whose keys and values the sequence's cache holds: its prompt, then its output as fed back. */
@@ -91,31 +91,31 @@ export class Sequence {
    * then the split of thinking from answer.
    */
   advance (logits: Float32Array): StepResult {
-    const id = sample(logits, this.request, this.rng, this.validVocab)
-    if (this.eosIds.has(id)) return { ...this.finishText(), finish: 'stop' }
+    const id = sample(logits, this.#request, this.#rng, this.#validVocab)
+    if (this.#eosIds.has(id)) return { ...this.#finishText(), finish: 'stop' }
     this.generated++
     this.outputIds.push(id)
     this.pending = [id]
-    const piece = this.stops.push(this.detokenizer.push(id))
-    if (piece.stopped) return { ...this.split(piece.emit, true), finish: 'stop' }
+    const piece = this.#stops.push(this.#detokenizer.push(id))
+    if (piece.stopped) return { ...this.#split(piece.emit, true), finish: 'stop' }
     if (this.generated >= this.maxNewTokens) {
-      const now = this.split(piece.emit, false)
-      const rest = this.finishText()
+      const now = this.#split(piece.emit, false)
+      const rest = this.#finishText()
       return { content: now.content + rest.content, reasoning: now.reasoning + rest.reasoning, finish: 'length' }
     }
-    return this.split(piece.emit, false)
+    return this.#split(piece.emit, false)
   }
 
   /** Releases whatever text the detokenizer, stop matcher and splitter still hold. */
-  private finishText (): SplitText {
-    const tail = this.stops.push(this.detokenizer.flush())
-    return this.split(tail.stopped ? tail.emit : tail.emit + this.stops.flush(), true)
+  #finishText (): SplitText {
+    const tail = this.#stops.push(this.#detokenizer.flush())
+    return this.#split(tail.stopped ? tail.emit : tail.emit + this.#stops.flush(), true)
   }
 
-  private split (text: string, final: boolean): SplitText {
-    const now = this.reasoning.push(text)
+  #split (text: string, final: boolean): SplitText {
+    const now = this.#reasoning.push(text)
     if (!final) return now
-    const rest = this.reasoning.flush()
+    const rest = this.#reasoning.flush()
     return { content: now.content + rest.content, reasoning: now.reasoning + rest.reasoning }
   }
 }

@@ -119,7 +119,7 @@ t.test('random texts and chunkings agree with a plain indexOf', async (t) => {
     }
     const r = run(stops, chunks)
     const want = earliest >= 0 ? text.slice(0, earliest) : text
-    if (r.out !== want || r.stopped !== earliest >= 0) {
+    if (r.out !== want || r.stopped !== (earliest >= 0)) {
       failures++
       if (failures < 5) t.same({ out: r.out, stopped: r.stopped }, { out: want, stopped: earliest >= 0 }, JSON.stringify({ stops, chunks }))
     }

@@ -12,54 +12,54 @@ interface HeaderEntry {
 
 export class SafetensorsFile {
   readonly path: string
-  private readonly fd: number
-  private readonly dataStart: number
-  private readonly entries: Map<string, HeaderEntry>
+  readonly #fd: number
+  readonly #dataStart: number
+  readonly #entries: Map<string, HeaderEntry>
 
   constructor (path: string) {
     this.path = path
-    this.fd = fs.openSync(path, 'r')
-    const size = fs.fstatSync(this.fd).size
+    this.#fd = fs.openSync(path, 'r')
+    const size = fs.fstatSync(this.#fd).size
     const lengthBytes = Buffer.alloc(8)
-    fs.readSync(this.fd, lengthBytes, 0, 8, 0)
+    fs.readSync(this.#fd, lengthBytes, 0, 8, 0)
     const headerLength = Number(lengthBytes.readBigUInt64LE(0))
     if (size < 8 || headerLength <= 0 || 8 + headerLength > size) {
       throw new Error(`${path}: not a safetensors file (header length ${headerLength} does not fit a ${size}-byte file)`)
     }
     const headerBytes = Buffer.alloc(headerLength)
-    fs.readSync(this.fd, headerBytes, 0, headerLength, 8)
+    fs.readSync(this.#fd, headerBytes, 0, headerLength, 8)
     let header: Record<string, HeaderEntry | Record<string, string>>
     try {
       header = JSON.parse(headerBytes.toString('utf8'))
     } catch (err) {
       throw new Error(`${path}: safetensors header is not valid JSON (${(err as Error).message})`)
     }
-    this.dataStart = 8 + headerLength
-    this.entries = new Map()
+    this.#dataStart = 8 + headerLength
+    this.#entries = new Map()
     for (const [name, entry] of Object.entries(header)) {
       if (name === '__metadata__') continue
-      this.entries.set(name, entry as HeaderEntry)
+      this.#entries.set(name, entry as HeaderEntry)
     }
   }
 
   names (): string[] {
-    return [...this.entries.keys()]
+    return [...this.#entries.keys()]
   }
 
   has (name: string): boolean {
-    return this.entries.has(name)
+    return this.#entries.has(name)
   }
 
   shape (name: string): number[] {
-    return this.entry(name).shape
+    return this.#entry(name).shape
   }
 
   /** Reads one tensor and widens it to float32. */
   read (name: string): Tensor {
-    const entry = this.entry(name)
+    const entry = this.#entry(name)
     const [begin, end] = entry.data_offsets
     const bytes = Buffer.alloc(end - begin)
-    fs.readSync(this.fd, bytes, 0, bytes.length, this.dataStart + begin)
+    fs.readSync(this.#fd, bytes, 0, bytes.length, this.#dataStart + begin)
     const count = entry.shape.reduce((a, b) => a * b, 1)
     if (bytes.length !== count * bytesPer(entry.dtype)) {
       throw new Error(`${this.path}: tensor ${name} has ${bytes.length} bytes but shape [${entry.shape}] needs ${count * bytesPer(entry.dtype)}`)
@@ -87,11 +87,11 @@ export class SafetensorsFile {
   }
 
   close (): void {
-    fs.closeSync(this.fd)
+    fs.closeSync(this.#fd)
   }
 
-  private entry (name: string): HeaderEntry {
-    const entry = this.entries.get(name)
+  #entry (name: string): HeaderEntry {
+    const entry = this.#entries.get(name)
     if (!entry) throw new Error(`${this.path}: tensor ${name} not found`)
     return entry
   }

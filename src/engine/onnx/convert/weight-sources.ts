@@ -42,12 +42,12 @@ export function expectedShapes (cfg: DecoderConfig): Map<string, number[]> {
 
 /** Reads a checkpoint directory: model.safetensors or model.safetensors.index.json shards. */
 export class CheckpointWeights implements WeightSource {
-  private readonly files: SafetensorsFile[] = []
-  private readonly byName = new Map<string, SafetensorsFile>()
-  private readonly shapes: Map<string, number[]>
+  readonly #files: SafetensorsFile[] = []
+  readonly #byName = new Map<string, SafetensorsFile>()
+  readonly #shapes: Map<string, number[]>
 
   constructor (dir: string, cfg: DecoderConfig) {
-    this.shapes = expectedShapes(cfg)
+    this.#shapes = expectedShapes(cfg)
     const single = path.join(dir, 'model.safetensors')
     const index = path.join(dir, 'model.safetensors.index.json')
     let fileNames: string[]
@@ -61,11 +61,11 @@ export class CheckpointWeights implements WeightSource {
     }
     for (const name of fileNames) {
       const file = new SafetensorsFile(path.join(dir, name))
-      this.files.push(file)
-      for (const tensor of file.names()) this.byName.set(tensor, file)
+      this.#files.push(file)
+      for (const tensor of file.names()) this.#byName.set(tensor, file)
     }
-    for (const [name, shape] of this.shapes) {
-      const file = this.byName.get(name)
+    for (const [name, shape] of this.#shapes) {
+      const file = this.#byName.get(name)
       if (!file) throw new Error(`${dir}: checkpoint lacks tensor ${name}`)
       const actual = file.shape(name)
       if (actual.join(',') !== shape.join(',')) {
@@ -75,17 +75,17 @@ export class CheckpointWeights implements WeightSource {
   }
 
   has (name: string): boolean {
-    return this.byName.has(name)
+    return this.#byName.has(name)
   }
 
   get (name: string): Tensor {
-    const file = this.byName.get(name)
+    const file = this.#byName.get(name)
     if (!file) throw new Error(`checkpoint lacks tensor ${name}`)
     return file.read(name)
   }
 
   close (): void {
-    for (const f of this.files) f.close()
+    for (const f of this.#files) f.close()
   }
 }
 
@@ -95,32 +95,32 @@ export class CheckpointWeights implements WeightSource {
  * storage format or the order tensors are asked for.
  */
 export class RandomWeights implements WeightSource {
-  private readonly shapes: Map<string, number[]>
-  private readonly seed: number
-  private readonly std: number
+  readonly #shapes: Map<string, number[]>
+  readonly #seed: number
+  readonly #std: number
 
   constructor (cfg: DecoderConfig, seed: number, std = 0.02) {
-    this.shapes = expectedShapes(cfg)
-    this.seed = seed
-    this.std = std
+    this.#shapes = expectedShapes(cfg)
+    this.#seed = seed
+    this.#std = std
   }
 
   has (name: string): boolean {
-    return this.shapes.has(name)
+    return this.#shapes.has(name)
   }
 
   get (name: string): Tensor {
-    const shape = this.shapes.get(name)
+    const shape = this.#shapes.get(name)
     if (!shape) throw new Error(`random model has no tensor ${name}`)
     const count = shape.reduce((a, b) => a * b, 1)
     const data = new Float32Array(count)
-    const next = mulberry32(hashString(name) ^ this.seed)
+    const next = mulberry32(hashString(name) ^ this.#seed)
     if (name.endsWith('norm.weight')) {
       // Norm gains near one, as in a trained model.
       for (let i = 0; i < count; i++) data[i] = 1 + (next() - 0.5) * 0.2
     } else {
       // Uniform with the requested standard deviation: half-width std * sqrt(3).
-      const width = 2 * this.std * Math.sqrt(3)
+      const width = 2 * this.#std * Math.sqrt(3)
       for (let i = 0; i < count; i++) data[i] = (next() - 0.5) * width
     }
     return { shape, data }
