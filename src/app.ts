@@ -3,8 +3,6 @@
 // registry, metrics) ready-made, so tests can build it around a temp database
 // and in-test backends, and server.ts decides how they are opened and closed.
 
-import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Socket } from 'node:net'
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type RouteOptions } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
@@ -20,7 +18,7 @@ import { installBaselineHeaders } from './api/baseline-headers.ts'
 import { ConnectionGuard, frameworkErrors, timeoutOptions } from './api/connections.ts'
 import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { chatRoute } from './api/chat/route.ts'
-import { DrainDeadline } from './api/drain-deadline.ts'
+import { installDraining } from './api/draining.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
 import { installJsonBodyParser } from './api/json-body.ts'
@@ -33,7 +31,6 @@ import { DEFAULT_CONNECTION_LIMITS, DEFAULT_TIERS_FILE, type Config } from './co
 import { dashboard } from './dashboard/plugin.ts'
 import { docsSecurityHeaders } from './dashboard/security-headers.ts'
 import type { ModelRegistry } from './engine/registry.ts'
-import { ApiError } from './errors.ts'
 import { Limiter } from './limits/limiter.ts'
 import { openLimitStore } from './limits/open-store.ts'
 import { loggerOptions } from './logging.ts'
@@ -128,48 +125,9 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     metrics.httpRequests.inc({ route: request.routeOptions.url ?? 'unmatched', method: request.method, status: String(reply.statusCode) })
   })
 
-  // 3. Draining on close. Fastify stops routing and Node closes the idle
-  // connections, but a keep-alive connection that was busy (a stream) stays
-  // open after its response until keepAliveTimeout (72 s), holding close()
-  // back; so while closing, every finished response also closes its connection.
-  // Requests that still arrive on an open connection get the API's own 503
-  // body (instead of Fastify's built-in one) and Connection: close.
-  //
-  // Node's server.close() closes only the connections it counts as idle, and a
-  // connection that is open but has not sent a request yet is not one of them
-  // (its parser counts it as a request starting, for headersTimeout). undici,
-  // the openai client's default agent, opens such a connection when a stream
-  // it abandoned closes its socket; close() then waited for headersTimeout to
-  // reap it (about 70 s). So chatd counts the requests on each connection and,
-  // when closing starts, ends every connection with none in progress.
-  //
-  // Draining lasts at most SHUTDOWN_GRACE_MS (none set: as long as it takes);
-  // then the generations still running are stopped and their replies ended
-  // with an error (drain-deadline.ts), so close() returns in bounded time.
-  let closing = false
-  const drainDeadline = new DrainDeadline()
-  const inProgress = new Map<Socket, number>()
-  app.server.on('connection', (socket: Socket) => {
-    inProgress.set(socket, 0)
-    socket.once('close', () => inProgress.delete(socket))
-  })
-  app.server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-    const socket = req.socket
-    inProgress.set(socket, (inProgress.get(socket) ?? 0) + 1)
-    res.once('close', () => { if (inProgress.has(socket)) inProgress.set(socket, inProgress.get(socket)! - 1) })
-  })
-  app.addHook('preClose', async () => {
-    closing = true
-    if (config.shutdownGraceMs !== undefined) drainDeadline.start(config.shutdownGraceMs)
-    for (const [socket, requests] of inProgress) if (requests === 0) socket.destroy()
-  })
-  app.addHook('onClose', async () => { drainDeadline.cancel() })
-  app.addHook('onRequest', async () => {
-    if (closing) throw new ApiError('server_overloaded', 'The server is shutting down; retry shortly.', { headers: { 'retry-after': '1' } })
-  })
-  app.addHook('onResponse', async request => {
-    if (closing) request.raw.socket?.end()
-  })
+  // 3. Draining on close: finished responses close their connections, new requests get 503,
+  // and SHUTDOWN_GRACE_MS bounds the wait (api/draining.ts).
+  const drainDeadline = installDraining(app, { shutdownGraceMs: config.shutdownGraceMs })
 
   // 4. Where the limits live: in-process, or Redis shared by every replica.
   let limiter = opts.limiter
@@ -237,7 +195,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS,
       search: config.search ? WebSearch.fromSettings(config.search) : undefined,
       limits,
-      drainDeadline: drainDeadline.signal,
+      drainDeadline,
     })
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)

@@ -18,7 +18,7 @@ import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { AccountError, Accounts } from './accounts/accounts.ts'
 import { Tiers } from './accounts/tiers.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
-import { ModelsFileError } from './engine/registry.ts'
+import { ModelsFileError } from './engine/models-file.ts'
 import { openMigratedDatabase, type Db } from './store/database.ts'
 
 const USAGE = `Usage: chatd <command>

@@ -8,7 +8,6 @@ import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { Type, type Static } from 'typebox'
-import { DEFAULT_INPUT_LIMITS, type InputLimits } from './api/chat/input-limits.ts'
 import type { UpstreamSettings } from './engine/upstream/settings.ts'
 import type { SearchSettings } from './search/web-search.ts'
 
@@ -18,6 +17,30 @@ export const PROJECT_ROOT = fileURLToPath(new URL('..', import.meta.url))
 /** Defaults for the files chatd ships; an explicitly set relative path is taken from the working directory instead. */
 export const DEFAULT_MODELS_FILE = join(PROJECT_ROOT, 'models', 'models.json')
 export const DEFAULT_TIERS_FILE = join(PROJECT_ROOT, 'tiers.json')
+
+/**
+ * Size limits on a chat request's conversation beyond BODY_LIMIT (api/chat/input-limits.ts
+ * enforces them): BODY_LIMIT bounds bytes, not work.
+ */
+export interface InputLimits {
+  /** Messages per request (MAX_MESSAGES). */
+  maxMessages: number
+  /** Characters (Unicode code points) per message, its parts joined (MAX_MESSAGE_CHARS). */
+  maxMessageChars: number
+  /** Text parts per message when content is an array (MAX_CONTENT_PARTS). */
+  maxContentParts: number
+}
+
+export const DEFAULT_INPUT_LIMITS: InputLimits = {
+  // Long chats run to a few hundred turns; 1024 leaves room for them and keeps
+  // the per-message work (shaping, the template) of one request small.
+  maxMessages: 1024,
+  // 256 Ki characters: about 65k tokens of English, a long document pasted
+  // whole; an unbroken string that long takes the tokenizer a few seconds.
+  maxMessageChars: 262144,
+  // Clients send one part, or a few; parts are joined into one text.
+  maxContentParts: 256,
+}
 
 const ConfigSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'TCP port to listen on (0 = any free port).' }),

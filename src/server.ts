@@ -13,7 +13,8 @@ import { drainUsage, logUnwrittenUsage } from './accounts/unwritten-usage.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { buildApp, type AppOptions } from './app.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
-import { ModelRegistry, ModelsFileError, type BackendFactories } from './engine/registry.ts'
+import { ModelsFileError } from './engine/models-file.ts'
+import { createOnnx, ModelRegistry, type BackendFactories } from './engine/registry.ts'
 import { openMigratedDatabase } from './store/database.ts'
 
 export interface StartOptions {
@@ -32,7 +33,9 @@ export interface StartOptions {
 export async function startServer (config: Config, opts: StartOptions = {}): Promise<FastifyInstance> {
   const print = opts.print ?? (text => { process.stdout.write(text) })
   // models.json first: a bad file stops the start before anything is opened.
-  const models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: opts.factories })
+  // Only a server that may have files to fetch loads the downloader.
+  const onnx = config.autoPull ? (await import('./pull/auto-pull.ts')).withAutoPull(createOnnx) : createOnnx
+  const models = await ModelRegistry.fromFile(config.modelsFile, { config, env: opts.env, factories: { onnx, ...opts.factories } })
   // The pool's idle-connection errors (the database restarted) are logged once the app's logger exists.
   let noteIdleError = (_err: Error): void => {}
   let db

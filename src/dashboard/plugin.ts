@@ -23,16 +23,10 @@ import rateLimit from '@fastify/rate-limit'
 import fastifyStatic from '@fastify/static'
 import view from '@fastify/view'
 import { Eta } from 'eta'
-import type { Redis } from 'ioredis'
-import type { Account, Accounts } from '../accounts/accounts.ts'
-import type { Sessions } from '../accounts/sessions.ts'
-import type { UsageRecords } from '../accounts/usage-records.ts'
-import type { Config } from '../config.ts'
+import type { Account } from '../accounts/accounts.ts'
 import { ApiError } from '../errors.ts'
-import type { Limiter } from '../limits/limiter.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import { redactSecretLooking } from '../logging.ts'
-import type { Db } from '../store/database.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import { sharedSetting } from '../store/settings.ts'
 import { csrfProtection } from './csrf.ts'
@@ -41,17 +35,9 @@ import { adminRoutes } from './routes/admin.ts'
 import { keyRoutes } from './routes/keys.ts'
 import { securityHeaders } from './security-headers.ts'
 import { sessionToken } from './session-cookie.ts'
+import type { DashboardDeps, DashboardOptions } from './deps.ts'
 
-export interface DashboardOptions {
-  accounts: Accounts
-  sessions: Sessions
-  limiter: Limiter
-  usage: UsageRecords
-  db: Db
-  config: Pick<Config, 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'redisPrefix'>
-  /** The shared connection when REDIS_URL is set: the log-in throttle counts there, across replicas. */
-  redis?: Redis
-}
+export type { DashboardDeps, DashboardOptions }
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -141,5 +127,3 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
   await app.register(keyRoutes, deps)
   await app.register(adminRoutes, deps)
 }
-
-export type DashboardDeps = DashboardOptions & { loginLimit: { max: number; timeWindow: number } }

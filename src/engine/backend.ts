@@ -39,6 +39,33 @@ export type GenerateEvent =
   | { type: 'delta'; content?: string; reasoning?: string }
   | { type: 'finish'; reason: FinishReason; usage: Usage }
 
+/** How far a download of a model's files has got (src/pull/, auto-pull). */
+export interface DownloadProgress {
+  file?: string
+  /** Bytes of the model on disk (complete files plus the current one's part). */
+  downloadedBytes: number
+  totalBytes: number
+  /** 0-100, one decimal. */
+  percent: number
+  bytesPerSecond: number
+  etaSeconds?: number
+}
+
+export type DownloadState =
+  | ({ state: 'downloading' } & DownloadProgress)
+  | { state: 'failed'; error: string; hint: string }
+
+/** A backend that is still fetching its files (auto-pull) says how far it got, and logs where it is told to. */
+export interface DownloadingBackend extends Backend {
+  /** The download while it runs or after it failed; undefined once the files are complete. */
+  download (): DownloadState | undefined
+  attachLog (log: { info: (obj: object, msg: string) => void; error: (obj: object, msg: string) => void }): void
+}
+
+export function isDownloading (backend: Backend): backend is DownloadingBackend {
+  return typeof (backend as Partial<DownloadingBackend>).download === 'function'
+}
+
 export type BackendState =
   | { state: 'loading' }
   | { state: 'ready' }

@@ -12,6 +12,9 @@
 // `</think>`, and answer for the rest; a `<think>` written inside the answer is
 // left alone. A model that never closes the block has thought the whole time.
 
+import type { GenerateEvent } from './backend.ts'
+import type { ReasoningMode } from './models-file.ts'
+
 const OPEN = '<think>'
 const CLOSE = '</think>'
 
@@ -107,4 +110,61 @@ export function stripThinking (text: string): string {
   const open = answer.indexOf(OPEN)
   if (open >= 0) answer = answer.slice(0, open)
   return answer === text ? text : answer.trim()
+}
+
+// ---------------------------------------------------------------------------
+// Reasoning modes
+
+/**
+ * Applies a model's reasoning mode to a backend's events. Backends put thinking
+ * in `reasoning` deltas (the ReasoningSplitter in reasoning.ts, or an upstream's
+ * own reasoning field) and the answer in `content` deltas; within one delta the
+ * reasoning comes first.
+ * - `separate`: thinking goes on as reasoning (message.reasoning_content);
+ * - `hidden`: thinking is dropped;
+ * - `inline`: thinking stays in the content as the model wrote it, the block
+ *   closed by `</think>` (R1's template opens it in the prompt, so the text
+ *   starts without `<think>`; one is written only when answer text came first,
+ *   which can only mean the model opened the block itself).
+ * In `separate` and `hidden` the blank lines R1 writes between `</think>` and the
+ * answer are dropped, so `content` starts with the answer itself.
+ */
+export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>, mode: ReasoningMode): AsyncIterable<GenerateEvent> {
+  let thinking = false
+  let contentSeen = false
+  /** After a thinking block, until the answer's first visible character. */
+  let trimAnswer = false
+  for await (const event of events) {
+    if (event.type !== 'delta') {
+      yield event
+      continue
+    }
+    const reasoning = event.reasoning ?? ''
+    let content = event.content ?? ''
+    if (mode === 'inline') {
+      let text = ''
+      if (reasoning !== '') {
+        if (!thinking && contentSeen) text += '<think>'
+        thinking = true
+        text += reasoning
+      }
+      if (content !== '') {
+        if (thinking) text += '</think>'
+        thinking = false
+        contentSeen = true
+        text += content
+      }
+      if (text !== '') yield { type: 'delta', content: text }
+      continue
+    }
+    if (reasoning !== '') trimAnswer = true
+    if (trimAnswer && content !== '') {
+      content = content.trimStart()
+      if (content !== '') trimAnswer = false
+    }
+    const out: Extract<GenerateEvent, { type: 'delta' }> = { type: 'delta' }
+    if (mode === 'separate' && reasoning !== '') out.reasoning = reasoning
+    if (content !== '') out.content = content
+    if (out.reasoning !== undefined || out.content !== undefined) yield out
+  }
 }

@@ -1,19 +1,21 @@
 // `chatd serve` fetching the missing files of a configured local model by
 // itself (CHATD_AUTO_PULL, on by default), so that the start command works on
-// a fresh machine. The registry builds a PullingBackend for such a model; the
+// a fresh machine. The server wraps the registry's onnx factory with
+// withAutoPull: a model whose files are missing becomes a PullingBackend; the
 // server starts answering at once and the model loads when its files are in.
 
 import type { Config } from '../config.ts'
 import type { Backend } from '../engine/backend.ts'
-import { ModelDirError, readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
-import type { OnnxModelEntry } from '../engine/registry.ts'
+import { modelPath, type OnnxModelEntry } from '../engine/models-file.ts'
+import { DEFAULT_DTYPE, ModelDirError, readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
+import type { BackendFactory } from '../engine/registry.ts'
 import { pullCheckpoint } from './checkpoint.ts'
 import { pullModel } from './pull.ts'
 import { PullingBackend } from './pulling-backend.ts'
 import { hubLocation, pullCommand } from './model-source.ts'
 
 /** True when the model directory lacks a file the engine needs (not when one is broken: that is a load error to report). */
-export function modelFilesMissing (dir: string, dtype = 'q4'): boolean {
+export function modelFilesMissing (dir: string, dtype: string = DEFAULT_DTYPE): boolean {
   try {
     readModelDir(dir, dtype as ModelDtype)
     return false
@@ -34,9 +36,21 @@ export function createPullingBackend (
     source: `${hub.endpoint}/${hub.repo}`,
     pullCommand: pullCommand(entry.id),
     pull: async (onEvent, signal) => {
-      const pull = { hub, dir, dtype: (entry.dtype ?? 'q4') as ModelDtype, onEvent, signal }
+      const pull = { hub, dir, dtype: (entry.dtype ?? DEFAULT_DTYPE) as ModelDtype, onEvent, signal }
       await (entry.source === 'checkpoint' ? pullCheckpoint(pull) : pullModel(pull))
     },
     open,
   })
+}
+
+/**
+ * The onnx factory with auto-pull around it: an entry with a hubRepo whose files are missing gets a
+ * PullingBackend that downloads them, then builds the model with `create`.
+ */
+export function withAutoPull (create: BackendFactory<OnnxModelEntry>): BackendFactory<OnnxModelEntry> {
+  return async (entry, ctx) => {
+    const path = modelPath(entry, ctx.baseDir)
+    if (!entry.hubRepo || !modelFilesMissing(path, entry.dtype)) return create(entry, ctx)
+    return createPullingBackend(entry, path, ctx.config, () => create(entry, ctx))
+  }
 }

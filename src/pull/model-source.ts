@@ -1,7 +1,7 @@
 // Where a models.json entry's files come from and go to.
 
 import type { Config } from '../config.ts'
-import type { OnnxModelEntry } from '../engine/registry.ts'
+import type { OnnxModelEntry } from '../engine/models-file.ts'
 import type { HubLocation } from './hub.ts'
 
 export const DEFAULT_HF_ENDPOINT = 'https://huggingface.co'

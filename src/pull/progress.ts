@@ -3,6 +3,7 @@
 // server reports on /readyz and in the model's 503 message.
 
 import { MultiBar, Presets, type SingleBar } from 'cli-progress'
+import type { DownloadProgress } from '../engine/backend.ts'
 import type { PullEvent } from './pull.ts'
 
 export function formatBytes (n: number): string {
@@ -52,16 +53,7 @@ export class RateMeter {
 }
 
 /** What a pull has done so far, for a status line or a JSON body. */
-export interface PullStatus {
-  file?: string
-  /** Bytes of the model on disk (complete files plus the current one's part). */
-  downloadedBytes: number
-  totalBytes: number
-  /** 0-100, one decimal. */
-  percent: number
-  bytesPerSecond: number
-  etaSeconds?: number
-}
+export type PullStatus = DownloadProgress
 
 /** Folds pull events into a PullStatus. */
 export class PullTracker {

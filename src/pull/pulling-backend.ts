@@ -5,9 +5,9 @@
 // be reached the model stays unavailable, and the message gives the exact
 // pull command to run by hand.
 
-import type { Backend, BackendState, GenerateEvent, GenerateRequest } from '../engine/backend.ts'
+import type { Backend, BackendState, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest } from '../engine/backend.ts'
 import { ApiError } from '../errors.ts'
-import { lineReporter, PullTracker, type PullStatus } from './progress.ts'
+import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
 
 export interface PullLog {
@@ -27,11 +27,9 @@ export interface PullingBackendOptions {
   open: () => Promise<Backend>
 }
 
-export type DownloadState =
-  | ({ state: 'downloading' } & PullStatus)
-  | { state: 'failed'; error: string; hint: string }
+export type { DownloadState }
 
-export class PullingBackend implements Backend {
+export class PullingBackend implements DownloadingBackend {
   readonly id: string
   readonly #opts: PullingBackendOptions
   readonly #tracker = new PullTracker()

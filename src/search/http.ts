@@ -3,7 +3,7 @@
 // carries Google's key in its query string and a SearXNG's private address).
 
 import { request } from 'undici'
-import { networkCause } from '../engine/upstream/failures.ts'
+import { networkCause } from '../network-errors.ts'
 import { SearchProviderError } from './provider.ts'
 
 /** Larger replies are not search results pages. */

@@ -7,7 +7,8 @@ import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import type { Backend } from '../../src/engine/backend.ts'
-import { ModelRegistry, parseModelsFile } from '../../src/engine/registry.ts'
+import { parseModelsFile } from '../../src/engine/models-file.ts'
+import { ModelRegistry } from '../../src/engine/registry.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
 const config = loadConfig({})

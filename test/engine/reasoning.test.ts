@@ -5,7 +5,8 @@
 import t from 'tap'
 import type { GenerateEvent } from '../../src/engine/backend.ts'
 import { ReasoningSplitter, stripThinking } from '../../src/engine/reasoning.ts'
-import { withReasoningMode, type ReasoningMode } from '../../src/engine/registry.ts'
+import type { ReasoningMode } from '../../src/engine/models-file.ts'
+import { withReasoningMode } from '../../src/engine/reasoning.ts'
 
 type Run = ['content' | 'reasoning', string]
 

@@ -4,7 +4,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { ChatTemplate } from '../../src/engine/onnx/chat-template.ts'
-import { parseModelsFile } from '../../src/engine/registry.ts'
+import { parseModelsFile } from '../../src/engine/models-file.ts'
 import { placeInFirstUserTurn, shapeConversation } from '../../src/prompt/shape.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { r1TokenizerFiles } from '../helpers/r1-tokenizer.ts'

@@ -6,7 +6,7 @@
 
 import t, { type Test } from 'tap'
 import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
-import type { ReasoningMode } from '../../src/engine/registry.ts'
+import type { ReasoningMode } from '../../src/engine/models-file.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { loopbackServer, streamReply } from './loopback.ts'
 

@@ -11,27 +11,11 @@
 // keep one request's share of that work bounded.
 
 import { invalidParam } from '../../errors.ts'
+import type { InputLimits } from '../../config.ts'
 import type { ChatCompletionRequest } from './schema.ts'
 
-export interface InputLimits {
-  /** Messages per request (MAX_MESSAGES). */
-  maxMessages: number
-  /** Characters (Unicode code points) per message, its parts joined (MAX_MESSAGE_CHARS). */
-  maxMessageChars: number
-  /** Text parts per message when content is an array (MAX_CONTENT_PARTS). */
-  maxContentParts: number
-}
-
-export const DEFAULT_INPUT_LIMITS: InputLimits = {
-  // Long chats run to a few hundred turns; 1024 leaves room for them and keeps
-  // the per-message work (shaping, the template) of one request small.
-  maxMessages: 1024,
-  // 256 Ki characters: about 65k tokens of English, a long document pasted
-  // whole; an unbroken string that long takes the tokenizer a few seconds.
-  maxMessageChars: 262144,
-  // Clients send one part, or a few; parts are joined into one text.
-  maxContentParts: 256,
-}
+// The limits and their defaults are settings (config.ts).
+export { DEFAULT_INPUT_LIMITS, type InputLimits } from '../../config.ts'
 
 /** Throws 400 invalid_parameter for the first field over its limit. */
 export function checkInputLimits (body: ChatCompletionRequest, limits: InputLimits): void {

@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { AccountError } from '../../accounts/accounts.ts'
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
-import type { DashboardDeps } from '../plugin.ts'
+import type { DashboardDeps } from '../deps.ts'
 import { clearSessionCookie, sessionToken, setSessionCookie } from '../session-cookie.ts'
 
 export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps): Promise<void> {

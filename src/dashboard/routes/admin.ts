@@ -5,7 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { Account } from '../../accounts/accounts.ts'
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
-import type { DashboardDeps } from '../plugin.ts'
+import type { DashboardDeps } from '../deps.ts'
 
 /**
  * Text with every invisible or control character shown as <U+XXXX>. Emails

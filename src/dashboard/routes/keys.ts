@@ -7,7 +7,7 @@ import { usageReport } from '../../api/usage/report.ts'
 import { usageCharts } from '../chart.ts'
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
-import type { DashboardDeps } from '../plugin.ts'
+import type { DashboardDeps } from '../deps.ts'
 
 /**
  * Notices a redirect may ask for; a fixed list, so a crafted link cannot put

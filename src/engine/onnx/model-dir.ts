@@ -8,6 +8,8 @@ import { positiveIntegers } from './config-fields.ts'
 
 export const MODEL_DTYPES = ['fp32', 'fp16', 'int8', 'q4', 'q4f16'] as const
 export type ModelDtype = typeof MODEL_DTYPES[number]
+/** The dtype of a local model whose models.json entry names none. */
+export const DEFAULT_DTYPE: ModelDtype = 'q4'
 
 /** ONNX file names tried for each dtype, in order (onnx-community's naming). */
 export const ONNX_FILES_BY_DTYPE: Record<ModelDtype, string[]> = {
@@ -51,7 +53,7 @@ export function requiredFiles (dtype: ModelDtype): string[] {
   return ['config.json', 'tokenizer.json', 'tokenizer_config.json', `onnx/${ONNX_FILES_BY_DTYPE[dtype][0]}`]
 }
 
-export function readModelDir (dir: string, dtype: ModelDtype = 'q4'): ModelDir {
+export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): ModelDir {
   if (!MODEL_DTYPES.includes(dtype)) {
     throw new ModelDirError(`unknown dtype ${JSON.stringify(dtype)}: use one of ${MODEL_DTYPES.join(', ')}`)
   }

@@ -61,17 +61,3 @@ export function saysContextOverflow (body: unknown): boolean {
   const message = typeof error === 'string' ? error : typeof error === 'object' && error !== null ? (error as { message?: unknown }).message : undefined
   return typeof message === 'string' && /context length|context window|maximum context|context size|too many tokens|prompt is too long|exceeds the available context/i.test(message)
 }
-
-/** A short, address-free name for a network failure. */
-export function networkCause (err: unknown): string {
-  const code = (err as { code?: string })?.code
-  switch (code) {
-    case 'ECONNREFUSED': return 'connection refused'
-    case 'ECONNRESET': case 'UND_ERR_SOCKET': return 'connection reset'
-    case 'ENOTFOUND': case 'EAI_AGAIN': return 'host not found'
-    case 'UND_ERR_CONNECT_TIMEOUT': return 'connect timeout'
-    case 'UND_ERR_HEADERS_TIMEOUT': case 'UND_ERR_BODY_TIMEOUT': return 'timed out'
-    case 'CERT_HAS_EXPIRED': case 'DEPTH_ZERO_SELF_SIGNED_CERT': case 'UNABLE_TO_VERIFY_LEAF_SIGNATURE': return 'TLS certificate rejected'
-    default: return code ? code.toLowerCase().replace(/^und_err_/, '').replaceAll('_', ' ') : 'network error'
-  }
-}
