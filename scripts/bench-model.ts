@@ -6,9 +6,9 @@
 // onnx-community's q4 file run (decoder-graph.ts).
 import fs from 'node:fs'
 import path from 'node:path'
-import type { GraphForm } from '../src/engine/onnx/convert/decoder-graph.ts'
-import { convertRandom } from '../src/engine/onnx/convert/index.ts'
-import { converterFingerprint } from '../src/engine/onnx/convert/fingerprint.ts'
+import type { GraphForm } from '../src/convert/decoder-graph.ts'
+import { convertRandom } from '../src/convert/index.ts'
+import { converterFingerprint } from '../src/convert/fingerprint.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 

@@ -17,11 +17,11 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import { parseArgs } from 'node:util'
-import { runLoadInWorker } from './load/drive.ts'
-import { memoryNow, PeakMemory, settledMemory, type MemoryFigures } from './load/memory.ts'
-import { metricSamples, waitForIdle } from './load/metrics-scrape.ts'
-import { startLoadServer } from './load/server.ts'
-import type { TallySummary } from './load/tally.ts'
+import { runLoadInWorker } from '../test/helpers/load/drive.ts'
+import { memoryNow, PeakMemory, settledMemory, type MemoryFigures } from '../test/helpers/load/memory.ts'
+import { metricSamples, waitForIdle } from '../test/helpers/load/metrics-scrape.ts'
+import { startLoadServer } from '../test/helpers/load/server.ts'
+import type { TallySummary } from '../test/helpers/load/tally.ts'
 
 const { values } = parseArgs({
   options: {

@@ -235,8 +235,8 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   },
 
   async convert (args, out) {
-    // The model builder owns its flags (src/engine/onnx/convert/cli.ts); loaded on demand.
-    const { runConvert, ConvertUsageError, CONVERT_USAGE } = await import('./engine/onnx/convert/cli.ts')
+    // The model builder owns its flags (src/convert/cli.ts); loaded on demand.
+    const { runConvert, ConvertUsageError, CONVERT_USAGE } = await import('./convert/cli.ts')
     try {
       const result = runConvert(args)
       out(`wrote ${result.onnxFile} in ${result.seconds.toFixed(1)} s`)
@@ -278,7 +278,7 @@ export async function run (argv: string[], out: Out = line => { process.stdout.w
   // Every command prints its own help for --help (or -h) and succeeds, whatever else is given.
   if (rest.some(isHelp)) {
     if (name === 'convert') {
-      const { CONVERT_USAGE } = await import('./engine/onnx/convert/cli.ts')
+      const { CONVERT_USAGE } = await import('./convert/cli.ts')
       out(CONVERT_USAGE)
     } else {
       out(usageOf(name) ?? USAGE)

@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
-import type { WeightFormat } from '../engine/onnx/convert/decoder-graph.ts'
+import type { WeightFormat } from '../convert/decoder-graph.ts'
 import { readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import type { ConvertJob, ConvertMessage } from './convert-worker.ts'
 import { PullError } from './errors.ts'

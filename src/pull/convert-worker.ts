@@ -3,8 +3,8 @@
 // worker it never blocks the server that started it (auto-pull) or the
 // progress bar that shows it (chatd pull).
 import { parentPort, workerData } from 'node:worker_threads'
-import { convertCheckpoint } from '../engine/onnx/convert/index.ts'
-import type { WeightFormat } from '../engine/onnx/convert/decoder-graph.ts'
+import { convertCheckpoint } from '../convert/index.ts'
+import type { WeightFormat } from '../convert/decoder-graph.ts'
 import { LocalEngine } from '../engine/onnx/engine.ts'
 import type { ModelDtype } from '../engine/onnx/model-dir.ts'
 

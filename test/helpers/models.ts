@@ -6,9 +6,9 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { convertCheckpoint, convertRandom } from '../../src/engine/onnx/convert/index.ts'
-import type { CacheStyle, WeightFormat } from '../../src/engine/onnx/convert/decoder-graph.ts'
-import { converterFingerprint } from '../../src/engine/onnx/convert/fingerprint.ts'
+import { convertCheckpoint, convertRandom } from '../../src/convert/index.ts'
+import type { CacheStyle, WeightFormat } from '../../src/convert/decoder-graph.ts'
+import { converterFingerprint } from '../../src/convert/fingerprint.ts'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 export const REPO_ROOT = path.resolve(here, '../..')

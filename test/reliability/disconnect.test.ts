@@ -12,9 +12,9 @@
 //     once are all served.
 
 import t from 'tap'
-import { startLoadServer } from '../../scripts/load/server.ts'
-import { metricSamples, waitForIdle } from '../../scripts/load/metrics-scrape.ts'
-import { streamChat, type StreamOutcome } from '../../scripts/load/sse-client.ts'
+import { startLoadServer } from '../helpers/load/server.ts'
+import { metricSamples, waitForIdle } from '../helpers/load/metrics-scrape.ts'
+import { streamChat, type StreamOutcome } from '../helpers/load/sse-client.ts'
 
 const SEED = Number(process.env.CHATD_DISCONNECT_SEED ?? 20261122)
 const QUEUE_SIZE = 24

@@ -9,10 +9,10 @@
 //     settles near where it started, and a normal request is served.
 
 import t from 'tap'
-import { runLoad } from '../../scripts/load/drive.ts'
-import { settledMemory } from '../../scripts/load/memory.ts'
-import { waitForIdle } from '../../scripts/load/metrics-scrape.ts'
-import { startLoadServer } from '../../scripts/load/server.ts'
+import { runLoad } from '../helpers/load/drive.ts'
+import { settledMemory } from '../helpers/load/memory.ts'
+import { waitForIdle } from '../helpers/load/metrics-scrape.ts'
+import { startLoadServer } from '../helpers/load/server.ts'
 
 const QUEUE_SIZE = 8
 /** Generous: the RSS of a Node process moves by tens of MB on its own; a leak under this load grows by far more. */

@@ -14,7 +14,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { openDatabase } from '../../src/store/database.ts'
-import { streamChat, type StreamOutcome } from '../../scripts/load/sse-client.ts'
+import { streamChat, type StreamOutcome } from '../helpers/load/sse-client.ts'
 import { REPO_ROOT, storiesModelDir } from '../helpers/models.ts'
 
 const KEY = `sk-chatd-${'sigTerm0'.repeat(4)}`

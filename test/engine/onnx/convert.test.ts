@@ -2,7 +2,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
-import { ConvertUsageError, runConvert } from '../../../src/engine/onnx/convert/cli.ts'
+import { ConvertUsageError, runConvert } from '../../../src/convert/cli.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
 import { loadTokenizer } from '../../../src/engine/onnx/tokenizer.ts'

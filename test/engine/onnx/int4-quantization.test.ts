@@ -2,7 +2,7 @@
 // MatMulNBits weights with: Q4_0's rounding rule (all 16 levels), checked on
 // seeded weights against the float values it stands for.
 import t from 'tap'
-import { dequantizeInt4, quantizeInt4 } from '../../../src/engine/onnx/convert/tensors.ts'
+import { dequantizeInt4, quantizeInt4 } from '../../../src/convert/tensors.ts'
 
 function seededGaussian (count: number, seed: number, scale: number): Float32Array {
   let s = seed >>> 0

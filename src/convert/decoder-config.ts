@@ -1,6 +1,6 @@
 // The architecture facts the graph builder needs, read from a Hugging Face
 // config.json of a Llama or Qwen2 checkpoint.
-import { positiveIntegers } from '../config-fields.ts'
+import { positiveIntegers } from '../engine/onnx/config-fields.ts'
 
 export interface DecoderConfig {
   modelType: 'llama' | 'qwen2'
