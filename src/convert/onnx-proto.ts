@@ -102,13 +102,11 @@ export const DataType = {
   BOOL: 9,
   FLOAT16: 10,
 } as const
-export type DataTypeValue = typeof DataType[keyof typeof DataType]
 
 export const AttributeType = { FLOAT: 1, INT: 2, STRING: 3, TENSOR: 4, FLOATS: 6, INTS: 7 } as const
 
 const root = protobuf.parse(SCHEMA, { keepCase: true }).root
 export const ModelProto = root.lookupType('onnx.ModelProto')
-export const TensorProtoType = root.lookupType('onnx.TensorProto')
 
 export interface TensorInit {
   name: string

@@ -109,7 +109,7 @@ export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx)
 
 export type BackendFactories = { onnx: BackendFactory<OnnxModelEntry>; openai: BackendFactory<OpenAiModelEntry> }
 
-export const defaultFactories: BackendFactories = { onnx: createOnnx, openai: createOpenAi }
+const defaultFactories: BackendFactories = { onnx: createOnnx, openai: createOpenAi }
 
 // ---------------------------------------------------------------------------
 // The registry
@@ -129,8 +129,6 @@ export interface RegisteredModel {
   /** Where chatd's instruction and client system messages go (models.json `systemPrompt`). */
   systemPrompt: 'system' | 'user'
 }
-
-export type ModelStatus = BackendState['state']
 
 /** A backend's download (auto-pull), while one runs or after it failed. */
 function downloadOf (backend: Backend): DownloadState | undefined {

@@ -69,8 +69,5 @@ export interface Database {
 }
 
 export type AccountRow = Selectable<AccountsTable>
-export type NewAccountRow = Insertable<AccountsTable>
 export type ApiKeyRow = Selectable<ApiKeysTable>
-export type SessionRow = Selectable<SessionsTable>
-export type UsageRecordRow = Selectable<UsageRecordsTable>
 export type NewUsageRecordRow = Insertable<UsageRecordsTable>

@@ -48,11 +48,6 @@ export class ModelDirError extends Error {
   }
 }
 
-/** The files a model directory must hold for `dtype`, whether or not they exist yet. */
-export function requiredFiles (dtype: ModelDtype): string[] {
-  return ['config.json', 'tokenizer.json', 'tokenizer_config.json', `onnx/${ONNX_FILES_BY_DTYPE[dtype][0]}`]
-}
-
 export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): ModelDir {
   if (!MODEL_DTYPES.includes(dtype)) {
     throw new ModelDirError(`unknown dtype ${JSON.stringify(dtype)}: use one of ${MODEL_DTYPES.join(', ')}`)

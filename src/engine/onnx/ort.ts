@@ -44,11 +44,6 @@ export interface LoadedSession {
   device: 'cpu' | 'cuda'
 }
 
-/** What a machine needs for the CUDA execution provider; part of the error when it is missing. */
-export const CUDA_REQUIREMENTS = 'A CUDA host needs an NVIDIA GPU and driver, the CUDA 12 and cuDNN 9 runtime libraries on the library path, ' +
-  `and onnxruntime-node's CUDA 12 provider libraries, which ${INSTALL_CUDA_COMMAND} downloads (the GPU Docker image has them). ` +
-  'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
-
 /** ONNX_DEVICE=cuda on a machine without the provider library: which file is missing where, and the command. */
 export function cudaProviderMissingMessage (library = cudaProviderPath()): string {
   return `ONNX_DEVICE=cuda but onnxruntime-node's CUDA provider library is not installed: ${library} does not exist. ` +

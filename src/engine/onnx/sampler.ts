@@ -337,32 +337,3 @@ function drawFromCandidates (idx: Int32Array, count: number, weights: Float64Arr
   }
   return idx[count - 1]
 }
-
-// float16 -> float32 lookup, built on first use (65,536 entries, 256 KiB).
-let halfTable: Float32Array | null = null
-
-function buildHalfTable (): Float32Array {
-  const table = new Float32Array(65536)
-  for (let h = 0; h < 65536; h++) {
-    const sign = h & 0x8000 ? -1 : 1
-    const exponent = (h >> 10) & 0x1f
-    const fraction = h & 0x3ff
-    let value: number
-    if (exponent === 0) value = fraction * 2 ** -24 // subnormal
-    else if (exponent === 31) value = fraction === 0 ? Infinity : NaN
-    else value = (1 + fraction / 1024) * 2 ** (exponent - 15)
-    table[h] = sign * value
-  }
-  return table
-}
-
-/**
- * Converts IEEE 754 half-precision values (as onnxruntime returns float16 tensors: raw bits in a
- * Uint16Array) to float32. Pass `out` to reuse a buffer.
- */
-export function float16ToFloat32 (half: Uint16Array, out: Float32Array = new Float32Array(half.length)): Float32Array {
-  if (out.length < half.length) throw new RangeError('float16ToFloat32: output buffer too small')
-  const table = (halfTable ??= buildHalfTable())
-  for (let i = 0; i < half.length; i++) out[i] = table[half[i]]
-  return out
-}
