@@ -1,6 +1,7 @@
 // Every setting is an environment variable, validated once at boot. A bad value
 // stops the process with a message that names the variable; nothing downstream
-// re-reads process.env. Each variable is documented in .env.example.
+// re-reads process.env. Each variable's description below is its documentation
+// (docs/configuration.md and .env.example are generated from it).
 
 import { readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
@@ -42,77 +43,90 @@ export const DEFAULT_INPUT_LIMITS: InputLimits = {
   maxContentParts: 256,
 }
 
-const ConfigSchema = Type.Object({
+/**
+ * Every setting chatd reads. Each property's `description` is its documentation:
+ * `npm run docs:config` (scripts/docs-config.ts) writes docs/configuration.md's
+ * tables and .env.example from it, and a test fails when they drift apart.
+ * `examples` gives the value .env.example shows, commented out, for a variable
+ * without a default.
+ */
+export const ConfigSchema = Type.Object({
+  // --- server ---
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'TCP port to listen on (0 = any free port).' }),
-  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Interface to bind; 0.0.0.0 for all.' }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Interface to bind: `127.0.0.1` keeps chatd local; `0.0.0.0` listens on all interfaces (as in containers).' }),
+  LOG_LEVEL: Type.Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { default: 'info', description: 'Logging: `fatal`, `error`, `warn`, `info`, `debug`, `trace` or `silent`. API keys and cookies are always redacted.' }),
+  BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest accepted request body in bytes; a larger one gets 413 `request_too_large`.' }),
+  MAX_MESSAGES: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessages, description: 'Messages per chat completion request; more gets 400 `invalid_parameter` (param `messages`).' }),
+  MAX_MESSAGE_CHARS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessageChars, description: 'Characters per message (Unicode code points, its text parts joined); more gets 400 `invalid_parameter` (param `messages[i].content`).' }),
+  MAX_CONTENT_PARTS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxContentParts, description: 'Text parts per message when `content` is an array of `{"type":"text"}` parts; more gets 400 `invalid_parameter` (param `messages[i].content`).' }),
+  SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000, description: 'While a streamed reply waits (in the queue, or on a long prompt), a `: keep-alive` SSE comment goes out this often (ms), so proxies and clients do not time out.' }),
+  SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'On SIGTERM or SIGINT, how long in-flight requests and streams may take to finish (ms) before the process exits; streams still running then end with an error event.' }),
+  // --- hostile clients (issue 19): receiving requests, connections, refused requests ---
+  HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'A request\'s headers must arrive within this (ms) from its first byte (a connection that sends nothing counts too); else 408 `request_timeout` and the connection is closed. At most `REQUEST_TIMEOUT_MS`.' }),
+  REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30000, description: 'A whole request, headers and body, must arrive within this (ms) from its first byte; else 408 `request_timeout` and the connection is closed. The response is not limited: a stream may run for minutes.' }),
+  KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 72000, description: 'How long an idle keep-alive connection stays open between requests (ms). Keep it above your proxy\'s idle timeout (60 s for nginx and most load balancers), or the proxy may reuse a closing connection.' }),
+  MAX_CONNECTIONS: Type.Integer({ minimum: 0, default: 10000, description: 'Open connections per server; more are closed at once. 0: no cap.' }),
+  MAX_CONNECTIONS_PER_ADDRESS: Type.Integer({ minimum: 0, default: 256, description: 'Open connections per client address; more are closed at once. 0: no cap. Not applied when `TRUST_PROXY` is set (every connection then comes from the proxy).' }),
+  JSON_MAX_DEPTH: Type.Integer({ minimum: 1, maximum: 10000, default: 64, description: 'Deepest nesting of arrays and objects in a JSON body; deeper is refused with 400 `invalid_json` before it is parsed.' }),
+  REFUSED_PER_KEY_PER_MINUTE: Type.Integer({ minimum: 0, default: 30, description: 'Refused API requests (any 4xx but 429: bad JSON, validation, unknown model) per API key per minute; past that, 429 `rate_limit_exceeded` with `Retry-After`, before the body is read. Well-formed requests never count, and refusals never count against the tier. 0: off. Shared through Redis when `REDIS_URL` is set.' }),
+  REFUSED_PER_ADDRESS_PER_MINUTE: Type.Integer({ minimum: 0, default: 60, description: 'Refused API requests (any 4xx but 429, failed authentication included) per client address per minute; past that, 429 `rate_limit_exceeded` with `Retry-After`, before the key is checked. 0: off. Shared through Redis when `REDIS_URL` is set.' }),
+  // --- storage ---
   DATABASE_URL: Type.String({
     pattern: '^(sqlite://.+|postgres(ql)?://.+)$',
     default: 'sqlite://data/chatd.db',
-    description: 'sqlite://<path> (path is everything after sqlite://, relative or absolute) or postgres://...',
+    description: '`sqlite://<path>` (the path is everything after `sqlite://`, relative to the working directory or absolute), or `postgres://user:password@host:5432/database` to share one database between several replicas (the same migrations run on both; replicas starting together migrate once).',
   }),
-  DATABASE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'PostgreSQL: the longest one connection attempt or one query may take before the request gets 503 database_unavailable.' }),
-  MODELS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Which models to serve; default: models/models.json in chatd\'s directory. A relative value is taken from the working directory.' })),
-  LOG_LEVEL: Type.Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { default: 'info' }),
+  DATABASE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'PostgreSQL only: how long connecting, or one query, may take (ms) before the request gets 503 `database_unavailable` (`Retry-After: 1`) instead of waiting on a database that went away.' }),
+  // --- accounts, tiers, limits and the dashboard (issue 4) ---
+  CHATD_ADMIN_EMAIL: Type.String({ minLength: 3, default: 'admin@localhost', description: 'The admin account that the first start on an empty database creates, printing its API key once.' }),
   CHATD_ADMIN_KEY: Type.Optional(Type.String({
     pattern: '^sk-chatd-[A-Za-z0-9]{32}$',
-    description: 'Admin key created on first start instead of a random one (sk-chatd- + 32 base62 characters).',
+    description: 'Use this key for that admin account instead of a random one (for automation): `sk-chatd-` followed by 32 letters or digits.',
+    examples: ['sk-chatd-0123456789abcdefghijABCDEFGHIJ01'],
   })),
-  CHATD_ADMIN_EMAIL: Type.String({ minLength: 3, default: 'admin@localhost' }),
-  ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto' }),
-  ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: '0 lets onnxruntime choose.' }),
-  MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: 8, description: 'Sequences per model that decode together in one batched step (continuous batching).' }),
-  PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode, so a long prompt never freezes them; 0 sizes chunks from measured timings to keep a chunk within ~1.75 decode steps.' }),
-  KV_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 0, description: 'Memory for each local model\'s KV cache, in MiB: requests start only while their caches (prompt + max_tokens) fit, the rest wait in the queue; 0: a quarter of the machine\'s (or the container\'s) memory.' }),
-  PREFIX_CACHE: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Keep finished and running requests\' KV caches (within KV_CACHE_MB) so a request that starts the same way, such as the next turn of a chat, computes only what is new.' }),
-  QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model in progress (generating or waiting) before 503 server_overloaded.' }),
-  BODY_LIMIT: Type.Integer({ minimum: 1024, default: 1048576, description: 'Largest request body in bytes; larger gets 413.' }),
-  MAX_MESSAGES: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessages, description: 'Messages per chat completion request; more gets 400 invalid_parameter (param messages).' }),
-  MAX_MESSAGE_CHARS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxMessageChars, description: 'Characters (code points) per message, its text parts joined; more gets 400 invalid_parameter (param messages[i].content).' }),
-  MAX_CONTENT_PARTS: Type.Integer({ minimum: 1, default: DEFAULT_INPUT_LIMITS.maxContentParts, description: 'Text parts per message when content is an array; more gets 400 invalid_parameter (param messages[i].content).' }),
-  SSE_KEEPALIVE_MS: Type.Integer({ minimum: 10, default: 15000 }),
-  SHUTDOWN_GRACE_MS: Type.Integer({ minimum: 0, default: 30000, description: 'How long SIGTERM waits for in-flight streams.' }),
-  // --- hostile clients (issue 19): receiving requests, connections, refused requests ---
-  HEADERS_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'A request\'s headers must arrive within this (ms) from its first byte; else 408 and the connection is closed.' }),
-  REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 30000, description: 'A whole request, headers and body, must arrive within this (ms) from its first byte; else 408 and the connection is closed. The response is not limited.' }),
-  KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 72000, description: 'How long an idle keep-alive connection stays open between requests (ms).' }),
-  MAX_CONNECTIONS: Type.Integer({ minimum: 0, default: 10000, description: 'Open connections per server; more are closed at once. 0: no cap.' }),
-  MAX_CONNECTIONS_PER_ADDRESS: Type.Integer({ minimum: 0, default: 256, description: 'Open connections per client address; more get 503 and are closed. 0: no cap. Not applied when TRUST_PROXY is set (every connection then comes from the proxy).' }),
-  JSON_MAX_DEPTH: Type.Integer({ minimum: 1, maximum: 10000, default: 64, description: 'Deepest nesting of arrays and objects in a JSON body; deeper is refused with 400 invalid_json before it is parsed.' }),
-  REFUSED_PER_KEY_PER_MINUTE: Type.Integer({ minimum: 0, default: 30, description: 'Refused API requests (4xx other than 429) per API key per minute; then 429 before the body is read. 0: no limit.' }),
-  REFUSED_PER_ADDRESS_PER_MINUTE: Type.Integer({ minimum: 0, default: 60, description: 'Refused API requests (4xx other than 429, failed authentication included) per client address per minute; then 429 before the key is checked. 0: no limit.' }),
+  REGISTRATION: Type.Enum(['open', 'closed'], { default: 'open', description: '`open`: anyone may register at `/api/register`; `closed`: only the CLI creates accounts.' }),
+  TIERS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Tiers and their limits (requests and tokens per minute, calls per month, max tokens per request, models); new accounts get the file\'s default tier. Unset: `tiers.json` in chatd\'s own directory; a relative path set here is taken from the working directory.', examples: ['tiers.json'] })),
+  LOGIN_ATTEMPTS_PER_MINUTE: Type.Integer({ minimum: 1, default: 10, description: 'Log-in, registration and password-change attempts allowed per client address per minute (then 429).' }),
+  COOKIE_SECURE: Type.Enum(['auto', 'true', 'false'], { default: 'auto', description: 'Secure flag of the dashboard\'s cookies: `auto` (set when the request came over HTTPS, directly or via `X-Forwarded-Proto` with `TRUST_PROXY`; plain-HTTP localhost still works), `true` (always: behind TLS in production; browsers then drop the cookies on plain HTTP), or `false`.' }),
+  SESSION_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'Signs the dashboard\'s CSRF cookie (32 characters or more). Unset: a random secret is created once and kept in the database, so every replica on the same database shares it.' })),
+  // --- several replicas ---
+  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://.+', description: 'Keep rate limits, allowances and log-in throttling in Redis (`redis://` or `rediss://`) instead of in-process, so several replicas behind a load balancer enforce one account\'s limits once in total. Unset: in-process.', examples: ['redis://127.0.0.1:6379'] })),
+  REDIS_PREFIX: Type.String({ default: 'chatd:', description: 'Prefix of every Redis key chatd writes.' }),
+  // --- models ---
+  MODELS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Which models to serve. Unset: `models/models.json` in chatd\'s own directory; a relative path set here is taken from the working directory. Relative model paths inside it resolve against `MODELS_DIR`, else the directory holding the file.', examples: ['models/models.json'] })),
+  ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto', description: 'Execution provider for local ONNX models: `auto` (CUDA when its provider loads, else the CPU), `cpu`, or `cuda` (a GPU that cannot be used is an error). A models.json entry\'s `device` overrides it.' }),
+  ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: 'Intra-op threads for local ONNX models; 0: one per CPU this process may use (`os.availableParallelism()`). A models.json entry\'s `threads` overrides it.' }),
+  MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: 8, description: 'Continuous batching: sequences per local model that decode together in one batched step.' }),
+  KV_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 0, description: 'Memory for each local model\'s KV cache, in MiB. A request starts only while the caches it and the running requests may fill (prompt + `max_tokens` each) fit; the others wait in the queue. 0: a quarter of the memory this process may use (the machine\'s, or the container\'s limit).' }),
+  PREFIX_CACHE: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Keep requests\' KV caches (within `KV_CACHE_MB`) so a request that starts the same way, such as the next turn of a chat or one with the same system prompt, computes only what is new: `1` (or `true`) or `0` (or `false`).' }),
+  PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode (a long prompt never freezes them); smaller: steadier streams, a later first token for newcomers. 0: sized from measured timings so one chunk costs about 1.75 decode steps (about 6 tokens on a 2-core CPU, up to 512 on a GPU). With nothing else decoding, prompts go in chunks of 512 either way.' }),
+  QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model that may be in progress at once (generating or waiting for the engine); one more gets 503 `server_overloaded` with `Retry-After` at once instead of queueing.' }),
+  // --- upstream models (issue 8) ---
+  UPSTREAM_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 10000, description: 'Connecting to an upstream model server (TCP and TLS), per attempt (ms).' }),
+  UPSTREAM_FIRST_BYTE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'From sending a request upstream to its response headers, per attempt (ms).' }),
+  UPSTREAM_IDLE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'The longest silence inside an upstream\'s reply (ms); a reply that stalls gets 504 `upstream_timeout`.' }),
+  UPSTREAM_RETRIES: Type.Integer({ minimum: 0, maximum: 10, default: 2, description: 'Extra attempts when an upstream fails before sending anything (refused or reset connection, connect or first-byte timeout, HTTP 408, 429 or 5xx). Once it has sent part of a reply, nothing is retried.' }),
+  // --- web search (issue 8) ---
+  SEARCH_PROVIDER: Type.Enum(['', 'searxng', 'google', 'brave'], { default: '', description: 'Web search for `googleSearchStatus`: `searxng`, `google` or `brave`; empty: none, and such requests get 400 `search_unavailable`. A setting the chosen provider needs that is missing stops the server at start-up.' }),
+  SEARXNG_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'searxng: base URL of your instance. chatd calls `GET <url>/search?q=…&format=json`, so its `settings.yml` must list `json` under `search.formats`.', examples: ['http://127.0.0.1:8888'] })),
+  GOOGLE_CSE_KEY: Type.Optional(Type.String({ minLength: 1, description: 'google: Programmable Search (Custom Search JSON API) key.' })),
+  GOOGLE_CSE_ID: Type.Optional(Type.String({ minLength: 1, description: 'google: the search engine id (`cx`).' })),
+  BRAVE_API_KEY: Type.Optional(Type.String({ minLength: 1, description: 'brave: Brave Search API subscription token (sent as `X-Subscription-Token`).' })),
+  SEARCH_RESULTS: Type.Integer({ minimum: 1, maximum: 10, default: 5, description: 'Results put in the prompt as numbered sources (1-10).' }),
+  SEARCH_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 8000, description: 'Time limit for the whole search (ms); a slower or failing provider gives 502 `search_failed`.' }),
+  SEARCH_CACHE_TTL_MS: Type.Integer({ minimum: 0, default: 300000, description: 'How long a query\'s results are reused (ms; per query in any letter case, up to 256 queries); 0 turns the cache off.' }),
+  GOOGLE_CSE_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'google: Custom Search JSON API endpoint; set only for a proxy in front of the provider or a test double.', examples: ['https://www.googleapis.com/customsearch/v1'] })),
+  BRAVE_SEARCH_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'brave: web search endpoint; set only for a proxy in front of the provider or a test double.', examples: ['https://api.search.brave.com/res/v1/web/search'] })),
   // --- deployment (issue 7): model download and reverse proxy ---
-  MODELS_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Directory relative model paths in models.json are resolved against; default: the directory holding MODELS_FILE.' })),
-  CHATD_AUTO_PULL: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'chatd serve downloads missing files of local models at start.' }),
-  HF_ENDPOINT: Type.String({ pattern: '^https?://.+', default: 'https://huggingface.co', description: 'Hugging Face Hub (or mirror) that chatd pull downloads from.' }),
-  HF_TOKEN: Type.Optional(Type.String({ minLength: 1, description: 'Hugging Face access token, for gated or private repositories.' })),
+  MODELS_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Directory that relative model paths in models.json resolve against, and that `chatd pull` writes into. Unset: the directory holding `MODELS_FILE`. The Docker image sets `/models`.', examples: ['/models'] })),
+  CHATD_AUTO_PULL: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: '`chatd serve` downloads the missing files of local models in the background at start (`1` or `true`), or only reports them (`0` or `false`).' }),
+  HF_ENDPOINT: Type.String({ pattern: '^https?://.+', default: 'https://huggingface.co', description: 'The Hugging Face Hub that `chatd pull` downloads from, or a mirror that speaks its API.' }),
+  HF_TOKEN: Type.Optional(Type.String({ minLength: 1, description: 'Hugging Face access token for gated or private repositories; never logged.', examples: ['hf_...'] })),
   TRUST_PROXY: Type.String({
     pattern: '^(true|false|[0-9]+|[0-9A-Fa-f.:/]+(,[ ]*[0-9A-Fa-f.:/]+)*)$',
     default: 'false',
-    description: 'Take the client address from X-Forwarded-For: false, true (any proxy), a hop count, or comma-separated proxy addresses/CIDRs.',
+    description: 'Which `X-Forwarded-For` / `X-Forwarded-Proto` headers to believe for the client address in logs and rate limits: `false` (direct clients), `true` (any proxy: only when chatd is reachable solely through the proxy), a hop count (`1` = one proxy in front), or the proxies\' addresses/CIDRs, comma-separated (e.g. `172.16.0.0/12,127.0.0.1`).',
   }),
-  // --- accounts, tiers, limits and the dashboard (issue 4) ---
-  TIERS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Tiers and their limits (JSON); default: tiers.json in chatd\'s directory. A relative value is taken from the working directory.' })),
-  REGISTRATION: Type.Enum(['open', 'closed'], { default: 'open', description: 'open: anyone may register at /api/register; closed: accounts come from the CLI.' }),
-  REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://.+', description: 'Keep rate limits and allowances in Redis, shared by every replica.' })),
-  REDIS_PREFIX: Type.String({ default: 'chatd:', description: 'Prefix of chatd\'s Redis keys.' }),
-  SESSION_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'Signs the dashboard\'s CSRF cookie; default: a random secret kept in the database.' })),
-  COOKIE_SECURE: Type.Enum(['auto', 'true', 'false'], { default: 'auto', description: 'Secure flag of dashboard cookies; auto: when the request came over HTTPS.' }),
-  LOGIN_ATTEMPTS_PER_MINUTE: Type.Integer({ minimum: 1, default: 10, description: 'Log-in and registration attempts per client address per minute.' }),
-  // --- upstream models and web search (issue 8) ---
-  UPSTREAM_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 10000, description: 'Connecting to an upstream model server, per attempt.' }),
-  UPSTREAM_FIRST_BYTE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'Waiting for an upstream\'s response headers, per attempt.' }),
-  UPSTREAM_IDLE_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 60000, description: 'Longest silence inside an upstream\'s reply before it counts as stalled.' }),
-  UPSTREAM_RETRIES: Type.Integer({ minimum: 0, maximum: 10, default: 2, description: 'Extra attempts when an upstream fails before sending anything.' }),
-  SEARCH_PROVIDER: Type.Enum(['', 'searxng', 'google', 'brave'], { default: '', description: 'Web search for googleSearchStatus; empty: none (such requests get 400 search_unavailable).' }),
-  SEARXNG_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Base URL of a SearXNG instance with the json format enabled.' })),
-  GOOGLE_CSE_KEY: Type.Optional(Type.String({ minLength: 1, description: 'Google Programmable Search (Custom Search JSON API) key.' })),
-  GOOGLE_CSE_ID: Type.Optional(Type.String({ minLength: 1, description: 'Google Programmable Search engine id (cx).' })),
-  GOOGLE_CSE_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Custom Search JSON API endpoint; set only for a proxy or a test double.' })),
-  BRAVE_API_KEY: Type.Optional(Type.String({ minLength: 1, description: 'Brave Search API subscription token.' })),
-  BRAVE_SEARCH_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Brave web search endpoint; set only for a proxy or a test double.' })),
-  SEARCH_RESULTS: Type.Integer({ minimum: 1, maximum: 10, default: 5, description: 'Search results put in the prompt.' }),
-  SEARCH_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 8000, description: 'Whole web search, before 502 search_failed.' }),
-  SEARCH_CACHE_TTL_MS: Type.Integer({ minimum: 0, default: 300000, description: 'How long a query\'s results are reused; 0: no cache.' }),
 })
 
 type RawConfig = Static<typeof ConfigSchema>

@@ -1,4 +1,4 @@
-// The tones `tone` may name, each with the sentence the model is given. README
+// The tones `tone` may name, each with the sentence the model is given. docs/api.md
 // lists the same table; a name is matched in any letter case. "Default" asks
 // for nothing and adds no instruction.
 

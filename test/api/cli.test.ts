@@ -77,7 +77,7 @@ t.test('the key commands README\'s quick start shows work, in order, after a fir
 })
 
 t.test('usage errors', async t => {
-  t.match(await cli([]), { code: 2, out: '', err: /no command given[\s\S]*Usage: chatd <command>/ }, 'no command is a usage error: exit 2, as README says')
+  t.match(await cli([]), { code: 2, out: '', err: /no command given[\s\S]*Usage: chatd <command>/ }, 'no command is a usage error: exit 2, as docs/accounts-and-limits.md says')
   t.match(await cli(['--help']), { code: 0, out: /keys revoke <prefix>/ })
   t.match(await cli(['frobnicate']), { code: 2, err: /unknown command: frobnicate/ })
   t.match(await cli(['keys', 'create']), { code: 2, err: /--email is required/ })

@@ -99,11 +99,11 @@ t.test('fromFile: an unreadable file is a clear error', async t => {
   await t.rejects(ModelRegistry.fromFile('/nonexistent/models.json', { config }), { name: 'ModelsFileError', message: /MODELS_FILE \/nonexistent\/models.json: cannot be read/ })
 })
 
-t.test('README\'s models.json snippet is the shipped models/models.json', async t => {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+t.test('docs/configuration.md\'s models.json snippet is the shipped models/models.json', async t => {
+  const doc = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8')
   // The first JSON block that is a whole models file (later ones show single entries).
-  const snippet = [...readme.matchAll(/```json\n([\s\S]*?)```/g)].map(m => m[1]).find(text => /^\s*\{\s*"models"\s*:/.test(text))
-  t.ok(snippet, 'README has a models.json snippet')
+  const snippet = [...doc.matchAll(/```json\n([\s\S]*?)```/g)].map(m => m[1]).find(text => /^\s*\{\s*"models"\s*:/.test(text))
+  t.ok(snippet, 'docs/configuration.md has a models.json snippet')
   t.same(JSON.parse(snippet!), JSON.parse(readFileSync(new URL('../../models/models.json', import.meta.url), 'utf8')))
 })
 

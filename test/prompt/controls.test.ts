@@ -147,10 +147,10 @@ t.test('a reasoning model\'s thinking budget is added to the wordcount budget', 
   t.equal(toGenerateRequest(body).maxTokens, 40)
 })
 
-t.test('README documents every tone with its wording', async t => {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+t.test('docs/api.md documents every tone with its wording', async t => {
+  const doc = readFileSync(new URL('../../docs/api.md', import.meta.url), 'utf8')
   for (const [tone, sentence] of Object.entries(TONE_SENTENCES)) {
     if (sentence === '') continue
-    t.ok(readme.includes(`| ${tone} | ${sentence} |`), `${tone} in README`)
+    t.ok(doc.includes(`| ${tone} | ${sentence} |`), `${tone} in docs/api.md`)
   }
 })
