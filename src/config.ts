@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { Type, type Static } from 'typebox'
+import { DEFAULT_SCHEDULER } from './engine/onnx/scheduler-settings.ts'
 import type { UpstreamSettings } from './engine/upstream/settings.ts'
 import type { SearchSettings } from './search/web-search.ts'
 
@@ -96,10 +97,10 @@ export const ConfigSchema = Type.Object({
   MODELS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Which models to serve. Unset: `models/models.json` in chatd\'s own directory; a relative path set here is taken from the working directory. Relative model paths inside it resolve against `MODELS_DIR`, else the directory holding the file.', examples: ['models/models.json'] })),
   ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto', description: 'Execution provider for local ONNX models: `auto` (CUDA when its provider loads, else the CPU), `cpu`, or `cuda` (a GPU that cannot be used is an error). A models.json entry\'s `device` overrides it.' }),
   ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: 'Intra-op threads for local ONNX models; 0: one per CPU this process may use (`os.availableParallelism()`). A models.json entry\'s `threads` overrides it.' }),
-  MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: 8, description: 'Continuous batching: sequences per local model that decode together in one batched step.' }),
+  MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: DEFAULT_SCHEDULER.maxBatch, description: 'Continuous batching: sequences per local model that decode together in one batched step.' }),
   KV_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 0, description: 'Memory for each local model\'s KV cache, in MiB. A request starts only while the caches it and the running requests may fill (prompt + `max_tokens` each) fit; the others wait in the queue. 0: a quarter of the memory this process may use (the machine\'s, or the container\'s limit).' }),
   PREFIX_CACHE: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Keep requests\' KV caches (within `KV_CACHE_MB`) so a request that starts the same way, such as the next turn of a chat or one with the same system prompt, computes only what is new: `1` (or `true`) or `0` (or `false`).' }),
-  PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: 0, description: 'Prompt tokens fed per step while other sequences decode (a long prompt never freezes them); smaller: steadier streams, a later first token for newcomers. 0: sized from measured timings so one chunk costs about 1.75 decode steps (about 6 tokens on a 2-core CPU, up to 512 on a GPU). With nothing else decoding, prompts go in chunks of 512 either way.' }),
+  PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: DEFAULT_SCHEDULER.prefillChunk, description: 'Prompt tokens fed per step while other sequences decode (a long prompt never freezes them); smaller: steadier streams, a later first token for newcomers. 0: sized from measured timings so one chunk costs about 1.75 decode steps (about 6 tokens on a 2-core CPU, up to 512 on a GPU). With nothing else decoding, prompts go in chunks of 512 either way.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model that may be in progress at once (generating or waiting for the engine); one more gets 503 `server_overloaded` with `Retry-After` at once instead of queueing.' }),
   // --- upstream models (issue 8) ---
   UPSTREAM_CONNECT_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 10000, description: 'Connecting to an upstream model server (TCP and TLS), per attempt (ms).' }),

@@ -161,8 +161,13 @@ function interpolate (value: unknown, env: Record<string, string | undefined>, m
 // ---------------------------------------------------------------------------
 // Paths and hints
 
+/** The command that fetches a local model's files by hand. */
+export function pullCommand (id: string): string {
+  return `npx chatd pull ${id}`
+}
+
 export function pullHint (id: string): string {
-  return `run: npx chatd pull ${id}`
+  return `run: ${pullCommand(id)}`
 }
 
 /** The files a local model directory holds, for messages that ask someone to put them there. */
@@ -178,7 +183,7 @@ export function modelDirLayout (dtype: string = DEFAULT_DTYPE): string {
  */
 export function missingFilesHint (entry: OnnxModelEntry, path: string): string {
   if (entry.hubRepo) return pullHint(entry.id)
-  return `put the model directory (${modelDirLayout(entry.dtype)}) at ${path}, or add "hubRepo" (the Hugging Face repository it comes from) to its entry in models.json and run: npx chatd pull ${entry.id}`
+  return `put the model directory (${modelDirLayout(entry.dtype)}) at ${path}, or add "hubRepo" (the Hugging Face repository it comes from) to its entry in models.json and run: ${pullCommand(entry.id)}`
 }
 
 /** A local model's directory: its path from models.json, relative to `baseDir` unless absolute. */

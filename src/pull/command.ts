@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { Config } from '../config.ts'
-import type { ModelDtype } from '../engine/onnx/model-dir.ts'
+import { DEFAULT_DTYPE, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import { modelDirLayout, modelPath, parseModelsFile, type OnnxModelEntry } from '../engine/models-file.ts'
 import { modelFilesMissing } from './auto-pull.ts'
 import { PullError } from './errors.ts'
@@ -43,7 +43,7 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
 
   for (const entry of targets) {
     const dir = modelPath(entry, baseDir)
-    const dtype = (entry.dtype ?? 'q4') as ModelDtype
+    const dtype = (entry.dtype ?? DEFAULT_DTYPE) as ModelDtype
     if (!entry.hubRepo) {
       throw new PullError(`${entry.id} has no "hubRepo" in ${config.modelsFile}, so there is nowhere to download it from: add one, or put the model directory (${modelDirLayout(dtype)}) at ${dir}`)
     }

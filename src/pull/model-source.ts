@@ -16,7 +16,4 @@ export function hubLocation (entry: OnnxModelEntry & { hubRepo: string }, config
   }
 }
 
-/** The command an operator runs to fetch a model's files by hand. */
-export function pullCommand (id: string): string {
-  return `npx chatd pull ${id}`
-}
+export { pullCommand } from '../engine/models-file.ts'

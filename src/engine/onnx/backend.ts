@@ -6,7 +6,8 @@ import { Readable } from 'node:stream'
 import { Worker } from 'node:worker_threads'
 import type { Backend, BackendState, GenerateEvent, GenerateRequest } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
-import { MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
+import { pullCommand } from '../models-file.ts'
+import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 
@@ -54,7 +55,7 @@ export class OnnxBackend implements Backend {
 
   constructor (opts: OnnxBackendOptions) {
     this.id = opts.id
-    const dtype = (opts.dtype ?? 'q4') as ModelDtype
+    const dtype = (opts.dtype ?? DEFAULT_DTYPE) as ModelDtype
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
@@ -95,7 +96,7 @@ export class OnnxBackend implements Backend {
       readModelDir(this.#settings.modelDir, this.#settings.dtype)
     } catch (err) {
       const missing = err instanceof ModelDirError && /missing|not found/.test(err.message)
-      this.#current = { state: 'unavailable', reason: (err as Error).message, hint: missing ? `npx chatd pull ${this.id}` : undefined }
+      this.#current = { state: 'unavailable', reason: (err as Error).message, hint: missing ? pullCommand(this.id) : undefined }
       throw err
     }
     const worker = new Worker(new URL('./worker.ts', import.meta.url), { workerData: this.#settings })

@@ -29,6 +29,7 @@ import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
 import { PrefixCache } from './prefix-cache.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
+import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
 import { Sequence, type StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from './tokenizer.ts'
 
@@ -36,13 +37,6 @@ export interface EngineEvents {
   delta (id: string, text: { content: string; reasoning: string }): void
   finish (id: string, reason: FinishReason, usage: Usage): void
   error (id: string, error: ApiError): void
-}
-
-export interface SchedulerSettings {
-  /** Sequences decoding at once; more wait for a free row. */
-  maxBatch: number
-  /** Prompt tokens fed per run while other sequences are decoding; 0 picks by device. */
-  prefillChunk: number
 }
 
 export interface EngineSettings extends Partial<SchedulerSettings> {
@@ -58,7 +52,6 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   prefixCache?: boolean
 }
 
-export const DEFAULT_SCHEDULER: SchedulerSettings = { maxBatch: 8, prefillChunk: 0 }
 /** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
 const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
