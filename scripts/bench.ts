@@ -145,9 +145,15 @@ const main = await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTY
 const cached = values.conversation ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '1' }, name: 'cached' }) : null
 const otherForm = onnxCommunityDir ? await startChatdServer({ root: ROOT, out: OUT, modelDir: onnxCommunityDir, dtype: 'q4', env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'onnx-community' }) : null
 let llamaServer: LlamaServer | null = null
+let llamaServerError = ''
 if (llama && values.conversation) {
   const context = Math.ceil((Math.max(...conversations.map(c => c.promptTokens.at(-1) ?? 0)) + Number(values['turn-gen']) + 256) / 256) * 256
-  llamaServer = await startLlamaServer(llama.build, llama.model.file, { threads: llama.threads, context })
+  try {
+    llamaServer = await startLlamaServer(llama.build, llama.model.file, { threads: llama.threads, context })
+  } catch (err) {
+    llamaServerError = (err as Error).message
+    log(`llama-server: ${llamaServerError} (the conversation is measured without it)`)
+  }
 }
 // Warm-up: the first runs allocate buffers and pre-pack weights.
 for (const server of [main, cached, otherForm]) if (server) await oneStream(server.client, content, 8)
@@ -202,7 +208,15 @@ for (let r = 0; r < ROUNDS; r++) {
     const plan = conversations[r]
     const gen = Number(values['turn-gen'])
     log(`a ${TURNS}-turn conversation (${plan.promptTokens.join(', ')} prompt tokens) ...`)
-    const llamaTurns = llamaServer ? await llamaServerConversation(llamaServer, plan, gen) : undefined
+    let llamaTurns: number[] | undefined
+    if (llamaServer) {
+      try {
+        llamaTurns = await llamaServerConversation(llamaServer, plan, gen)
+      } catch (err) {
+        llamaServerError = `failed in round ${r + 1}: ${(err as Error).message}`
+        log(`llama-server ${llamaServerError}`)
+      }
+    }
     conversation = {
       prompt_tokens: plan.promptTokens,
       ttft_s_cached: await chatdConversation(cached.client, BENCH_MODEL_ID, plan, gen),
@@ -306,6 +320,7 @@ const report = {
         ratio_prefill: ratios.prefill?.median ?? null,
       }
     : { llama_cpp_error: llamaCppSkipped }),
+  ...(llamaServerError ? { llama_server_error: llamaServerError } : {}),
   figures,
   ratios,
   round_data: rounds,

@@ -15,8 +15,8 @@ const WORDS = ('the quick brown fox jumps over a lazy dog while seven wizards qu
 export interface ConversationPlan {
   /** The messages each turn sends: user 1; user 1, answer 1, user 2; ... */
   turns: ChatMessage[][]
-  /** The prompt each turn renders to, through the model's chat template (what llama-server is sent). */
-  renderedPrompts: string[]
+  /** The token ids of each turn's prompt, exactly as chatd feeds them (what llama-server is sent, so both compute the same tokens). */
+  promptIds: number[][]
   /** Prompt tokens per turn. */
   promptTokens: number[]
 }
@@ -45,7 +45,7 @@ export function planConversation (engine: LocalEngine, opts: { turns: number; us
   }
   return {
     turns,
-    renderedPrompts: turns.map(messages => engine.template.render(messages.map(m => ({ ...m }))).text),
+    promptIds: turns.map(messages => engine.encodePrompt({ messages })),
     promptTokens: turns.map(messages => engine.encodePrompt({ messages }).length),
   }
 }
@@ -67,8 +67,8 @@ export async function chatdConversation (client: OpenAI, model: string, plan: Co
 }
 
 /** llama-server with its prompt cache: seconds to the first streamed token of each turn. */
-export async function llamaServerConversation (server: { timeToFirstToken: (prompt: string, gen: number) => Promise<number> }, plan: ConversationPlan, gen: number): Promise<number[]> {
+export async function llamaServerConversation (server: { timeToFirstToken: (prompt: number[], gen: number) => Promise<number> }, plan: ConversationPlan, gen: number): Promise<number[]> {
   const ttft: number[] = []
-  for (const prompt of plan.renderedPrompts) ttft.push(await server.timeToFirstToken(prompt, gen))
+  for (const prompt of plan.promptIds) ttft.push(await server.timeToFirstToken(prompt, gen))
   return ttft
 }

