@@ -5,8 +5,8 @@
 import fs from 'node:fs'
 import path from 'node:path'
 
-/** Percent of src/ covered by `npm test`, rounded down, as measured on the day it was set. */
-export const FLOOR = { lines: 0, statements: 0, functions: 0, branches: 0 }
+/** Percent covered by `npm test`, rounded down: 95.63 / 95.63 / 94.46 / 90.2 when set (2026-11-24). */
+export const FLOOR = { lines: 95, statements: 95, functions: 94, branches: 90 }
 
 const SUMMARY = path.resolve(import.meta.dirname, '..', '.tap', 'report', 'coverage-summary.json')
 
