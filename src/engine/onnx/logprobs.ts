@@ -54,12 +54,13 @@ export function tokenLogprob (logits: Float32Array, n: number, temperature: numb
  * lower id first among equals; returns count (fewer than k when fewer tokens can be drawn).
  */
 function topIndices (logits: Float32Array, n: number, k: number): number {
+  if (k <= 0) return 0
   if (topIds.length < k) {
     topIds = new Int32Array(k)
     topValues = new Float64Array(k)
   }
   let count = 0
-  for (let i = 0; i < n && k > 0; i++) {
+  for (let i = 0; i < n; i++) {
     const v = logits[i]
     if (!(v > -Infinity)) continue // masked or NaN: cannot be drawn
     if (count === k && !(v > topValues[count - 1])) continue

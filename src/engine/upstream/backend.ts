@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
 import { Agent, request, type Dispatcher } from 'undici'
 import { ApiError } from '../../errors.ts'
-import type { Backend, BackendState, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
+import type { Backend, BackendState, DeltaLogprobs, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
 import { ReasoningSplitter } from '../reasoning.ts'
 import { networkCause } from '../../network-errors.ts'
 import { cutOff, refused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
@@ -139,12 +139,15 @@ export class UpstreamBackend implements Backend {
       for await (const piece of pieces) {
         if (piece.usage) reportedUsage = piece.usage
         if (piece.finishReason !== undefined) finishReason = piece.finishReason
-        if (piece.content === '' && piece.reasoning === '') continue
+        if (piece.content === '' && piece.reasoning === '') {
+          if (piece.logprobs) yield { type: 'delta', logprobs: piece.logprobs }
+          continue
+        }
         textDeltas++
         allText += piece.reasoning + piece.content
         if (splitter === undefined) splitter = piece.reasoning !== '' ? null : new ReasoningSplitter(this.#startsInReasoning)
         const split = splitter === null ? { reasoning: '', content: piece.content } : splitter.push(piece.content)
-        const event = delta(piece.reasoning + split.reasoning, split.content)
+        const event = delta(piece.reasoning + split.reasoning, split.content, piece.logprobs)
         if (event) yield event
       }
       if (splitter) {
@@ -196,11 +199,13 @@ export class UpstreamBackend implements Backend {
   }
 }
 
-function delta (reasoning: string, content: string): GenerateEvent | undefined {
-  if (reasoning === '' && content === '') return undefined
+/** A delta with what it carries; the upstream's token log-probabilities ride with the text of the chunk that brought them. */
+function delta (reasoning: string, content: string, logprobs?: DeltaLogprobs): GenerateEvent | undefined {
+  if (reasoning === '' && content === '' && !logprobs) return undefined
   const event: Extract<GenerateEvent, { type: 'delta' }> = { type: 'delta' }
   if (reasoning !== '') event.reasoning = reasoning
   if (content !== '') event.content = content
+  if (logprobs) event.logprobs = logprobs
   return event
 }
 
