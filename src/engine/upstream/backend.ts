@@ -16,7 +16,7 @@ import { ApiError } from '../../errors.ts'
 import type { Backend, BackendState, DeltaLogprobs, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
 import { ReasoningSplitter } from '../reasoning.ts'
 import { networkCause } from '../../network-errors.ts'
-import { cutOff, refused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
+import { cutOff, refused, relayedParamRefused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
 import { readChunk, readCompletion, type ReplyPiece } from './reply.ts'
 import { upstreamBody, type UpstreamModel } from './request-body.ts'
 import { DEFAULT_UPSTREAM_SETTINGS, type UpstreamSettings } from './settings.ts'
@@ -182,7 +182,8 @@ export class UpstreamBackend implements Backend {
         const text = await readText(response.body, MAX_ERROR_BYTES).catch(() => '')
         response.body.on('error', () => {})
         response.body.destroy()
-        failure = refused(response.statusCode, response.statusCode === 400 && saysContextOverflow(parseJson(text)))
+        const refusal = response.statusCode === 400 ? parseJson(text) : undefined
+        failure = refused(response.statusCode, refusal !== undefined && saysContextOverflow(refusal), refusal === undefined ? undefined : relayedParamRefused(refusal))
         if (!retryableStatus(response.statusCode)) throw failure
       } catch (err) {
         if (signal.aborted || err instanceof ApiError) throw err
