@@ -71,8 +71,9 @@ export class Sequence {
   readonly #thinkingBudget: number
   readonly #closeThinking: number[]
   #thinkingTokens = 0
-  /** Ids fed whatever the logits say (the thinking block's close, at the budget). */
+  /** Ids fed whatever the logits say (the thinking block's close, at the budget); forced once at most. */
   #forced: number[] = []
+  #closeForced = false
   /** Tokens whose log-probabilities have not gone out yet, in order. */
   readonly #logprobs: PendingLogprob[] = []
   /** Characters the detokenizer has released; characters the stop matcher has passed on. */
@@ -125,7 +126,7 @@ export class Sequence {
 
   /** A constrained request's thinking has used its budget: the block is closed now. */
   get #budgetSpent (): boolean {
-    return this.#thinkingBudget > 0 && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingBudget
+    return this.#thinkingBudget > 0 && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingBudget
   }
 
   /** Computes the grammar's mask for the next token (the grammar is made first if need be). */
@@ -161,7 +162,10 @@ export class Sequence {
    */
   advance (logits: Float32Array): StepResult {
     const n = this.#validVocab
-    if (this.#forced.length === 0 && this.#budgetSpent) this.#forced = [...this.#closeThinking]
+    if (this.#forced.length === 0 && this.#budgetSpent) {
+      this.#forced = [...this.#closeThinking]
+      this.#closeForced = true
+    }
     const forced = this.#forced.shift()
     const constrained = forced === undefined && this.#constraint !== undefined && !this.#reasoning.inReasoning
     if (constrained) this.#constraint?.apply(logits, n)
