@@ -36,6 +36,9 @@ const UNION_FIELD_MESSAGES: Record<string, string> = {
   wordcount: `must be "Default" or an integer from 1 to ${WORDCOUNT_MAX}`,
   content: 'must be a string or an array of {"type":"text","text":string} parts',
   stop: 'must be a string or an array of at most 4 non-empty strings',
+  response_format: 'must be {"type":"text"}, {"type":"json_object"} or {"type":"json_schema","json_schema":{"name":…,"schema":{…}}}',
+  top_logprobs: 'must be an integer from 0 to 20',
+  logprobs: 'must be a boolean',
 }
 
 function lastName (param: string): string {

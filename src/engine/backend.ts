@@ -23,6 +23,55 @@ export interface GenerateRequest {
   seed?: number
   /** Strings that end generation; they are never emitted. */
   stop: string[]
+  /** Report each generated token's log-probability (and `topLogprobs` alternatives) with the text. */
+  logprobs?: boolean
+  /** 0-20 most likely alternatives per token, with `logprobs`. */
+  topLogprobs?: number
+  /** The client's `response_format`: constrains the answer to JSON (local engine) or is passed on (upstream). */
+  responseFormat?: ResponseFormat
+  /**
+   * Thinking tokens a model may write before a constrained answer (models.json `thinkingBudget`;
+   * 0 or absent: no cap). Only read with a JSON `responseFormat`.
+   */
+  thinkingBudget?: number
+}
+
+/** `response_format` as the client sent it (validated); `text` means no constraint. */
+export type ResponseFormat =
+  | { type: 'text' }
+  | { type: 'json_object' }
+  | { type: 'json_schema'; json_schema: JsonSchemaFormat }
+
+export interface JsonSchemaFormat {
+  name: string
+  description?: string
+  /** A JSON Schema; absent: any JSON object. */
+  schema?: Record<string, unknown>
+  strict?: boolean
+}
+
+/** A response format that constrains the output, or undefined for plain text. */
+export function jsonFormatOf (format: ResponseFormat | undefined): Exclude<ResponseFormat, { type: 'text' }> | undefined {
+  return format === undefined || format.type === 'text' ? undefined : format
+}
+
+/** One candidate token and its log-probability, in the widely used (OpenAI) shape. */
+export interface TopLogprob {
+  token: string
+  logprob: number
+  /** The token's UTF-8 bytes (a token may hold part of a character); null when unknown (some upstreams). */
+  bytes: number[] | null
+}
+
+/** A generated token: its own log-probability and the most likely alternatives at its position. */
+export interface TokenLogprob extends TopLogprob {
+  top_logprobs: TopLogprob[]
+}
+
+/** The tokens whose text one delta carries: of the answer, and of the thinking. */
+export interface DeltaLogprobs {
+  content: TokenLogprob[]
+  reasoning: TokenLogprob[]
 }
 
 export interface Usage {
@@ -36,7 +85,7 @@ export interface Usage {
 export type FinishReason = 'stop' | 'length' | 'cancelled'
 
 export type GenerateEvent =
-  | { type: 'delta'; content?: string; reasoning?: string }
+  | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs }
   | { type: 'finish'; reason: FinishReason; usage: Usage }
 
 /** How far a download of a model's files has got (src/pull/, auto-pull). */
@@ -90,5 +139,11 @@ export interface Backend {
    * generation stops within one step and the stream ends with finish reason "cancelled".
    */
   generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent>
+  /**
+   * Gets a JSON `response_format` ready before the request is admitted: the local engine compiles
+   * (and caches) its grammar, and throws ApiError invalid_parameter (param `response_format`)
+   * when the schema cannot be compiled. Absent for backends that pass the format on.
+   */
+  prepareResponseFormat? (format: ResponseFormat): Promise<void>
   close (): Promise<void>
 }

@@ -12,7 +12,7 @@
 // `</think>`, and answer for the rest; a `<think>` written inside the answer is
 // left alone. A model that never closes the block has thought the whole time.
 
-import type { GenerateEvent } from './backend.ts'
+import type { DeltaLogprobs, GenerateEvent } from './backend.ts'
 import type { ReasoningMode } from './models-file.ts'
 
 const OPEN = '<think>'
@@ -42,6 +42,20 @@ export class ReasoningSplitter {
   /** True while the text being received is thinking. */
   get inReasoning (): boolean {
     return this.#phase === 'thinking'
+  }
+
+  /** Characters received and not yet released (a possible partial tag, or text waiting behind an opening tag). */
+  get heldLength (): number {
+    return this.#pending.length
+  }
+
+  /**
+   * The answer has begun and no thinking block may follow: every later character is answer text,
+   * `<think>` included (a constrained JSON answer may spell it inside a string). Only before any
+   * thinking; what is held is released by the next push or flush.
+   */
+  answerOnly (): void {
+    if (this.#phase === 'before') this.#phase = 'after'
   }
 
   /** Takes the next piece of generated text; returns what can be released now. */
@@ -141,6 +155,7 @@ export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>,
     }
     const reasoning = event.reasoning ?? ''
     let content = event.content ?? ''
+    const logprobs = event.logprobs ? logprobsFor(event.logprobs, mode) : undefined
     if (mode === 'inline') {
       let text = ''
       if (reasoning !== '') {
@@ -154,7 +169,7 @@ export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>,
         contentSeen = true
         text += content
       }
-      if (text !== '') yield { type: 'delta', content: text }
+      if (text !== '' || logprobs) yield { type: 'delta', ...(text !== '' ? { content: text } : {}), ...(logprobs ? { logprobs } : {}) }
       continue
     }
     if (reasoning !== '') trimAnswer = true
@@ -165,6 +180,22 @@ export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>,
     const out: Extract<GenerateEvent, { type: 'delta' }> = { type: 'delta' }
     if (mode === 'separate' && reasoning !== '') out.reasoning = reasoning
     if (content !== '') out.content = content
-    if (out.reasoning !== undefined || out.content !== undefined) yield out
+    // Token log-probabilities travel even when their text was dropped (the blank lines after `</think>`).
+    if (logprobs) out.logprobs = logprobs
+    if (out.reasoning !== undefined || out.content !== undefined || out.logprobs !== undefined) yield out
   }
+}
+
+/**
+ * A delta's token log-probabilities as the mode shows the text: `separate` keeps the thinking's
+ * tokens apart, `inline` puts them in the content before the answer's (as the text is), `hidden`
+ * drops them. Undefined when nothing is left.
+ */
+function logprobsFor (logprobs: DeltaLogprobs, mode: ReasoningMode): DeltaLogprobs | undefined {
+  const shown = mode === 'separate'
+    ? logprobs
+    : mode === 'inline'
+      ? { content: [...logprobs.reasoning, ...logprobs.content], reasoning: [] }
+      : { content: logprobs.content, reasoning: [] }
+  return shown.content.length > 0 || shown.reasoning.length > 0 ? shown : undefined
 }

@@ -5,7 +5,7 @@
 // be reached the model stays unavailable, and the message gives the exact
 // pull command to run by hand.
 
-import type { Backend, BackendState, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest } from '../engine/backend.ts'
+import type { Backend, BackendState, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, ResponseFormat } from '../engine/backend.ts'
 import { ApiError } from '../errors.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
@@ -121,6 +121,11 @@ export class PullingBackend implements DownloadingBackend {
       param: 'model',
       headers: this.#failure === undefined ? { 'retry-after': '30' } : {},
     })
+  }
+
+  /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */
+  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
+    await this.#inner?.prepareResponseFormat?.(format)
   }
 
   async close (): Promise<void> {

@@ -12,7 +12,7 @@ import t, { type Test } from 'tap'
 import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
-import { almostValidBody, rawJsonBody, trickyJson, validBody } from '../helpers/fuzz-bodies.ts'
+import { almostValidBody, DEPENDENT_FIELDS, rawJsonBody, trickyJson, validBody } from '../helpers/fuzz-bodies.ts'
 import { checkAnswer, FUZZ_SEED, fuzzParameters, fuzzRuns, prototypeIsClean, Tally, withinDeadline } from '../helpers/fuzz.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
@@ -61,7 +61,8 @@ t.test('almost valid bodies: 200, or a 4xx about the changed field', async t => 
     if (res.statusCode === 400 || res.statusCode === 404) {
       const { param } = res.json().error as { param: string | null }
       // The refusal names the field that was changed, or the object holding it.
-      const related = param === null || param === path || path.startsWith(`${param}.`) || path.startsWith(`${param}[`) || param.startsWith(`${path}.`) || param.startsWith(`${path}[`)
+      const related = param === null || param === path || path.startsWith(`${param}.`) || path.startsWith(`${param}[`) || param.startsWith(`${path}.`) || param.startsWith(`${path}[`) ||
+        (DEPENDENT_FIELDS[path] ?? []).includes(param)
       if (!related) throw new Error(`changed ${path}, the error names ${param}: ${res.payload.slice(0, 300)}`)
     }
   })

@@ -93,6 +93,21 @@ const validOptional = {
   frequency_penalty: fc.oneof(fc.constant(null), fc.double({ min: -2, max: 2, noNaN: true })),
   user: fc.oneof(fc.constant(null), fc.string({ unit: trickyUnit, maxLength: 20 }).filter(s => s.length <= 256)),
   googleSearchStatus: fc.constantFrom(null, false),
+  logprobs: fc.constantFrom(null, true, false),
+  // Only with logprobs: true (validBody drops it otherwise).
+  top_logprobs: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 20 })),
+  response_format: fc.oneof(
+    fc.constantFrom(null, { type: 'text' }, { type: 'json_object' }),
+    fc.record({
+      type: fc.constant('json_schema'),
+      json_schema: fc.record({
+        name: fc.stringMatching(/^[A-Za-z0-9_-]{1,64}$/),
+        schema: fc.constantFrom({ type: 'object' }, { type: 'object', properties: { a: { type: 'integer' } } }, { type: 'object', properties: { b: { enum: ['x', null] } }, required: ['b'] }),
+        strict: fc.constantFrom(null, true, false),
+        description: fc.string({ maxLength: 20 }),
+      }, { requiredKeys: ['name'] }),
+    })
+  ),
 }
 
 /** A body the API must answer with 200, for the model `model`. */
@@ -101,8 +116,15 @@ export function validBody (model = 'scripted'): fc.Arbitrary<Record<string, unkn
     model: fc.constant(model),
     messages: fc.array(validMessage, { minLength: 1, maxLength: 5 }),
     ...validOptional,
-  }, { requiredKeys: ['model', 'messages'] })
+  }, { requiredKeys: ['model', 'messages'] }).map(body => {
+    // top_logprobs needs logprobs: true.
+    if (body.logprobs !== true && body.top_logprobs !== null) delete body.top_logprobs
+    return body
+  })
 }
+
+/** Fields whose valid values depend on another: changing the key's field may make the listed fields the ones at fault. */
+export const DEPENDENT_FIELDS: Record<string, string[]> = { logprobs: ['top_logprobs'] }
 
 export interface Mutation {
   /** The field changed, in the API's param spelling (messages[0].role). */

@@ -140,3 +140,27 @@ t.test('an upstream error is the relay\'s clean error', async t => {
   t.notMatch(res.body, String(upstream.port))
   t.notMatch(res.body, UPSTREAM_KEY)
 })
+
+t.test('logprobs, top_logprobs and response_format pass through; the upstream\'s logprobs come back', async t => {
+  const params = { messages, temperature: 0, max_tokens: 20, logprobs: true, top_logprobs: 3 }
+  const direct = await upstream.client.chat.completions.create({ model: 'stories260k', ...params })
+  const relayed = await relay.client.chat.completions.create({ model: 'relay', ...params })
+  t.equal(relayed.choices[0].logprobs?.content?.length, 20)
+  t.same(relayed.choices[0].logprobs, direct.choices[0].logprobs, 'the upstream\'s own values, token by token')
+
+  const stream = await relay.client.chat.completions.create({ model: 'relay', ...params, stream: true })
+  const streamed = []
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []))
+  t.same(streamed, direct.choices[0].logprobs?.content, 'streamed through the relay too')
+
+  const schema = { type: 'object', properties: { animal: { type: 'string', enum: ['cat', 'dog'] } }, required: ['animal'], additionalProperties: false }
+  const format = { type: 'json_schema' as const, json_schema: { name: 'pet', schema, strict: true } }
+  const constrained = await relay.client.chat.completions.create({ model: 'relay', messages, temperature: 0, max_tokens: 40, response_format: format })
+  const constrainedDirect = await upstream.client.chat.completions.create({ model: 'stories260k', messages, temperature: 0, max_tokens: 40, response_format: format })
+  t.equal(constrained.choices[0].message.content, constrainedDirect.choices[0].message.content, 'the upstream constrained it')
+  t.ok(['cat', 'dog'].includes(JSON.parse(constrained.choices[0].message.content ?? '').animal))
+
+  const bad = await relay.client.chat.completions.create({ model: 'relay', messages, max_tokens: 5, response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'bogus' } } } })
+    .then(() => null, (err: { status: number; code: string; param: string }) => err)
+  t.match(bad, { status: 400, code: 'invalid_parameter', param: 'response_format' }, 'the upstream\'s refusal of a schema it cannot use is the client\'s 400')
+})

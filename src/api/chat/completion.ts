@@ -2,10 +2,10 @@
 // reply, and the chunks of a streamed one.
 
 import { randomBytes } from 'node:crypto'
-import type { FinishReason, GenerateEvent, Usage } from '../../engine/backend.ts'
+import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, Usage } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import type { SearchResult } from '../../search/provider.ts'
-import type { ChatCompletion, ChatCompletionChunk, SearchResultItem } from './schema.ts'
+import type { ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, SearchResultItem } from './schema.ts'
 
 export interface CompletionMeta {
   id: string
@@ -39,24 +39,44 @@ export interface CollectedCompletion {
   reasoning: string
   finishReason: FinishReason
   usage: Usage
+  /** Every token's log-probability, in order (empty unless the request asked for logprobs). */
+  logprobs?: DeltaLogprobs
+}
+
+/** Whether a delta carries token log-probabilities (a delta may carry them without text: its tokens' text was removed, e.g. whitespace after thinking). */
+export function hasLogprobs (event: Extract<GenerateEvent, { type: 'delta' }>): boolean {
+  return event.logprobs !== undefined && (event.logprobs.content.length > 0 || event.logprobs.reasoning.length > 0)
 }
 
 /** Drains the events of one generation into the full text. */
 export async function collect (events: AsyncIterable<GenerateEvent>): Promise<CollectedCompletion> {
   let content = ''
   let reasoning = ''
+  const logprobs: DeltaLogprobs = { content: [], reasoning: [] }
   for await (const event of events) {
     if (event.type === 'delta') {
       content += event.content ?? ''
       reasoning += event.reasoning ?? ''
+      if (event.logprobs) {
+        logprobs.content.push(...event.logprobs.content)
+        logprobs.reasoning.push(...event.logprobs.reasoning)
+      }
     } else {
-      return { content, reasoning, finishReason: event.reason, usage: event.usage }
+      return { content, reasoning, finishReason: event.reason, usage: event.usage, logprobs }
     }
   }
   throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
 }
 
-export function completionBody (meta: CompletionMeta, done: CollectedCompletion & { finishReason: VisibleFinish }): ChatCompletion {
+/** The response's `logprobs`: the answer's tokens, and the thinking's when there are any. */
+function choiceLogprobs (logprobs: DeltaLogprobs | undefined): ChoiceLogprobs {
+  const content: TokenLogprob[] = logprobs?.content ?? []
+  const reasoning: TokenLogprob[] = logprobs?.reasoning ?? []
+  return reasoning.length > 0 ? { content, reasoning_content: reasoning } : { content }
+}
+
+/** `withLogprobs`: the request asked for logprobs, so the choice carries them. */
+export function completionBody (meta: CompletionMeta, done: CollectedCompletion & { finishReason: VisibleFinish }, withLogprobs = false): ChatCompletion {
   return {
     id: meta.id,
     object: 'chat.completion',
@@ -68,6 +88,7 @@ export function completionBody (meta: CompletionMeta, done: CollectedCompletion 
       message: done.reasoning === ''
         ? { role: 'assistant', content: done.content }
         : { role: 'assistant', content: done.content, reasoning_content: done.reasoning },
+      ...(withLogprobs ? { logprobs: choiceLogprobs(done.logprobs) } : {}),
       finish_reason: done.finishReason,
     }],
     usage: done.usage,
@@ -75,8 +96,12 @@ export function completionBody (meta: CompletionMeta, done: CollectedCompletion 
   }
 }
 
-/** Chunk builders, in stream order. `withUsageField` puts `usage: null` on every chunk but the last, as OpenAI does with include_usage. */
-export function chunkMaker (meta: CompletionMeta, withUsageField: boolean) {
+/**
+ * Chunk builders, in stream order. `withUsageField` puts `usage: null` on every chunk but the last,
+ * as OpenAI does with include_usage; `withLogprobs` gives each delta chunk the `logprobs` of the
+ * tokens whose text it carries.
+ */
+export function chunkMaker (meta: CompletionMeta, withUsageField: boolean, withLogprobs = false) {
   const base = (choices: ChatCompletionChunk['choices']): ChatCompletionChunk => ({
     id: meta.id,
     object: 'chat.completion.chunk',
@@ -95,6 +120,7 @@ export function chunkMaker (meta: CompletionMeta, withUsageField: boolean) {
       const delta: ChatCompletionChunk['choices'][number]['delta'] = {}
       if (event.reasoning) delta.reasoning_content = event.reasoning
       if (event.content) delta.content = event.content
+      if (withLogprobs) return base([{ index: 0, delta, logprobs: choiceLogprobs(event.logprobs), finish_reason: null }])
       return base([{ index: 0, delta, finish_reason: null }])
     },
     finish: (reason: VisibleFinish) => base([{ index: 0, delta: {}, finish_reason: reason }]),

@@ -3,7 +3,7 @@
 // here too, so the route stays a wiring diagram. The prompt shaping itself
 // (controls -> instruction, sources, earlier thinking) is src/prompt's.
 
-import type { ChatMessage, GenerateRequest } from '../../engine/backend.ts'
+import { jsonFormatOf, type ChatMessage, type GenerateRequest, type ResponseFormat } from '../../engine/backend.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
 import { wordcountBudget } from '../../prompt/budget.ts'
 import { controlInstruction } from '../../prompt/controls.ts'
@@ -40,6 +40,10 @@ export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigu
     throw invalidParam('n', 'Only n=1 is supported.')
   }
   controlInstruction(controlsOf(body))
+  if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.logprobs !== true) {
+    throw invalidParam('top_logprobs', 'top_logprobs needs logprobs: true.')
+  }
+  responseFormatOf(body)
   if (body.googleSearchStatus && !opts.searchConfigured) {
     throw new ApiError('search_unavailable', 'googleSearchStatus is true but no search provider is configured on this server.', { param: 'googleSearchStatus' })
   }
@@ -71,7 +75,35 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
     topK: body.top_k ?? DEFAULTS.top_k,
     seed: body.seed ?? undefined,
     stop,
+    ...(body.logprobs === true ? { logprobs: true, topLogprobs: body.top_logprobs ?? 0 } : {}),
+    ...responseFields(responseFormatOf(body), ctx.thinkingBudget),
   }
+}
+
+/** The request's response_format as the backend takes it; 400 naming the part at fault. Absent: undefined. */
+export function responseFormatOf (body: ChatCompletionRequest): ResponseFormat | undefined {
+  const format = body.response_format
+  if (format === undefined || format === null) return undefined
+  if (format.type !== 'json_schema') return { type: format.type }
+  if (format.json_schema === undefined) {
+    throw invalidParam('response_format.json_schema', 'response_format of type json_schema needs a json_schema object: {"name": …, "schema": {…}}.')
+  }
+  const { name, description, schema, strict } = format.json_schema
+  return {
+    type: 'json_schema',
+    json_schema: {
+      name,
+      ...(description !== undefined ? { description } : {}),
+      ...(schema !== undefined ? { schema: schema as Record<string, unknown> } : {}),
+      ...(strict !== undefined && strict !== null ? { strict } : {}),
+    },
+  }
+}
+
+function responseFields (format: ResponseFormat | undefined, thinkingBudget: number | undefined): Pick<GenerateRequest, 'responseFormat' | 'thinkingBudget'> {
+  if (format === undefined) return {}
+  // The thinking budget caps the free text before a constrained answer (the local engine).
+  return jsonFormatOf(format) && thinkingBudget ? { responseFormat: format, thinkingBudget } : { responseFormat: format }
 }
 
 function controlsOf (body: ChatCompletionRequest) {

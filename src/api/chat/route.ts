@@ -6,7 +6,7 @@
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { GenerateEvent } from '../../engine/backend.ts'
+import { jsonFormatOf, type GenerateEvent } from '../../engine/backend.ts'
 import { withReasoningMode } from '../../engine/reasoning.ts'
 import { unavailableError, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
@@ -14,9 +14,9 @@ import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
-import { chunkMaker, collect, completionBody, newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { chunkMaker, collect, completionBody, hasLogprobs, newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
-import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
+import { checkRequest, responseFormatOf, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { admitCompletion, type ChatLimits } from './metering.ts'
 import { observeGeneration } from './observe.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
@@ -82,6 +82,9 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const model = resolveModel(models, body.model)
     checkRequest(body, { searchConfigured: search !== undefined })
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
+    // A JSON response_format's grammar is compiled (or found cached) before the request counts: a schema it cannot take is a 400.
+    const jsonFormat = jsonFormatOf(responseFormatOf(body))
+    if (jsonFormat && model.backend.prepareResponseFormat) await model.backend.prepareResponseFormat(jsonFormat)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const completionId = newCompletionId()
     const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
@@ -127,11 +130,12 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
         request.log.info({ model: model.id }, 'client disconnected; generation stopped')
         return reply
       }
-      return reply.type('application/json; charset=utf-8').send(completionBody(meta, { ...done, finishReason: done.finishReason }))
+      return reply.type('application/json; charset=utf-8').send(completionBody(meta, { ...done, finishReason: done.finishReason }, body.logprobs === true))
     }
 
     return streamCompletion(request, reply, events, meta, {
       includeUsage: body.stream_options?.include_usage === true,
+      logprobs: body.logprobs === true,
       keepAliveMs: sseKeepAliveMs,
       metrics,
       stop,
@@ -151,7 +155,7 @@ async function streamCompletion (
   reply: FastifyReply,
   events: AsyncIterable<GenerateEvent>,
   meta: CompletionMeta,
-  opts: { includeUsage: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal }
+  opts: { includeUsage: boolean; logprobs: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()
@@ -163,7 +167,7 @@ async function streamCompletion (
   if (waited === 'ready') await firstEvent // rethrows a refusal into the error handler (JSON + status)
 
   const sse = new SseBody(opts.keepAliveMs)
-  const chunks = chunkMaker(meta, opts.includeUsage)
+  const chunks = chunkMaker(meta, opts.includeUsage, opts.logprobs)
   reply.code(200).headers(SSE_HEADERS).send(sse.stream)
 
   void (async () => {
@@ -174,7 +178,7 @@ async function streamCompletion (
       while (!next.done) {
         const event = next.value
         if (event.type === 'delta') {
-          if (event.content || event.reasoning) await sse.data(chunks.delta(event))
+          if (event.content || event.reasoning || hasLogprobs(event)) await sse.data(chunks.delta(event))
         } else {
           if (event.reason === 'cancelled') {
             if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event

@@ -32,6 +32,23 @@ export const Message = Type.Object({
   content: Type.Union([Type.String(), Type.Array(TextPart)], { description: 'The text of the message: a string, or an array of text parts.' }),
 })
 
+/** The most alternatives `top_logprobs` may ask for. */
+export const TOP_LOGPROBS_MAX = 20
+
+/**
+ * `response_format`: one object whose `type` picks the form; `json_schema` is checked against
+ * the type in generate-request.ts, so an error names the field at fault rather than a union.
+ */
+const ResponseFormat = Type.Object({
+  type: Type.Enum(['text', 'json_object', 'json_schema'], { description: 'text: no constraint; json_object: any JSON object; json_schema: JSON matching json_schema.schema.' }),
+  json_schema: Type.Optional(Type.Object({
+    name: Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'The schema\'s name (letters, digits, _ and -).' }),
+    description: Type.Optional(Type.String()),
+    schema: Type.Optional(Type.Object({}, { additionalProperties: true, description: 'A JSON Schema; absent: any JSON object.' })),
+    strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'true: properties the schema does not name are not generated.' })),
+  })),
+})
+
 /** Short, free-form names such as "English" or "Formal"; long enough for any real name, short enough to keep out prompt stuffing. */
 const ShortName = (def: string, description: string) => Type.Optional(Type.String({ minLength: 1, maxLength: 64, default: def, description }))
 
@@ -68,6 +85,13 @@ export const ChatCompletionRequest = Type.Object({
   presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
   frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
   user: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'End-user id; accepted, not used.' })),
+  logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'Return the log-probability of each generated token.' })),
+  top_logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: TOP_LOGPROBS_MAX }), Type.Null()], {
+    description: `0 to ${TOP_LOGPROBS_MAX}: how many of the most likely tokens to list at each position; needs logprobs: true.`,
+  })),
+  response_format: Type.Optional(Type.Union([ResponseFormat, Type.Null()], {
+    description: '{"type":"text"} (default), {"type":"json_object"} or {"type":"json_schema","json_schema":{"name","schema","strict"}}: the answer is constrained to JSON (matching the schema).',
+  })),
 }, { description: 'Every optional field may be null, which means the same as leaving it out (nullMeansAbsent). Unknown fields are ignored.' })
 
 export type ChatCompletionRequest = Static<typeof ChatCompletionRequest>
@@ -119,6 +143,27 @@ export type SearchResultItem = Static<typeof SearchResultItem>
 
 const SearchResults = Type.Array(SearchResultItem, { description: 'The web search results the model was given, numbered as it cites them (googleSearchStatus only).' })
 
+const TopLogprob = Type.Object({
+  token: Type.String(),
+  logprob: Type.Number(),
+  bytes: Type.Union([Type.Array(Type.Integer()), Type.Null()], { description: 'The token\'s UTF-8 bytes.' }),
+})
+
+const TokenLogprob = Type.Object({
+  token: Type.String(),
+  logprob: Type.Number(),
+  bytes: Type.Union([Type.Array(Type.Integer()), Type.Null()]),
+  top_logprobs: Type.Array(TopLogprob),
+})
+
+/** With logprobs: the tokens of the answer (`content`) and of the thinking (`reasoning_content`, reasoning: separate). */
+const ChoiceLogprobs = Type.Object({
+  content: Type.Array(TokenLogprob),
+  reasoning_content: Type.Optional(Type.Array(TokenLogprob)),
+}, { description: 'Only with logprobs: true.' })
+
+export type ChoiceLogprobs = Static<typeof ChoiceLogprobs>
+
 const FinishReason = Type.Enum(['stop', 'length'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out.' })
 
 export const ChatCompletion = Type.Object({
@@ -134,6 +179,7 @@ export const ChatCompletion = Type.Object({
       content: Type.String(),
       reasoning_content: Type.Optional(Type.String({ description: 'The model\'s thinking, for reasoning models.' })),
     }),
+    logprobs: Type.Optional(ChoiceLogprobs),
     finish_reason: FinishReason,
   })),
   usage: Usage,
@@ -155,6 +201,7 @@ export const ChatCompletionChunk = Type.Object({
       content: Type.Optional(Type.String()),
       reasoning_content: Type.Optional(Type.String()),
     }),
+    logprobs: Type.Optional(ChoiceLogprobs),
     finish_reason: Type.Union([FinishReason, Type.Null()]),
   }), { description: 'Empty in the final usage chunk.' }),
   usage: Type.Optional(Type.Union([Usage, Type.Null()])),

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import { Readable } from 'node:stream'
 import { Worker } from 'node:worker_threads'
-import type { Backend, BackendState, GenerateEvent, GenerateRequest } from '../backend.ts'
+import type { Backend, BackendState, GenerateEvent, GenerateRequest, ResponseFormat } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { pullCommand } from '../models-file.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
@@ -52,6 +52,8 @@ export class OnnxBackend implements Backend {
    * runs until the worker sees the cancel; this set says when it has stopped.
    */
   readonly #inEngine = new Set<string>()
+  /** Grammar compilations the worker has been asked for, by id. */
+  readonly #compiles = new Map<string, { resolve: () => void; reject: (err: Error) => void }>()
 
   constructor (opts: OnnxBackendOptions) {
     this.id = opts.id
@@ -163,8 +165,25 @@ export class OnnxBackend implements Backend {
     }
   }
 
+  /** Has the worker compile the format's grammar (cached there for the request); a schema it cannot use is a 400. */
+  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
+    if (format.type === 'text') return
+    if (this.#current.state !== 'ready' || !this.#worker) throw new ApiError('model_unavailable', `model ${this.id} is not available`)
+    const id = randomUUID()
+    const done = new Promise<void>((resolve, reject) => { this.#compiles.set(id, { resolve, reject }) })
+    this.#post({ type: 'compile', id, format })
+    await done
+  }
+
   #onMessage (message: FromWorker): void {
     if (!('id' in message)) return
+    const compile = this.#compiles.get(message.id)
+    if (compile) {
+      this.#compiles.delete(message.id)
+      if (message.type === 'error') compile.reject(new ApiError(message.code, message.message, { param: message.param }))
+      else compile.resolve()
+      return
+    }
     // The engine reports every sequence's end, cancelled ones included, as finish or error.
     if (message.type !== 'delta') this.#inEngine.delete(message.id)
     const stream = this.#streams.get(message.id)
@@ -175,6 +194,7 @@ export class OnnxBackend implements Backend {
           type: 'delta',
           ...(message.reasoning !== '' ? { reasoning: message.reasoning } : {}),
           ...(message.content !== '' ? { content: message.content } : {}),
+          ...(message.logprobs ? { logprobs: message.logprobs } : {}),
         } satisfies GenerateEvent)
         break
       case 'finish':
@@ -193,6 +213,8 @@ export class OnnxBackend implements Backend {
 
   #failAll (error: ApiError): void {
     for (const stream of this.#streams.values()) stream.destroy(error)
+    for (const compile of this.#compiles.values()) compile.reject(error)
+    this.#compiles.clear()
   }
 
   async close (): Promise<void> {

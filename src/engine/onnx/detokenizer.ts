@@ -71,6 +71,11 @@ export class IncrementalDetokenizer {
     return this.#emit(text)
   }
 
+  /** Whether tokens are held back (their text ends in an incomplete character). */
+  get holding (): boolean {
+    return this.#ids.length > this.#readOffset
+  }
+
   /** Returns whatever is still held (an incomplete character at the end of generation). */
   flush (): string {
     if (this.#ids.length === this.#readOffset) return ''

@@ -15,7 +15,7 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
-import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
+import { jsonFormatOf, type DeltaLogprobs, type FinishReason, type GenerateRequest, type ResponseFormat, type Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { encodeChatPrompt, type EncodedPrompt } from './chat-prompt.ts'
 import { ChatTemplate } from './chat-template.ts'
@@ -24,6 +24,8 @@ import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
+import { Grammars } from './grammar.ts'
+import { TokenTable } from './token-bytes.ts'
 import { defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
 import { PrefixCache } from './prefix-cache.ts'
@@ -34,7 +36,7 @@ import { Sequence, type StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from './tokenizer.ts'
 
 export interface EngineEvents {
-  delta (id: string, text: { content: string; reasoning: string }): void
+  delta (id: string, text: { content: string; reasoning: string; logprobs?: DeltaLogprobs }): void
   finish (id: string, reason: FinishReason, usage: Usage): void
   error (id: string, error: ApiError): void
 }
@@ -94,6 +96,10 @@ export class LocalEngine {
   readonly #contextLimit: number
   /** Caches kept for later requests with the same start; null when turned off. */
   readonly prefixes: PrefixCache | null
+  /** Each token's bytes and text (logprobs, grammars); built on first use. */
+  readonly tokens: TokenTable
+  /** JSON response_format grammars over this model's vocabulary. */
+  readonly grammars: Grammars
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
     scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean }) {
@@ -108,6 +114,8 @@ export class LocalEngine {
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
     this.prefixes = limits.prefixCache === false ? null : new PrefixCache(this.cacheLayout)
+    this.tokens = new TokenTable(tokenizer)
+    this.grammars = new Grammars(() => ({ bytes: this.tokens.grammarVocabulary(), vocabSize: model.vocabSize, stopIds: model.eosTokenIds }))
     if (this.#contextLimit < 1) {
       throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
     }
@@ -182,6 +190,15 @@ export class LocalEngine {
     }
   }
 
+  /**
+   * Compiles a JSON response_format's grammar (kept for the requests that use it); throws ApiError
+   * invalid_parameter naming response_format when the schema cannot be used.
+   */
+  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
+    const json = jsonFormatOf(format)
+    if (json) await this.grammars.compile(json)
+  }
+
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
     const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
@@ -202,9 +219,21 @@ export class LocalEngine {
       // Logits past the tokenizer's vocabulary are padding in the output layer.
       validVocab: Math.min(this.tokenizer.vocabSize, this.model.vocabSize),
       startsInReasoning: endsInThink,
+      tokens: this.tokens,
+      ...this.#constraintOf(request),
     }))
     if (!this.#looping) void this.#loop()
     return id
+  }
+
+  /** A JSON response_format's grammar (made while the prompt waits), and the ids that close a thinking block at its budget. */
+  #constraintOf (request: GenerateRequest): { constraint?: ReturnType<Grammars['constraint']>; closeThinking?: number[] } {
+    const json = jsonFormatOf(request.responseFormat)
+    if (!json) return {}
+    return {
+      constraint: this.grammars.constraint(json),
+      ...(request.thinkingBudget ? { closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) } : {}),
+    }
   }
 
   /** Stops a sequence before its next step; it finishes with reason "cancelled". */
@@ -331,12 +360,20 @@ export class LocalEngine {
       this.#fail(rows, err)
       return
     }
+    const done = group.rows.filter(seq => !seq.prefilling)
+    const failed = await this.#prepareGrammars(done)
     const ready = new Map<Sequence, StepResult>()
     group.rows.forEach((seq, b) => {
-      if (!seq.prefilling) ready.set(seq, seq.advance(this.#lastRow(logits, b)))
+      if (seq.prefilling || failed.has(seq)) return
+      try {
+        ready.set(seq, seq.advance(this.#lastRow(logits, b)))
+      } catch (err) {
+        failed.set(seq, err)
+      }
     })
-    group.remove(new Set(ready.keys()))
+    group.remove(new Set([...ready.keys(), ...failed.keys()]))
     if (group.size === 0) this.#prefill = null
+    for (const [seq, err] of failed) this.#fail([seq], err)
     for (const [seq, result] of ready) {
       if (seq.cache) this.#remember(seq, seq.cache, 0)
       this.#emit(seq, result)
@@ -362,9 +399,18 @@ export class LocalEngine {
       this.#fail(rows, err)
       return
     }
-    const finished = new Set<Sequence>()
+    const failed = await this.#prepareGrammars(batch.rows)
+    const finished = new Set<Sequence>(failed.keys())
     batch.rows.forEach((seq, b) => {
-      const result = seq.advance(this.#lastRow(logits, b))
+      if (failed.has(seq)) return
+      let result: StepResult
+      try {
+        result = seq.advance(this.#lastRow(logits, b))
+      } catch (err) {
+        failed.set(seq, err)
+        finished.add(seq)
+        return
+      }
       this.#emit(seq, result)
       if (result.finish) {
         finished.add(seq)
@@ -373,10 +419,30 @@ export class LocalEngine {
       }
     })
     batch.leave(finished)
+    for (const [seq, err] of failed) this.#fail([seq], err)
+  }
+
+  /**
+   * Computes the grammar masks of the constrained rows about to sample (rows without a grammar do
+   * nothing here); returns the rows whose grammar failed, with why.
+   */
+  async #prepareGrammars (rows: Sequence[]): Promise<Map<Sequence, unknown>> {
+    const failed = new Map<Sequence, unknown>()
+    for (const seq of rows) {
+      if (!seq.constrained) continue
+      try {
+        await seq.prepare()
+      } catch (err) {
+        failed.set(seq, err)
+      }
+    }
+    return failed
   }
 
   #emit (seq: Sequence, result: StepResult): void {
-    if (result.content !== '' || result.reasoning !== '') this.#events.delta(seq.id, { content: result.content, reasoning: result.reasoning })
+    if (result.content !== '' || result.reasoning !== '' || result.logprobs) {
+      this.#events.delta(seq.id, { content: result.content, reasoning: result.reasoning, ...(result.logprobs ? { logprobs: result.logprobs } : {}) })
+    }
   }
 
   /** Row b's logits (each step keeps one position per row). */
@@ -418,6 +484,7 @@ export class LocalEngine {
   }
 
   #finish (seq: Sequence, reason: FinishReason): void {
+    seq.release()
     const prompt = seq.promptIds.length
     this.#events.finish(seq.id, reason, {
       prompt_tokens: prompt,
@@ -429,9 +496,10 @@ export class LocalEngine {
 
   #fail (seqs: Sequence[], err: unknown): void {
     for (const seq of seqs) {
+      seq.release()
       if (seq.cache) this.cacheLayout.free(seq.cache)
       seq.cache = null
-      this.#events.error(seq.id, new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
+      this.#events.error(seq.id, err instanceof ApiError ? err : new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
     }
   }
 

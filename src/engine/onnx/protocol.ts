@@ -1,5 +1,5 @@
 // Messages between the OnnxBackend (main thread) and the engine worker.
-import type { FinishReason, GenerateRequest, Usage } from '../backend.ts'
+import type { DeltaLogprobs, FinishReason, GenerateRequest, ResponseFormat, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
 import type { DeviceChoice } from './ort.ts'
 import type { ModelDtype } from './model-dir.ts'
@@ -24,12 +24,15 @@ export interface WorkerSettings {
 export type ToWorker =
   | { type: 'generate'; id: string; request: GenerateRequest }
   | { type: 'cancel'; id: string }
+  /** Compile a response_format's grammar now (before the request is admitted); answered by `compiled` or `error`. */
+  | { type: 'compile'; id: string; format: ResponseFormat }
   | { type: 'close' }
 
 export type FromWorker =
   | { type: 'ready'; contextLength: number; device: 'cpu' | 'cuda' }
   | { type: 'load_error'; message: string }
-  | { type: 'delta'; id: string; content: string; reasoning: string }
+  | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
+  | { type: 'compiled'; id: string }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage }
   | { type: 'error'; id: string; code: ErrorCode; message: string; param: string | null }
   | { type: 'closed' }

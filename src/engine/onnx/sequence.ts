@@ -1,7 +1,13 @@
 // One request's generation state inside the engine: its tokens, key/value
 // cache, sampler, and the text pipeline (incremental detokenizer, then stop
-// strings) that turns sampled ids into deltas safe to send.
-import type { FinishReason, GenerateRequest } from '../backend.ts'
+// strings) that turns sampled ids into deltas safe to send. With a JSON
+// response_format, a grammar masks the logits before sampling (grammar.ts);
+// with logprobs, each token's log-probability travels with the delta that
+// releases its text.
+import { jsonFormatOf, type DeltaLogprobs, type FinishReason, type GenerateRequest, type TokenLogprob } from '../backend.ts'
+import type { GrammarConstraint } from './grammar.ts'
+import { tokenLogprob } from './logprobs.ts'
+import type { TokenTable } from './token-bytes.ts'
 import type { RowCache } from './kv-cache.ts'
 import { IncrementalDetokenizer } from './detokenizer.ts'
 import { createRng, type Rng } from './rng.ts'
@@ -17,6 +23,18 @@ export interface StepResult {
   reasoning: string
   /** Set when the sequence is done. */
   finish?: Exclude<FinishReason, 'cancelled'>
+  /** With logprobs: the tokens whose text this step released. */
+  logprobs?: DeltaLogprobs
+}
+
+/** A token's log-probability on its way out: sent with the step that releases the last of its text. */
+interface PendingLogprob {
+  entry: TokenLogprob
+  /** Sampled inside the thinking block (its tags included). */
+  thinking: boolean
+  /** Its text's place in the detokenized output, [start, end); -1 while the detokenizer holds it. */
+  start: number
+  end: number
 }
 
 export class Sequence {
@@ -45,6 +63,22 @@ export class Sequence {
   readonly #reasoning: ReasoningSplitter
   readonly #eosIds: Set<number>
   readonly #validVocab: number
+  readonly #tokens: TokenTable | undefined
+  /** The grammar of a JSON response_format: while it is being made, then made. */
+  readonly #constraintMade: Promise<GrammarConstraint> | undefined
+  #constraint: GrammarConstraint | undefined
+  /** Thinking tokens allowed before a constrained answer (0: no cap), and the ids that close the block. */
+  readonly #thinkingBudget: number
+  readonly #closeThinking: number[]
+  #thinkingTokens = 0
+  /** Ids fed whatever the logits say (the thinking block's close, at the budget); forced once at most. */
+  #forced: number[] = []
+  #closeForced = false
+  /** Tokens whose log-probabilities have not gone out yet, in order. */
+  readonly #logprobs: PendingLogprob[] = []
+  /** Characters the detokenizer has released; characters the stop matcher has passed on. */
+  #detokenized = 0
+  #pastStops = 0
 
   constructor (opts: {
     id: string
@@ -56,6 +90,12 @@ export class Sequence {
     validVocab: number
     /** The rendered prompt ends inside an open <think> block: output starts as thinking. */
     startsInReasoning: boolean
+    /** Each token's bytes and text: needed with request.logprobs. */
+    tokens?: TokenTable
+    /** The grammar of the request's JSON response_format. */
+    constraint?: Promise<GrammarConstraint>
+    /** The ids of `</think>`, forced when a constrained request's thinking reaches request.thinkingBudget. */
+    closeThinking?: number[]
   }) {
     this.id = opts.id
     this.promptIds = opts.promptIds
@@ -64,10 +104,40 @@ export class Sequence {
     this.#rng = createRng(opts.request.seed)
     this.seeded = opts.request.seed !== undefined
     this.#detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
-    this.#stops = new StopStringMatcher(opts.request.stop)
+    const json = jsonFormatOf(opts.request.responseFormat) !== undefined && opts.constraint !== undefined
+    // A constrained answer ends where its grammar ends: a stop string could cut the JSON short.
+    this.#stops = new StopStringMatcher(json ? [] : opts.request.stop)
     this.#reasoning = new ReasoningSplitter(opts.startsInReasoning)
+    // Without an open thinking block the constrained answer starts at once, and no block follows.
+    if (json && !opts.startsInReasoning) this.#reasoning.answerOnly()
     this.#eosIds = new Set(opts.eosIds)
     this.#validVocab = opts.validVocab
+    this.#tokens = opts.request.logprobs ? opts.tokens : undefined
+    this.#constraintMade = json ? opts.constraint : undefined
+    this.#constraintMade?.catch(() => {}) // awaited in prepare(); a failure is reported there
+    this.#thinkingBudget = json ? opts.request.thinkingBudget ?? 0 : 0
+    this.#closeThinking = opts.closeThinking ?? []
+  }
+
+  /** Whether the next token is constrained: prepare() must run before advance(). */
+  get constrained (): boolean {
+    return this.#constraintMade !== undefined && !this.#reasoning.inReasoning && this.#forced.length === 0 && !this.#budgetSpent
+  }
+
+  /** A constrained request's thinking has used its budget: the block is closed now. */
+  get #budgetSpent (): boolean {
+    return this.#thinkingBudget > 0 && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingBudget
+  }
+
+  /** Computes the grammar's mask for the next token (the grammar is made first if need be). */
+  async prepare (): Promise<void> {
+    this.#constraint ??= await this.#constraintMade
+    await this.#constraint?.prepare()
+  }
+
+  /** Lets go of the grammar's matcher (the sequence is done, however it ended). */
+  release (): void {
+    void this.#constraintMade?.then(constraint => constraint.dispose(), () => {})
   }
 
   /** The ids whose keys and values the sequence's cache holds: its prompt, then its output as fed back. */
@@ -91,25 +161,86 @@ export class Sequence {
    * then the split of thinking from answer.
    */
   advance (logits: Float32Array): StepResult {
-    const id = sample(logits, this.#request, this.#rng, this.#validVocab)
-    if (this.#eosIds.has(id)) return { ...this.#finishText(), finish: 'stop' }
+    const n = this.#validVocab
+    if (this.#forced.length === 0 && this.#budgetSpent) {
+      this.#forced = [...this.#closeThinking]
+      this.#closeForced = true
+    }
+    const forced = this.#forced.shift()
+    const constrained = forced === undefined && this.#constraint !== undefined && !this.#reasoning.inReasoning
+    if (constrained) this.#constraint?.apply(logits, n)
+    const id = forced ?? sample(logits, this.#request, this.#rng, n)
+    if (this.#eosIds.has(id)) return this.#withLogprobs({ ...this.#finishText(), finish: 'stop' }, true)
+    if (constrained && !this.#constraint?.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
+    const thinkingBefore = this.#reasoning.inReasoning
+    if (thinkingBefore) this.#thinkingTokens++
     this.generated++
     this.outputIds.push(id)
     this.pending = [id]
-    const piece = this.#stops.push(this.#detokenizer.push(id))
-    if (piece.stopped) return { ...this.#split(piece.emit, true), finish: 'stop' }
-    if (this.generated >= this.maxNewTokens) {
+    const pending = this.#tokens ? this.#queueLogprob(logits, n, id) : undefined
+    const piece = this.#stops.push(this.#fromDetokenizer(this.#detokenizer.push(id)))
+    this.#pastStops += piece.emit.length
+    let result: StepResult
+    if (piece.stopped) {
+      result = { ...this.#split(piece.emit, true), finish: 'stop' }
+    } else if (this.generated >= this.maxNewTokens) {
       const now = this.#split(piece.emit, false)
       const rest = this.#finishText()
-      return { content: now.content + rest.content, reasoning: now.reasoning + rest.reasoning, finish: 'length' }
+      result = { content: now.content + rest.content, reasoning: now.reasoning + rest.reasoning, finish: 'length' }
+    } else {
+      result = this.#split(piece.emit, false)
     }
-    return this.#split(piece.emit, false)
+    if (pending) pending.thinking = thinkingBefore || this.#reasoning.inReasoning
+    return this.#withLogprobs(result, result.finish !== undefined)
+  }
+
+  /** Queues the log-probability of token `id`, drawn from `logits` (as the sampler saw them). */
+  #queueLogprob (logits: Float32Array, n: number, id: number): PendingLogprob {
+    const entry = tokenLogprob(logits, n, this.#request.temperature, id, this.#request.topLogprobs ?? 0, this.#tokens as TokenTable)
+    const pending = { entry, thinking: false, start: -1, end: -1 }
+    this.#logprobs.push(pending)
+    return pending
+  }
+
+  /** Notes what the detokenizer released: the tokens it held until now have their place in the text. */
+  #fromDetokenizer (text: string): string {
+    const start = this.#detokenized
+    this.#detokenized += text.length
+    if (!this.#detokenizer.holding) {
+      for (let k = this.#logprobs.length - 1; k >= 0 && this.#logprobs[k].end === -1; k--) {
+        this.#logprobs[k].start = start
+        this.#logprobs[k].end = this.#detokenized
+      }
+    }
+    return text
+  }
+
+  /**
+   * Adds to a step's result the log-probabilities of the tokens whose text is out now: all of it
+   * past the detokenizer, the stop matcher and the thinking splitter. At the end, tokens whose text
+   * was partly sent go too; those of a stop string, never sent, do not.
+   */
+  #withLogprobs (result: StepResult, final: boolean): StepResult {
+    if (!this.#tokens) return result
+    const released = this.#pastStops - this.#reasoning.heldLength
+    const out: DeltaLogprobs = { content: [], reasoning: [] }
+    while (this.#logprobs.length > 0) {
+      const next = this.#logprobs[0]
+      const isOut = next.end !== -1 && (next.end <= released || (final && next.start < released))
+      if (!isOut) break
+      this.#logprobs.shift()
+      ;(next.thinking ? out.reasoning : out.content).push(next.entry)
+    }
+    if (final) this.#logprobs.length = 0
+    return out.content.length > 0 || out.reasoning.length > 0 ? { ...result, logprobs: out } : result
   }
 
   /** Releases whatever text the detokenizer, stop matcher and splitter still hold. */
   #finishText (): SplitText {
-    const tail = this.#stops.push(this.#detokenizer.flush())
-    return this.#split(tail.stopped ? tail.emit : tail.emit + this.#stops.flush(), true)
+    const tail = this.#stops.push(this.#fromDetokenizer(this.#detokenizer.flush()))
+    const text = tail.stopped ? tail.emit : tail.emit + this.#stops.flush()
+    this.#pastStops += text.length
+    return this.#split(text, true)
   }
 
   #split (text: string, final: boolean): SplitText {

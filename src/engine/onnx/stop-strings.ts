@@ -32,6 +32,11 @@ export class StopStringMatcher {
     return this.#stopped
   }
 
+  /** Characters held back because they could still become a stop string. */
+  get heldLength (): number {
+    return this.#held.length
+  }
+
   /** The stop string that ended the text, or null. */
   get matchedStop (): string | null {
     return this.#matched

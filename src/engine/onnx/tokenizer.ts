@@ -13,6 +13,7 @@ import { join } from 'node:path'
 import { Tokenizer } from '@huggingface/tokenizers'
 import { ContentQuoting } from './content-quoting.ts'
 import { AddedTokenTable, encodeQuoted, longestTokenChars, type LegacyTextOptions } from './quoted-encoding.ts'
+import { pieceDecodingOf, type PieceDecoding } from './token-bytes.ts'
 
 export interface EncodeOptions {
   /** Let the post-processor add BOS/EOS etc. Default true (the library's default). Use false for
@@ -87,6 +88,10 @@ export class TextTokenizer {
   readonly config: TokenizerConfig
   /** Hides, in message text, every text this tokenizer matches as an added token (content-quoting.ts). */
   readonly quoting: ContentQuoting
+  /** Ids of the added tokens (special or not): their text is their content, as written. */
+  readonly addedTokenIds: ReadonlySet<number>
+  /** How a vocabulary entry becomes bytes (tokenizer.json's decoder): token-bytes.ts. */
+  readonly pieceDecoding: PieceDecoding
 
   // `#inner` rather than `private`: real privacy, and it is erasable syntax.
   #inner: Tokenizer
@@ -133,6 +138,8 @@ export class TextTokenizer {
     }
     this.specialTokenIds = special
 
+    this.addedTokenIds = new Set(this.#inner.get_added_tokens_decoder().keys())
+    this.pieceDecoding = pieceDecodingOf(json)
     this.#addedTokens = new AddedTokenTable(this.#inner)
     this.#legacyText = { removeSpace: cfg.remove_space === true, lowercaseAndRemoveAccents: cfg.do_lowercase_and_remove_accent === true }
     this.quoting = new ContentQuoting(this.#addedTokens.matchableTexts)

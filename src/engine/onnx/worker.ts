@@ -30,6 +30,14 @@ try {
       case 'cancel':
         engine.cancel(message.id)
         break
+      case 'compile':
+        engine.prepareResponseFormat(message.format).then(
+          () => send({ type: 'compiled', id: message.id }),
+          (err: unknown) => {
+            const apiError = err instanceof ApiError ? err : new ApiError('internal_error', (err as Error).message)
+            send({ type: 'error', id: message.id, code: apiError.code, message: apiError.message, param: apiError.param })
+          })
+        break
       case 'close':
         void engine.close().then(() => {
           send({ type: 'closed' })

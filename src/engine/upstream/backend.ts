@@ -13,10 +13,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
 import { Agent, request, type Dispatcher } from 'undici'
 import { ApiError } from '../../errors.ts'
-import type { Backend, BackendState, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
+import type { Backend, BackendState, DeltaLogprobs, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
 import { ReasoningSplitter } from '../reasoning.ts'
 import { networkCause } from '../../network-errors.ts'
-import { cutOff, refused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
+import { cutOff, refused, relayedParamRefused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
 import { readChunk, readCompletion, type ReplyPiece } from './reply.ts'
 import { upstreamBody, type UpstreamModel } from './request-body.ts'
 import { DEFAULT_UPSTREAM_SETTINGS, type UpstreamSettings } from './settings.ts'
@@ -139,12 +139,15 @@ export class UpstreamBackend implements Backend {
       for await (const piece of pieces) {
         if (piece.usage) reportedUsage = piece.usage
         if (piece.finishReason !== undefined) finishReason = piece.finishReason
-        if (piece.content === '' && piece.reasoning === '') continue
+        if (piece.content === '' && piece.reasoning === '') {
+          if (piece.logprobs) yield { type: 'delta', logprobs: piece.logprobs }
+          continue
+        }
         textDeltas++
         allText += piece.reasoning + piece.content
         if (splitter === undefined) splitter = piece.reasoning !== '' ? null : new ReasoningSplitter(this.#startsInReasoning)
         const split = splitter === null ? { reasoning: '', content: piece.content } : splitter.push(piece.content)
-        const event = delta(piece.reasoning + split.reasoning, split.content)
+        const event = delta(piece.reasoning + split.reasoning, split.content, piece.logprobs)
         if (event) yield event
       }
       if (splitter) {
@@ -179,7 +182,8 @@ export class UpstreamBackend implements Backend {
         const text = await readText(response.body, MAX_ERROR_BYTES).catch(() => '')
         response.body.on('error', () => {})
         response.body.destroy()
-        failure = refused(response.statusCode, response.statusCode === 400 && saysContextOverflow(parseJson(text)))
+        const refusal = response.statusCode === 400 ? parseJson(text) : undefined
+        failure = refused(response.statusCode, refusal !== undefined && saysContextOverflow(refusal), refusal === undefined ? undefined : relayedParamRefused(refusal))
         if (!retryableStatus(response.statusCode)) throw failure
       } catch (err) {
         if (signal.aborted || err instanceof ApiError) throw err
@@ -196,11 +200,13 @@ export class UpstreamBackend implements Backend {
   }
 }
 
-function delta (reasoning: string, content: string): GenerateEvent | undefined {
-  if (reasoning === '' && content === '') return undefined
+/** A delta with what it carries; the upstream's token log-probabilities ride with the text of the chunk that brought them. */
+function delta (reasoning: string, content: string, logprobs?: DeltaLogprobs): GenerateEvent | undefined {
+  if (reasoning === '' && content === '' && !logprobs) return undefined
   const event: Extract<GenerateEvent, { type: 'delta' }> = { type: 'delta' }
   if (reasoning !== '') event.reasoning = reasoning
   if (content !== '') event.content = content
+  if (logprobs) event.logprobs = logprobs
   return event
 }
 

@@ -20,9 +20,12 @@ export function timedOut (phase: 'connect' | 'first byte' | 'idle', ms: number):
 }
 
 /** A non-2xx answer. A context overflow is the client's problem and says so; the rest is the server's. */
-export function refused (status: number, contextOverflow: boolean): ApiError {
+export function refused (status: number, contextOverflow: boolean, badParam?: RelayedParam): ApiError {
   if (contextOverflow) {
     return new ApiError('context_length_exceeded', 'The conversation plus max_tokens is longer than the model\'s context window.', { param: 'messages' })
+  }
+  if (badParam !== undefined) {
+    return new ApiError('invalid_parameter', `The model's server refused ${badParam} (HTTP ${status}): it cannot use what was given.`, { param: badParam })
   }
   const why = status === 401 || status === 403
     ? `refused chatd's credentials (HTTP ${status}); the operator should check the model's apiKey`
@@ -46,6 +49,18 @@ export function cutOff (): ApiError {
 
 export function reportedError (): ApiError {
   return new ApiError('upstream_error', `${WHO} reported an error in the middle of its reply.`)
+}
+
+/** Fields chatd passes on as the client gave them: a 400 about one of them is the client's to fix. */
+const RELAYED_PARAMS = ['response_format', 'logprobs', 'top_logprobs'] as const
+export type RelayedParam = typeof RELAYED_PARAMS[number]
+
+/** The relayed field an upstream's 400 body names in `error.param` (OpenAI's and chatd's error shape), if any. */
+export function relayedParamRefused (body: unknown): RelayedParam | undefined {
+  const error = (body as { error?: unknown })?.error
+  const param = typeof error === 'object' && error !== null ? (error as { param?: unknown }).param : undefined
+  if (typeof param !== 'string') return undefined
+  return RELAYED_PARAMS.find(name => param === name || param.startsWith(`${name}.`))
 }
 
 /** Statuses worth another attempt: the request itself was fine, the server was not. */

@@ -4,7 +4,7 @@
 // of the wrong shape throws, so a confused upstream gives a clean 502 instead
 // of a half-understood answer.
 
-import type { Usage } from '../backend.ts'
+import type { DeltaLogprobs, TokenLogprob, TopLogprob, Usage } from '../backend.ts'
 import { reportedError, unreadable } from './failures.ts'
 
 /** What one chunk (or a whole completion) contributes. */
@@ -15,6 +15,8 @@ export interface ReplyPiece {
   /** Present once the upstream says why it stopped. */
   finishReason?: string
   usage?: Usage
+  /** The choice's `logprobs`, when the upstream sent any: its `content` list (and a `reasoning_content` list, if it keeps one). */
+  logprobs?: DeltaLogprobs
 }
 
 type Json = Record<string, unknown>
@@ -46,6 +48,32 @@ function readUsage (value: unknown): Usage | undefined {
   return usage
 }
 
+function readTop (value: unknown): TopLogprob | undefined {
+  if (!isObject(value) || typeof value.token !== 'string' || typeof value.logprob !== 'number') return undefined
+  const bytes = Array.isArray(value.bytes) && value.bytes.every(b => Number.isInteger(b)) ? value.bytes as number[] : null
+  return { token: value.token, logprob: value.logprob, bytes }
+}
+
+function readTokens (value: unknown): TokenLogprob[] {
+  if (!Array.isArray(value)) return []
+  const tokens: TokenLogprob[] = []
+  for (const item of value) {
+    const top = readTop(item)
+    if (!top) throw unreadable('a logprobs entry without token and logprob')
+    const alternatives = Array.isArray(item.top_logprobs) ? item.top_logprobs.map(readTop).filter((t: TopLogprob | undefined) => t !== undefined) : []
+    tokens.push({ ...top, top_logprobs: alternatives })
+  }
+  return tokens
+}
+
+/** A choice's token log-probabilities, relayed as they came (absent or null: none). */
+function readLogprobs (value: unknown): DeltaLogprobs | undefined {
+  if (value === undefined || value === null) return undefined
+  if (!isObject(value)) throw unreadable('"logprobs" is not an object')
+  const logprobs = { content: readTokens(value.content), reasoning: readTokens(value.reasoning_content) }
+  return logprobs.content.length > 0 || logprobs.reasoning.length > 0 ? logprobs : undefined
+}
+
 /** One piece from `choices[0]` and `usage` of a chunk or completion; `part` is `delta` or `message`. */
 function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
   if (!isObject(json)) throw unreadable('a JSON value that is not an object')
@@ -63,6 +91,8 @@ function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
     // Lenient here: some providers put structured data (effort settings, detail lists) under these names.
     piece.reasoning = textOrNothing(body.reasoning_content) || textOrNothing(body.reasoning)
   }
+  const logprobs = readLogprobs(choice.logprobs)
+  if (logprobs) piece.logprobs = logprobs
   if (choice.finish_reason !== undefined && choice.finish_reason !== null) {
     if (typeof choice.finish_reason !== 'string') throw unreadable('"finish_reason" is not text')
     piece.finishReason = choice.finish_reason

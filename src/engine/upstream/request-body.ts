@@ -25,5 +25,11 @@ export function upstreamBody (request: GenerateRequest, model: UpstreamModel): R
   if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens
   if (request.seed !== undefined) body.seed = request.seed
   if (request.stop.length > 0) body.stop = request.stop
+  // Passed on as the client sent them; the upstream applies them and its reply is relayed.
+  if (request.logprobs) {
+    body.logprobs = true
+    if (request.topLogprobs !== undefined) body.top_logprobs = request.topLogprobs
+  }
+  if (request.responseFormat !== undefined) body.response_format = request.responseFormat
   return body
 }
