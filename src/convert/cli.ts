@@ -9,15 +9,17 @@ import { INT4_BLOCK_SIZES } from './tensors.ts'
 export const CONVERT_USAGE = `Usage:
   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype fp32|fp16|int4] [--tokenizer <dir>]
-  either form also takes --attention standard|gqa (default standard),
-  --cache append|concat (default append; gqa is always concat)
+  either form also takes --attention standard|gqa|mha (default standard),
+  --cache append|concat (default append; gqa and mha are always concat)
   and, with int4, --block-size 16|32|64|128|256 (default 32)
 
 Writes an onnx-community-style model directory (config.json, tokenizer files,
 onnx/model.onnx | model_fp16.onnx | model_q4.onnx with external data) from a
 Llama or Qwen2 safetensors checkpoint, or from seeded random weights in the
 shape a config.json describes. Without --tokenizer a random model gets a small
-byte-level tokenizer. The default dtype is int4 (onnx dtype q4). --attention gqa writes attention as
+byte-level tokenizer. The default dtype is int4 (onnx dtype q4). --attention mha writes attention as
+com.microsoft MultiHeadAttention (models whose kv heads equal their heads; fp32 and int4), the way
+transformer optimizers fuse it. --attention gqa writes attention as
 com.microsoft GroupQueryAttention (the onnxruntime-genai style; fp32 and int4),
 which chatd decodes one sequence per run because it cannot take padded rows.
 --cache concat writes the onnx-community signature (present.N.key/value: the
@@ -56,11 +58,11 @@ export function runConvert (args: string[]): ConvertResult {
   const weights = (values.dtype === 'q4' ? 'int4' : values.dtype) as WeightFormat
   if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
   const attention = values.attention as AttentionStyle
-  if (attention !== 'standard' && attention !== 'gqa') throw new ConvertUsageError(`--attention must be standard or gqa (got ${values.attention})`)
+  if (attention !== 'standard' && attention !== 'gqa' && attention !== 'mha') throw new ConvertUsageError(`--attention must be standard, gqa or mha (got ${values.attention})`)
   // Unset, the converter picks the style that goes with the attention (writeOnnx).
   const cache = values.cache as CacheStyle | undefined
   if (cache !== undefined && cache !== 'append' && cache !== 'concat') throw new ConvertUsageError(`--cache must be append or concat (got ${values.cache})`)
-  if (attention === 'gqa' && cache === 'append') throw new ConvertUsageError('--attention gqa returns the whole cache: it takes --cache concat only')
+  if (attention !== 'standard' && cache === 'append') throw new ConvertUsageError(`--attention ${attention} returns the whole cache: it takes --cache concat only`)
   let int4BlockSize: number | undefined
   if (values['block-size'] !== undefined) {
     int4BlockSize = Number(values['block-size'])

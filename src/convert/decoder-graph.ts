@@ -37,7 +37,7 @@ import { DataType } from './onnx-proto.ts'
 import { concat1d, concatRows, quantizeInt4, toFloat16Bytes, toFloat32Bytes, transpose2d, type Tensor } from './tensors.ts'
 
 export type WeightFormat = 'fp32' | 'fp16' | 'int4'
-export type AttentionStyle = 'standard' | 'gqa'
+export type AttentionStyle = 'standard' | 'gqa' | 'mha'
 /** What the graph returns of the key/value cache (see the head of this file). */
 export type CacheStyle = 'concat' | 'append'
 /** chatd's own graph, or the form onnx-community exports have (see the head of this file). */
@@ -45,7 +45,7 @@ export type GraphForm = 'chatd' | 'onnx-community'
 
 /** The cache style when none is asked for: append, except for gqa graphs, which return the whole cache. */
 export function defaultCacheStyle (attention: AttentionStyle = 'standard'): CacheStyle {
-  return attention === 'gqa' ? 'concat' : 'append'
+  return attention === 'standard' ? 'append' : 'concat'
 }
 
 export interface WeightSource {
@@ -96,7 +96,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   checkGraphOptions(cfg, opts)
   const plain = opts.form === 'onnx-community'
   const cache = plain ? 'concat' : opts.cache ?? defaultCacheStyle(opts.attention)
-  if (plain && (opts.attention === 'gqa' || opts.weights === 'fp16' || opts.cache === 'append')) {
+  if (opts.attention === 'mha' && (cfg.numKvHeads !== cfg.numHeads || opts.weights === 'fp16' || cache !== 'concat')) {
+    // MultiHeadAttention keeps one cache head per query head and returns the whole cache.
+    throw new Error('the mha attention style needs num_key_value_heads equal to num_attention_heads, fp32 or int4 weights, and the concat cache')
+  }
+  if (plain && (opts.attention === 'gqa' || opts.attention === 'mha' || opts.weights === 'fp16' || opts.cache === 'append')) {
     throw new Error('the onnx-community form is written with standard attention, the concat cache and fp32 or int4 weights')
   }
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
@@ -187,7 +191,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha')
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -275,7 +279,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -317,6 +321,17 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
   const toHeads = (t: string, heads: number): string =>
     g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
   const qScale = g.float([1 / Math.sqrt(hd)], true)
+
+  if (fusedMha) {
+    // com.microsoft MultiHeadAttention, as transformer optimizers fuse attention: rotated q and k,
+    // the padding mask as int32 [batch, total], causal by `unidirectional`; it concatenates the
+    // past itself and returns the whole cache. (mha: test graphs for how chatd batches such files.)
+    const keyPaddingMask = g.op('Cast', [attentionMask], { to: attr.i(DataType.INT32) })
+    return (i, qFlat, kFlat, vFlat, past) => g.node('MultiHeadAttention', [
+      rotary(qFlat, nH), rotary(kFlat, nKv), vFlat, '', keyPaddingMask, '', past.key, past.value,
+    ], { num_heads: attr.i(nH), unidirectional: attr.i(1), scale: attr.f(1 / Math.sqrt(hd)) },
+    { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
+  }
 
   return (i, qFlat, kFlat, vFlat, past) => {
     const q = toHeads(rotary(qFlat, nH), nH)

@@ -8,13 +8,13 @@ import path from 'node:path'
 import ort from 'onnxruntime-node'
 import t from 'tap'
 import type { GenerateEvent, GenerateRequest } from '../../../src/engine/backend.ts'
-import { convertCheckpoint } from '../../../src/convert/index.ts'
+import { convertCheckpoint, convertRandom } from '../../../src/convert/index.ts'
 import { decodeModel, encodeModel } from '../../../src/convert/onnx-proto.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
 import { OnnxBackend } from '../../../src/engine/onnx/backend.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
 import { loadTokenizer } from '../../../src/engine/onnx/tokenizer.ts'
-import { STORIES_OPTIMUM, STORIES_SOURCE } from '../../helpers/models.ts'
+import { REPO_ROOT, STORIES_OPTIMUM, STORIES_SOURCE } from '../../helpers/models.ts'
 import { startStoriesServer } from '../../helpers/stories-server.ts'
 
 interface Golden { prompt: string; prompt_ids: number[]; generated_ids: number[]; completion_text: string }
@@ -246,4 +246,36 @@ t.test('chatd convert\'s onnx-community form is that signature and computes what
   const q4 = path.join(dirs, 'q4')
   convertCheckpoint({ from: STORIES_SOURCE, out: q4, weights: 'int4', form: 'onnx-community' })
   t.notOk(fs.readFileSync(path.join(q4, 'onnx/model_q4.onnx')).includes('accuracy_level'), 'int4: MatMulNBits without accuracy_level, as onnx-community q4 files')
+})
+
+t.test('a com.microsoft MultiHeadAttention graph: detected, computes what plain attention does, and decodes its sequences one per run', async t => {
+  const dirs = t.testdir({ mha: {}, plain: {} })
+  // MultiHeadAttention keeps a cache head per query head: a tiny Llama without grouped kv heads.
+  const config = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'test/fixtures/tiny-llama.config.json'), 'utf8'))
+  const configPath = path.join(dirs, 'config.json')
+  fs.writeFileSync(configPath, JSON.stringify({ ...config, num_key_value_heads: config.num_attention_heads }))
+  convertRandom({ configPath, out: path.join(dirs, 'mha'), weights: 'fp32', seed: 3, attention: 'mha' })
+  convertRandom({ configPath, out: path.join(dirs, 'plain'), weights: 'fp32', seed: 3, cache: 'concat' })
+  const mha = await DecoderSession.load(readModelDir(path.join(dirs, 'mha'), 'fp32'), { device: 'cpu', threads: 1 })
+  const plain = await DecoderSession.load(readModelDir(path.join(dirs, 'plain'), 'fp32'), { device: 'cpu', threads: 1 })
+  t.equal(mha.graphStyle, 'mha')
+  t.equal(mha.takesPaddedRows, false, 'rows are never padded for it')
+  const ids = [256, 72, 101, 108, 108, 111, 44, 32, 119]
+  const run = (s: DecoderSession) => s.forward({ batch: 1, inputIds: [ids], attentionMask: [ids.map(() => 1)], positionIds: [ids.map((_, k) => k)], past: s.emptyCache(1), logitsToKeep: 1 })
+  const [a, b] = [await run(mha), await run(plain)]
+  let worst = 0
+  for (let i = 0; i < a.logits.length; i++) worst = Math.max(worst, Math.abs(a.logits[i] - b.logits[i]))
+  t.ok(worst < 1e-4, `max |MultiHeadAttention - plain| = ${worst.toExponential(2)}`)
+  await mha.close()
+  await plain.close()
+  // Through the engine: three requests at once each equal their run alone.
+  const backend = new OnnxBackend({ id: 'mha', path: path.join(dirs, 'mha'), dtype: 'fp32', device: 'cpu', threads: 1 })
+  await backend.load()
+  t.teardown(() => backend.close())
+  const request = (content: string): GenerateRequest => ({ ...GREEDY, messages: [{ role: 'user', content }], maxTokens: 12 })
+  const prompts = ['hello', 'a longer prompt than that', 'x']
+  const alone: string[] = []
+  for (const p of prompts) alone.push((await collect(backend.generate(request(p), never))).text)
+  const together = await Promise.all(prompts.map(p => collect(backend.generate(request(p), never))))
+  together.forEach((r, i) => t.equal(r.text, alone[i], `"${prompts[i]}": together as alone`))
 })
