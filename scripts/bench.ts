@@ -44,6 +44,7 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
 import type { GraphForm } from '../src/convert/decoder-graph.ts'
 import { LocalEngine } from '../src/engine/onnx/engine.ts'
@@ -193,6 +194,9 @@ for (let r = 0; r < ROUNDS; r++) {
       llamaCppSkipped = `failed in round ${r + 1}: ${(err as Error).message}`
       log(`llama.cpp ${llamaCppSkipped}`)
     }
+    // llama.cpp's tools ran synchronously for minutes: let the event loop see the keep-alive
+    // connections the servers closed meanwhile, so no request is sent down one of them.
+    await sleep(500)
   }
   log('chatd over HTTP ...')
   const chatd = await measureHttpRound(main.client, { content, gen: GEN_TOKENS, levels: LEVELS, log })

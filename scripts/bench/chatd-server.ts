@@ -66,7 +66,9 @@ export async function startChatdServer (opts: {
     ready = await fetch(`${base}/readyz`).then(r => r.ok, () => false)
   }
   return {
-    client: new OpenAI({ apiKey: KEY, baseURL: `${base}/api/v1`, maxRetries: 0, timeout: 900_000 }),
+    // One retry: a connection error (a keep-alive connection closed while it idled) is retried at
+    // once; a request that got an answer is never repeated.
+    client: new OpenAI({ apiKey: KEY, baseURL: `${base}/api/v1`, maxRetries: 1, timeout: 900_000 }),
     peakRssMb () {
       const status = fs.readFileSync(`/proc/${server.pid}/status`, 'utf8')
       return Math.round(Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024)
