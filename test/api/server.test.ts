@@ -223,7 +223,8 @@ t.test('`chatd serve` as a process: listens, answers, exits cleanly on SIGTERM',
   let stderr = ''
   child.stderr.on('data', chunk => { stderr += chunk })
   const deadline = Date.now() + 20000
-  while (!/listening at http:\/\/127\.0\.0\.1:\d+/.test(stdout) && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50))
+  // The key is printed once the server listens, on a line of its own: wait for both.
+  while (!(/listening at http:\/\/127\.0\.0\.1:\d+/.test(stdout) && /sk-chatd-[A-Za-z0-9]{32}/.test(stdout)) && Date.now() < deadline) await new Promise(resolve => setTimeout(resolve, 50))
   const port = Number(/listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(stdout)?.[1])
   t.ok(port, `listening (stderr: ${stderr})`)
   const key = /sk-chatd-[A-Za-z0-9]{32}/.exec(stdout)?.[0]
