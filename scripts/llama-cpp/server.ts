@@ -22,6 +22,9 @@ export async function startLlamaServer (build: LlamaCppBuild, model: string, opt
     '-m', model, '--host', '127.0.0.1', '--port', String(port),
     '-t', String(opts.threads), '-tb', String(opts.threads), '-c', String(opts.context), '-np', '1',
   ], { stdio: ['ignore', 'ignore', 'ignore'] })
+  // A benchmark that dies must not leave the server running (it holds the model's memory).
+  const kill = (): void => { child.kill('SIGTERM') }
+  process.on('exit', kill)
   const base = `http://127.0.0.1:${port}`
   const deadline = Date.now() + 300_000
   for (;;) {
@@ -48,6 +51,7 @@ export async function startLlamaServer (build: LlamaCppBuild, model: string, opt
       return (first - started) / 1000
     },
     async stop () {
+      process.off('exit', kill)
       child.kill('SIGTERM')
       if (child.exitCode === null) await new Promise(resolve => child.once('exit', resolve))
     },
