@@ -15,6 +15,9 @@
 //   - a conversation of four turns (scripts/bench/conversation.ts): time to
 //     first token per turn with the prefix cache, without it, and, for
 //     llama.cpp, llama-server with its prompt cache;
+//   - staggered arrivals (scripts/bench/staggered.ts): 4 streams starting
+//     --staggered-gap ms apart, with mixed batches (the default) and with
+//     MIXED_BATCHES=0, each newcomer's prompt then fed in runs of its own;
 // and llama.cpp in the same run on the same machine (scripts/llama-cpp/: the
 // pinned source from npm, built here once, the same seeded weights as Q4_0)
 // for the ratios our goals are stated in.
@@ -38,6 +41,7 @@
 //   npm run bench -- [--rounds 3] [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--concurrency 1,2,4,8]
 //                    [--no-llama-cpp] [--block-size 32|64|128] [--no-huge-pages] [--form chatd|onnx-community] [--with-onnx-community]
 //                    [--model-dir DIR [--dtype q4]] [--no-conversation] [--turns 4] [--turn-prompt 300] [--turn-answer 128] [--turn-gen 32]
+//                    [--no-staggered] [--staggered-gap 1000]
 //
 // On Linux the benchmark runs with glibc's huge-page tunable, as the Docker
 // image runs chatd (scripts/huge-pages.ts); --no-huge-pages measures without.
@@ -54,6 +58,7 @@ import { benchModelDir } from './bench-model.ts'
 import { BENCH_MODEL_ID, startChatdServer } from './bench/chatd-server.ts'
 import { chatdConversation, llamaServerConversation, planConversation } from './bench/conversation.ts'
 import { measureHttpRound, oneStream, type HttpRound } from './bench/http-round.ts'
+import { measureStaggered, type StaggeredResult } from './bench/staggered.ts'
 import { formatSummary, median, perRoundRatio, summarize, type RoundSummary } from './bench/rounds.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 import { type LlamaCppPrepared, type LlamaCppReport, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
@@ -80,6 +85,8 @@ const { values } = parseArgs({
     'turn-prompt': { type: 'string', default: '300' },
     'turn-answer': { type: 'string', default: '128' },
     'turn-gen': { type: 'string', default: '32' },
+    staggered: { type: 'boolean', default: true },
+    'staggered-gap': { type: 'string', default: '1000' },
   },
   allowNegative: true,
 })
@@ -92,6 +99,7 @@ const GEN_TOKENS = Number(values.gen)
 const LEVELS = values.concurrency.split(',').map(Number)
 const ROUNDS = Math.max(1, Number(values.rounds))
 const TURNS = Number(values.turns)
+const STAGGER_GAP_MS = Number(values['staggered-gap'])
 const log = (line: string): void => console.error(line)
 
 // ---- the models -----------------------------------------------------------------
@@ -144,6 +152,7 @@ const conversations = values.conversation
 const serverEnv = { ONNX_DEVICE: values.device, ONNX_THREADS: values.threads, MAX_BATCH: String(Math.max(...LEVELS)) }
 const main = await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'main' })
 const cached = values.conversation ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '1' }, name: 'cached' }) : null
+const separate = values.staggered ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0', MIXED_BATCHES: '0' }, name: 'separate' }) : null
 const otherForm = onnxCommunityDir ? await startChatdServer({ root: ROOT, out: OUT, modelDir: onnxCommunityDir, dtype: 'q4', env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'onnx-community' }) : null
 let llamaServer: LlamaServer | null = null
 let llamaServerError = ''
@@ -157,7 +166,7 @@ if (llama && values.conversation) {
   }
 }
 // Warm-up: the first runs allocate buffers and pre-pack weights.
-for (const server of [main, cached, otherForm]) if (server) await oneStream(server.client, content, 8)
+for (const server of [main, cached, separate, otherForm]) if (server) await oneStream(server.client, content, 8)
 
 // ---- the engine alone, for the server's overhead -----------------------------------
 /** Decode tokens/s of the engine in this thread: no worker, no HTTP, same request; the median of three. */
@@ -182,6 +191,7 @@ interface Round {
   engine_only_decode_tok_s_1: number
   onnx_community_form?: HttpRound
   conversation?: { prompt_tokens: number[]; ttft_s_cached: number[]; ttft_s_uncached: number[]; ttft_s_llama_server?: number[] }
+  staggered?: { mixed: StaggeredResult; separate: StaggeredResult }
 }
 const rounds: Round[] = []
 for (let r = 0; r < ROUNDS; r++) {
@@ -228,10 +238,16 @@ for (let r = 0; r < ROUNDS; r++) {
       ...(llamaTurns ? { ttft_s_llama_server: llamaTurns } : {}),
     }
   }
-  rounds.push({ ...(llamaRound ? { llama_cpp: llamaRound } : {}), chatd, engine_only_decode_tok_s_1: engineOnly, ...(onnxCommunity ? { onnx_community_form: onnxCommunity } : {}), ...(conversation ? { conversation } : {}) })
+  let staggered: Round['staggered']
+  if (separate) {
+    log(`4 streams ${STAGGER_GAP_MS} ms apart, mixed batches on and off ...`)
+    const opts = { content, gen: GEN_TOKENS, streams: 4, gapMs: STAGGER_GAP_MS }
+    staggered = { mixed: await measureStaggered(main.client, opts), separate: await measureStaggered(separate.client, opts) }
+  }
+  rounds.push({ ...(llamaRound ? { llama_cpp: llamaRound } : {}), chatd, engine_only_decode_tok_s_1: engineOnly, ...(onnxCommunity ? { onnx_community_form: onnxCommunity } : {}), ...(conversation ? { conversation } : {}), ...(staggered ? { staggered } : {}) })
 }
 const peakRssMb = main.peakRssMb()
-for (const server of [main, cached, otherForm]) await server?.stop()
+for (const server of [main, cached, separate, otherForm]) await server?.stop()
 await llamaServer?.stop()
 await engine.close()
 
@@ -277,6 +293,15 @@ if (cached) {
   const last = TURNS - 1
   ratios.last_turn_ttft_cached_over_uncached = summarize(perRoundRatio(pick(r => r.conversation?.ttft_s_cached[last]), pick(r => r.conversation?.ttft_s_uncached[last])))
   if (llamaServer) ratios.last_turn_ttft_cached_over_llama_server = summarize(perRoundRatio(pick(r => r.conversation?.ttft_s_cached[last]), pick(r => r.conversation?.ttft_s_llama_server?.[last])))
+}
+if (separate) {
+  for (const mode of ['mixed', 'separate'] as const) {
+    figures[`staggered_${mode}_aggregate_tok_s`] = summarize(pick(r => r.staggered?.[mode].aggregate_tok_s))
+    figures[`staggered_${mode}_joiner_ttft_ms`] = summarize(pick(r => r.staggered?.[mode].joiner_ttft_ms_p50))
+    figures[`staggered_${mode}_itl_p95_ms`] = summarize(pick(r => r.staggered?.[mode].itl_p95_ms))
+  }
+  ratios.staggered_mixed_over_separate_aggregate = summarize(perRoundRatio(pick(r => r.staggered?.mixed.aggregate_tok_s), pick(r => r.staggered?.separate.aggregate_tok_s)))
+  ratios.staggered_mixed_over_separate_joiner_ttft = summarize(perRoundRatio(pick(r => r.staggered?.mixed.joiner_ttft_ms_p50), pick(r => r.staggered?.separate.joiner_ttft_ms_p50)))
 }
 
 const med = (key: string): number | null => figures[key]?.median ?? null
@@ -366,6 +391,14 @@ if (cached) {
     console.log(`| ${turn + 1} | ${conversations[0].promptTokens[turn]} | ${f(`turn_${turn + 1}_ttft_s_cached`)} | ${f(`turn_${turn + 1}_ttft_s_uncached`)} |${llamaServer ? ` ${f(`turn_${turn + 1}_ttft_s_llama_server`)} |` : ''}`)
   }
   console.log(`turn ${TURNS}: with the cache / without ${q('last_turn_ttft_cached_over_uncached')}${llamaServer ? `; chatd / llama-server ${q('last_turn_ttft_cached_over_llama_server')}` : ''}`)
+}
+if (separate) {
+  console.log(`\nstaggered arrivals: 4 streams ${STAGGER_GAP_MS} ms apart, ${PROMPT_TOKENS}-token prompts, ${GEN_TOKENS} generated`)
+  console.log('| | mixed batches (default) | prompts in runs of their own (MIXED_BATCHES=0) | mixed / separate |')
+  console.log('|---|---:|---:|---:|')
+  console.log(`| aggregate tok/s | ${f('staggered_mixed_aggregate_tok_s')} | ${f('staggered_separate_aggregate_tok_s')} | ${q('staggered_mixed_over_separate_aggregate')} |`)
+  console.log(`| newcomers' TTFT p50, ms | ${f('staggered_mixed_joiner_ttft_ms')} | ${f('staggered_separate_joiner_ttft_ms')} | ${q('staggered_mixed_over_separate_joiner_ttft')} |`)
+  console.log(`| ITL p95, ms | ${f('staggered_mixed_itl_p95_ms')} | ${f('staggered_separate_itl_p95_ms')} | |`)
 }
 if (otherForm) {
   console.log('\nthe onnx-community form, same rounds (random int4 as onnx-community\'s q4 files are: no accuracy_level, whole cache, every position\'s logits)')

@@ -61,7 +61,7 @@ export function percentile (xs: number[], p: number): number {
 }
 
 /** Gaps between text chunks (a chunk can carry several tokens: the detokenizer holds incomplete characters). */
-function interTokenGaps (s: StreamTiming): number[] {
+export function interTokenGaps (s: StreamTiming): number[] {
   const gaps: number[] = []
   for (let i = 1; i < s.arrivals.length; i++) gaps.push(s.arrivals[i] - s.arrivals[i - 1])
   return gaps

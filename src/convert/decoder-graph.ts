@@ -2,9 +2,11 @@
 // decoder signature that onnx-community exports use:
 //   input_ids, attention_mask, position_ids, past_key_values.N.key/value
 //     -> logits, present.N.key/value
-// plus one extra scalar input, num_logits_to_keep (0 = every position, n = the
-// last n): a server feeds 1 during prefill and skips the lm_head work for
-// positions whose logits it would throw away.
+// plus one extra input: with the append cache (below), tokens_per_row [batch]
+// (rows may carry different numbers of real tokens in one run, and the logits
+// are each row's last real token's: packedRows below); otherwise the scalar
+// num_logits_to_keep (0 = every position, n = the last n), so a server feeding
+// a prompt skips the lm_head work for positions whose logits it would discard.
 //
 // Attention is written with plain opset-17 operators (no fused contrib
 // attention), so an attention_mask with zeros anywhere, including left
@@ -122,7 +124,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   }
   // A required input: onnxruntime-node cannot override an initializer-backed
   // optional input (it only passes feeds named in session.inputNames).
-  const logitsToKeep = plain ? null : g.input('num_logits_to_keep', DataType.INT64, [])
+  // Append-cache graphs take rows of different lengths in one run (packed rows, below) and return
+  // each row's last token's logits; the others keep num_logits_to_keep (or, plain, every position's).
+  const packed = cache === 'append' ? packedRows(g, inputIds, g.input('tokens_per_row', DataType.INT64, ['batch_size'])) : null
+  const logitsToKeep = plain || packed ? null : g.input('num_logits_to_keep', DataType.INT64, [])
 
   // ---- weight helpers -----------------------------------------------------
   /** y = x W^T (+ b) for HF Linear weights stacked by rows (fused projections). */
@@ -197,11 +202,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   const embed = src.get('model.embed_tokens.weight')
   let hidden: string
   if (opts.weights === 'fp32' || plain) {
-    hidden = g.op('Gather', [g.initializer('model.embed_tokens.weight', DataType.FLOAT, embed.shape, toFloat32Bytes(embed.data)), inputIds])
+    hidden = g.op('Gather', [g.initializer('model.embed_tokens.weight', DataType.FLOAT, embed.shape, toFloat32Bytes(embed.data)), packed?.ids ?? inputIds])
   } else {
     // Stored as fp16 and widened after the lookup, so the table stays half size in memory.
     const table = g.initializer('model.embed_tokens.weight_fp16', DataType.FLOAT16, embed.shape, toFloat16Bytes(embed.data))
-    hidden = g.op('Cast', [g.op('Gather', [table, inputIds])], { to: attr.i(DataType.FLOAT) })
+    hidden = g.op('Cast', [g.op('Gather', [table, packed?.ids ?? inputIds])], { to: attr.i(DataType.FLOAT) })
   }
 
   // ---- layers -------------------------------------------------------------
@@ -222,9 +227,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       const qkv = linear(attnIn.normed, `${a}.qkv_proj`,
         [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
         biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
-      ;[qFlat, kFlat, vFlat] = g.node('Split', [qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
+      // Packed rows: the projections ran on the real tokens only; attention takes them as padded rows.
+      ;[qFlat, kFlat, vFlat] = g.node('Split', [packed ? packed.toRows(qkv) : qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
     }
-    const merged = attention(i, qFlat, kFlat, vFlat, past[i])
+    const merged = packed ? packed.toTokens(attention(i, qFlat, kFlat, vFlat, past[i]), nH * hd) : attention(i, qFlat, kFlat, vFlat, past[i])
     for (const kv of ['key', 'value']) {
       if (cache === 'append') g.output(`new_key_values.${i}.${kv}`, ioType, ['batch_size', nKv, 'sequence_length', hd])
       else g.output(`present.${i}.${kv}`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
@@ -251,9 +257,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- head -----------------------------------------------------------------
   const final = addAndNorm(residual, pending, 'model.norm.weight').normed
   // Without num_logits_to_keep (the onnx-community form), every position's logits.
-  const kept = logitsToKeep === null
-    ? final
-    : g.op('Slice', [final, g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
+  const kept = packed
+    ? g.op('Unsqueeze', [g.op('Gather', [final, packed.lastOfRow]), g.int64([1])]) // [B, 1, H]
+    : logitsToKeep === null
+      ? final
+      : g.op('Slice', [final, g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
   const headWeight = cfg.tieWordEmbeddings || !src.has('lm_head.weight') ? embed : src.get('lm_head.weight')
   if (headWeight.shape[0] !== cfg.vocabSize || headWeight.shape[1] !== H) {
     throw new Error(`lm_head weight has shape [${headWeight.shape}], expected [${cfg.vocabSize}, ${H}]`)
@@ -268,6 +276,44 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
 }
 
 type PastPair = { key: string; value: string }
+
+/**
+ * Packed rows: rows of one run may carry different numbers of new tokens (a decode row's one
+ * beside a prompt chunk's several), each row's real tokens first in input_ids [B, S] and
+ * `tokens_per_row` [B] saying how many. Everything but attention works on the real tokens alone,
+ * packed as [N, hidden], so padding costs no weight work: a decode row riding in a prompt chunk's
+ * run adds one token-row, not S. Attention gathers them back into rows (a padding slot repeats its
+ * row's last real token; causality keeps real queries from seeing it, and its keys and values
+ * are returned but never kept).
+ */
+interface PackedRows {
+  /** The real tokens' ids, [N]. */
+  ids: string
+  /** [N, X] to [B, S, X]. */
+  toRows: (tokens: string) => string
+  /** [B, S, width] to [N, width]. */
+  toTokens: (rows: string, width: number) => string
+  /** Each row's last real token's index in the packed tokens, [B]. */
+  lastOfRow: string
+}
+
+function packedRows (g: GraphBuilder, inputIds: string, tokensPerRow: string): PackedRows {
+  const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
+  const slot = g.op('Range', [g.int64([0], true), seqLen, g.int64([1], true)]) // [S]
+  const real = g.op('Less', [g.op('Unsqueeze', [slot, g.int64([0])]), g.op('Unsqueeze', [tokensPerRow, g.int64([1])])]) // [B, S]
+  const realSlots = g.op('Reshape', [g.op('NonZero', [g.op('Reshape', [real, g.int64([-1])])]), g.int64([-1])]) // [N], into B*S
+  const ends = g.op('CumSum', [tokensPerRow, g.int64([0], true)]) // [B], exclusive of the row's end
+  const starts = g.op('Sub', [ends, tokensPerRow])
+  // Slot (b, s) reads packed token starts[b] + min(s, tokens_per_row[b] - 1).
+  const lastSlot = g.op('Unsqueeze', [g.op('Sub', [tokensPerRow, g.int64([1], true)]), g.int64([1])])
+  const source = g.op('Add', [g.op('Unsqueeze', [starts, g.int64([1])]), g.op('Min', [g.op('Unsqueeze', [slot, g.int64([0])]), lastSlot])]) // [B, S]
+  return {
+    ids: g.op('Gather', [g.op('Reshape', [inputIds, g.int64([-1])]), realSlots]),
+    toRows: tokens => g.op('Gather', [tokens, source], { axis: attr.i(0) }),
+    toTokens: (rows, width) => g.op('Gather', [g.op('Reshape', [rows, g.int64([-1, width])]), realSlots], { axis: attr.i(0) }),
+    lastOfRow: g.op('Sub', [ends, g.int64([1], true)]),
+  }
+}
 /** Builds one layer's attention: flat q/k/v [B, S, heads*hd] in, merged heads [B, S, nH*hd] out, present.i.* written. */
 type AttentionBuilder = (layer: number, q: string, k: string, v: string, past: PastPair) => string
 
@@ -320,7 +366,6 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
   }
   const toHeads = (t: string, heads: number): string =>
     g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
-  const qScale = g.float([1 / Math.sqrt(hd)], true)
 
   if (fusedMha) {
     // com.microsoft MultiHeadAttention, as transformer optimizers fuse attention: rotated q and k,
@@ -350,20 +395,25 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
       const joined = g.op('Concat', [pastKv, entry], { axis: attr.i(2) }, cache === 'concat' ? { output: `present.${i}.${kv}` } : {})
       return ioType === DataType.FLOAT16 ? g.op('Cast', [joined], { to: attr.i(DataType.FLOAT) }) : joined
     }
-    const keys = whole(past.key, k, 'key')
-    const values = whole(past.value, v, 'value')
-    // Grouped-query attention without copying the cache per query head:
-    // the query heads that share a kv head are folded into its row axis.
-    const qGrouped = g.op('Reshape', [g.op('Mul', [q, qScale]), g.int64([0, nKv, -1, hd])]) // [B, nKv, rep*S, hd]
-    const scores = g.op('MatMul', [qGrouped, g.op('Transpose', [keys], { perm: attr.ints([0, 1, 3, 2]) })])
-    const scoresPerHead = g.op('Reshape', [scores, g.int64([0, nH, -1, 0])]) // [B, nH, S, T]
-    const probs = g.op('Softmax', [g.op('Add', [scoresPerHead, maskBias])], { axis: attr.i(-1) })
-    const context = g.op('MatMul', [g.op('Reshape', [probs, g.int64([0, nKv, -1, 0])]), values]) // [B, nKv, rep*S, hd]
-    return g.op('Reshape', [
-      g.op('Transpose', [g.op('Reshape', [context, g.int64([0, nH, -1, hd])])], { perm: attr.ints([0, 2, 1, 3]) }),
-      g.int64([0, 0, nH * hd]),
-    ])
+    const context = groupedAttention(g, cfg, q, whole(past.key, k, 'key'), whole(past.value, v, 'value'), maskBias)
+    return g.op('Reshape', [g.op('Transpose', [context], { perm: attr.ints([0, 2, 1, 3]) }), g.int64([0, 0, nH * hd])])
   }
+}
+
+/**
+ * Attention's core as the standard style writes it: q [B, nH, S, hd] against the whole keys and
+ * values [B, nKv, T, hd] under an additive mask [B, 1, S, T]; returns [B, nH, S, hd]. Grouped-query
+ * attention without copying the cache per query head: the query heads that share a kv head are
+ * folded into its row axis. (Exported for npm run bench:attention.)
+ */
+export function groupedAttention (g: GraphBuilder, cfg: Pick<DecoderConfig, 'numHeads' | 'numKvHeads' | 'headDim'>, q: string, keys: string, values: string, maskBias: string): string {
+  const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
+  const qGrouped = g.op('Reshape', [g.op('Mul', [q, g.float([1 / Math.sqrt(hd)], true)]), g.int64([0, nKv, -1, hd])]) // [B, nKv, rep*S, hd]
+  const scores = g.op('MatMul', [qGrouped, g.op('Transpose', [keys], { perm: attr.ints([0, 1, 3, 2]) })])
+  const scoresPerHead = g.op('Reshape', [scores, g.int64([0, nH, -1, 0])]) // [B, nH, S, T]
+  const probs = g.op('Softmax', [g.op('Add', [scoresPerHead, maskBias])], { axis: attr.i(-1) })
+  const context = g.op('MatMul', [g.op('Reshape', [probs, g.int64([0, nKv, -1, 0])]), values]) // [B, nKv, rep*S, hd]
+  return g.op('Reshape', [context, g.int64([0, nH, -1, hd])])
 }
 
 function groupQueryAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string): AttentionBuilder {

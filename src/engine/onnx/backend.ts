@@ -27,6 +27,8 @@ export interface OnnxBackendOptions {
   kvCacheBytes?: number
   /** PREFIX_CACHE; default true. */
   prefixCache?: boolean
+  /** MIXED_BATCHES; default true. */
+  mixedBatches?: boolean
 }
 
 export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
@@ -70,7 +72,8 @@ export class OnnxBackend implements Backend {
       prefillChunk: opts.prefillChunk,
       contextLength: opts.contextLength,
       kvCacheBytes: opts.kvCacheBytes,
-      prefixCache: opts.prefixCache
+      prefixCache: opts.prefixCache,
+      mixedBatches: opts.mixedBatches,
     }
   }
 

@@ -5,6 +5,11 @@
 //
 // The cache is regathered (one copy) only when rows join or leave; between
 // those events each step updates it in place or replaces it with its output.
+//
+// With a graph that packs rows (kv-cache.ts `packsRows`), a row may join
+// before its prompt is in: each step then feeds it a chunk of its prompt
+// beside the others' one token each (mixed batches: one pass over the
+// weights for both, where a separate prompt run would take another).
 import type { CacheLayout, RowCache } from './kv-cache.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -28,10 +33,14 @@ export class DecodeBatch {
     return this.rows.length < this.capacity
   }
 
-  /** Adds a sequence whose prompt is in its own single-row cache; the batch takes that cache over. */
+  /**
+   * Adds a sequence whose prompt is in its own single-row cache; the batch takes that cache over.
+   * With a layout that packs rows, a sequence may also join with its prompt still to feed (from
+   * its cached prefix, in `seq.cache`, or from nothing).
+   */
   join (seq: Sequence): void {
-    if (!seq.cache) throw new Error('a sequence joins a batch after its prefill')
-    const own = seq.cache
+    if (!seq.cache && !(seq.prefilling && this.#layout.packsRows)) throw new Error('a sequence joins a batch after its prefill')
+    const own = seq.cache ?? this.#layout.empty(1)
     const old = this.cache
     const sources = this.rows.map((_, b) => ({ cache: old as RowCache, row: b }))
     sources.push({ cache: own, row: 0 })
@@ -54,11 +63,25 @@ export class DecodeBatch {
     this.rows = keep
   }
 
-  /** One decode step: every row's pending token in, logits [rows, vocab] out. */
-  async step (): Promise<Float32Array> {
-    const { logits, cache } = await this.#layout.run(this.cache as RowCache, this.rows.map(r => r.pending), 1)
+  /** Rows whose prompts are still being fed. */
+  get prefilling (): Sequence[] {
+    return this.rows.filter(r => r.prefilling)
+  }
+
+  /**
+   * One step: every decoding row's pending token in, and up to `promptChunk` prompt tokens of each
+   * row still prefilling; logits [rows, vocab] out (each row's last token's), and how many prompt
+   * tokens went in.
+   */
+  async step (promptChunk = 0): Promise<{ logits: Float32Array; promptTokens: number }> {
+    const feeds = this.rows.map(r => r.prefilling ? r.nextPromptChunk(Math.max(1, promptChunk)) : r.pending)
+    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1)
     this.cache = cache
-    for (const row of this.rows) row.cachedTokens += 1
-    return logits
+    let promptTokens = 0
+    this.rows.forEach((row, b) => {
+      if (row.prefilling) promptTokens += feeds[b].length
+      row.cachedTokens += feeds[b].length
+    })
+    return { logits, promptTokens }
   }
 }

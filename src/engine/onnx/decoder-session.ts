@@ -52,6 +52,12 @@ export interface ForwardInput {
   past: KvCache
   /** Compute logits for the last N positions only (0 = all), where the graph allows. */
   logitsToKeep: number
+  /**
+   * Graphs that pack rows (`packsRows`): each row's count of real tokens, which come first in its
+   * inputIds row; the rest is padding. Default: every row is whole. The logits are then each
+   * row's last real token's.
+   */
+  tokensPerRow?: number[]
 }
 
 export interface ForwardOutput {
@@ -66,15 +72,21 @@ export interface ForwardOutput {
 }
 
 /** The inputs chatd knows how to feed. */
-const KNOWN_INPUT = /^(input_ids|attention_mask|position_ids|num_logits_to_keep|past_key_values\.\d+\.(key|value))$/
+const KNOWN_INPUT = /^(input_ids|attention_mask|position_ids|num_logits_to_keep|tokens_per_row|past_key_values\.\d+\.(key|value))$/
 
 export class DecoderSession {
   readonly model: ModelDir
   readonly device: 'cpu' | 'cuda'
   readonly cacheType: CacheType
   readonly hasPositionIds: boolean
-  /** The graph takes num_logits_to_keep; without it, logits come back for every position fed. */
+  /** The graph takes num_logits_to_keep; without it, logits come back for every position fed (unless it packs rows). */
   readonly hasLogitsToKeep: boolean
+  /**
+   * The graph takes tokens_per_row (chatd's own append-cache graphs): rows of one run may carry
+   * different numbers of real tokens, and only real tokens cost weight work, so decode rows can
+   * ride in a prompt chunk's run. It returns each row's last real token's logits.
+   */
+  readonly packsRows: boolean
   readonly graphStyle: GraphStyle
   readonly cacheOutputs: CacheOutputs
   /** The names of the cache outputs: present.N.* (concat) or new_key_values.N.* (append). */
@@ -94,7 +106,7 @@ export class DecoderSession {
     }
     for (const name of session.inputNames) {
       if (!KNOWN_INPUT.test(name)) {
-        throw new ModelDirError(`${where}: graph input ${name} is not one chatd can feed (it feeds input_ids, attention_mask, position_ids, num_logits_to_keep and past_key_values.N.key/value)`)
+        throw new ModelDirError(`${where}: graph input ${name} is not one chatd can feed (it feeds input_ids, attention_mask, position_ids, num_logits_to_keep, tokens_per_row and past_key_values.N.key/value)`)
       }
     }
     if (!outputs.has('logits')) throw new ModelDirError(`${where}: graph has no logits output`)
@@ -126,6 +138,10 @@ export class DecoderSession {
     this.#cacheOutputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
     this.hasPositionIds = inputs.has('position_ids')
     this.hasLogitsToKeep = inputs.has('num_logits_to_keep')
+    this.packsRows = inputs.has('tokens_per_row')
+    if (this.packsRows && (this.cacheOutputs !== 'append' || graphStyle !== 'standard')) {
+      throw new ModelDirError(`${where}: tokens_per_row is understood only in graphs with plain attention that return new_key_values.N.*`)
+    }
     if (this.cacheOutputs === 'append' && graphStyle === 'gqa') throw new ModelDirError(`${where}: a GroupQueryAttention graph must return present.N.key/value`)
     // Spare cache slots are masked out and every row's positions come from position_ids; a graph
     // that derives positions from the mask would count the slots wrong.
@@ -193,6 +209,11 @@ export class DecoderSession {
     }
     if (this.hasPositionIds) feeds.position_ids = int64Tensor(input.positionIds, [batch, seqLen])
     if (this.hasLogitsToKeep) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(input.logitsToKeep)), [])
+    if (this.packsRows) {
+      feeds.tokens_per_row = new ort.Tensor('int64', BigInt64Array.from(input.tokensPerRow ?? input.inputIds.map(() => seqLen), BigInt), [batch])
+    } else if (input.tokensPerRow?.some(n => n !== seqLen)) {
+      throw new Error(`${this.model.onnxPath}: rows of different lengths in one run need a graph that packs rows`)
+    }
     const out = await this.#session.run(feeds)
     const logitsTensor = out.logits
     const [, positions, vocab] = logitsTensor.dims

@@ -5,7 +5,11 @@
 // batched session.run per decode step; new requests' prompts are fed in
 // chunks between those steps (several waiting prompts together, one run per
 // chunk: prefill-group.ts), so they never freeze the others for their whole
-// length, and each joins the batch as soon as its first token is out. Finished
+// length, and each joins the batch as soon as its first token is out. With a
+// graph that packs rows (chatd's own), a prompt that starts while others
+// decode joins their batch at once instead and is fed a chunk per decode
+// step, inside the same run (mixed batches: one pass over the weights feeds
+// both; decode-batch.ts). Finished
 // and cancelled sequences leave between steps. The loop yields to the event
 // loop after every run, so cancellations and new requests are seen within
 // one step.
@@ -52,6 +56,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   kvCacheBytes?: number
   /** Keep sequences' caches for later requests that start the same way (PREFIX_CACHE); default true. */
   prefixCache?: boolean
+  /** Feed newcomers' prompts inside the decode steps of the others (MIXED_BATCHES), where the graph packs rows; default true. */
+  mixedBatches?: boolean
 }
 
 /** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
@@ -100,9 +106,11 @@ export class LocalEngine {
   readonly tokens: TokenTable
   /** JSON response_format grammars over this model's vocabulary. */
   readonly grammars: Grammars
+  /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
+  readonly #mixes: boolean
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
-    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean }) {
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; mixedBatches?: boolean }) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -114,6 +122,7 @@ export class LocalEngine {
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
     this.prefixes = limits.prefixCache === false ? null : new PrefixCache(this.cacheLayout)
+    this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1
     this.tokens = new TokenTable(tokenizer)
     this.grammars = new Grammars(() => ({ bytes: this.tokens.grammarVocabulary(), vocabSize: model.vocabSize, stopIds: model.eosTokenIds }))
     if (this.#contextLimit < 1) {
@@ -134,7 +143,7 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
-    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache })
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, mixedBatches: opts.mixedBatches })
   }
 
   /**
@@ -314,7 +323,12 @@ export class LocalEngine {
           // Waiting prompts in arrival order that will have a row to decode in, up to what one run
           // may batch and what the KV cache budget still holds.
           const admitted = this.#admit(Math.min(room, this.#batchCapacity))
-          if (admitted.length > 0) this.#prefill = new PrefillGroup(this.cacheLayout, admitted)
+          if (admitted.length > 0 && this.#mixes && this.#decodingCount > 0) {
+            // Others are decoding: these prompts ride in their steps, a chunk per step.
+            for (const seq of admitted) this.#batchWithRoom().join(seq)
+          } else if (admitted.length > 0) {
+            this.#prefill = new PrefillGroup(this.cacheLayout, admitted)
+          }
         }
         if (this.#prefill) {
           await this.#prefillChunk(this.#prefill)
@@ -389,20 +403,29 @@ export class LocalEngine {
 
   async #decodeStep (batch: DecodeBatch): Promise<void> {
     let logits: Float32Array
+    // Rows still prefilling (mixed batches) take a share of the prompt tokens the pacer allows
+    // beside the decoding rows; with no row decoding, the large chunks of a prompt fed alone.
+    const prefilling = new Set(batch.prefilling)
+    const decoding = batch.size - prefilling.size
+    const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize())
     const started = performance.now()
     try {
-      logits = await batch.step()
-      this.#pacer.recordDecode(performance.now() - started)
+      const out = await batch.step(prefilling.size > 0 ? Math.max(1, Math.floor(budget / prefilling.size)) : 0)
+      logits = out.logits
+      if (out.promptTokens > 0) this.#pacer.recordPrefill(out.promptTokens, performance.now() - started)
+      else this.#pacer.recordDecode(performance.now() - started)
     } catch (err) {
       const rows = batch.rows
       batch.leave(new Set(rows))
       this.#fail(rows, err)
       return
     }
-    const failed = await this.#prepareGrammars(batch.rows)
+    // Rows whose prompt is still not all in have nothing to sample yet.
+    const sampling = batch.rows.filter(seq => !seq.prefilling)
+    const failed = await this.#prepareGrammars(sampling)
     const finished = new Set<Sequence>(failed.keys())
     batch.rows.forEach((seq, b) => {
-      if (failed.has(seq)) return
+      if (seq.prefilling || failed.has(seq)) return
       let result: StepResult
       try {
         result = seq.advance(this.#lastRow(logits, b))
@@ -411,6 +434,9 @@ export class LocalEngine {
         finished.add(seq)
         return
       }
+      // A prompt just completed is kept for later requests, as a prompt fed in runs of its own is.
+      // (One that finishes at once is kept below, with its output.)
+      if (prefilling.has(seq) && !result.finish && batch.cache) this.#remember(seq, batch.cache, b)
       this.#emit(seq, result)
       if (result.finish) {
         finished.add(seq)

@@ -37,10 +37,14 @@ export interface CacheLayout {
   /** `rows` rows (default one) holding nothing. */
   empty (rows?: number): RowCache
   /**
-   * Feeds `tokens[b]` to row b (the same count for every row) and returns the logits of the last
-   * `logitsToKeep` positions. When it throws, the cache passed in is unchanged and still the caller's.
+   * Feeds `tokens[b]` to row b and returns the logits of the last `logitsToKeep` positions. Rows
+   * take the same count of tokens unless `packsRows`; then they may differ, and the logits are
+   * each row's last token's (`logitsToKeep` 1). When it throws, the cache passed in is unchanged
+   * and still the caller's.
    */
   run (cache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun>
+  /** Whether rows of one run may take different numbers of tokens (graphs with tokens_per_row). */
+  readonly packsRows: boolean
   /**
    * A new cache holding the given rows, in order; the sources are left as they were. With
    * `length`, a row keeps only its first `length` positions (a cached prefix).
@@ -56,6 +60,8 @@ export function cacheLayoutFor (session: DecoderSession): CacheLayout {
   return session.cacheOutputs === 'append' ? new AppendLayout(session) : new ConcatLayout(session)
 }
 
+const RAGGED_REFUSED = 'rows of different lengths in one run need a graph that packs rows (tokens_per_row)'
+
 /** Slots added at a time when an append cache grows. */
 export const CAPACITY_STEP = 64
 
@@ -66,6 +72,7 @@ interface ConcatCache extends RowCache {
 
 class ConcatLayout implements CacheLayout {
   readonly #session: DecoderSession
+  readonly packsRows = false
   bytesHeld = 0
 
   constructor (session: DecoderSession) {
@@ -80,6 +87,7 @@ class ConcatLayout implements CacheLayout {
     const cache = rowCache as ConcatCache
     const total = cache.kv.length
     const seqLen = tokens[0].length
+    if (tokens.some(t => t.length !== seqLen)) throw new Error(RAGGED_REFUSED)
     const out = await this.#session.forward({
       batch: tokens.length,
       inputIds: tokens,
@@ -142,11 +150,13 @@ interface AppendCache extends RowCache {
 class AppendLayout implements CacheLayout {
   readonly #session: DecoderSession
   readonly #names: string[]
+  readonly packsRows: boolean
   bytesHeld = 0
 
   constructor (session: DecoderSession) {
     this.#session = session
     this.#names = Object.keys(session.emptyCache(1).tensors)
+    this.packsRows = session.packsRows
   }
 
   empty (rows = 1): AppendCache {
@@ -155,9 +165,11 @@ class AppendLayout implements CacheLayout {
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {
     const cache = rowCache as AppendCache
-    const seqLen = tokens[0].length
+    // Rows shorter than the longest are padded after their real tokens (graphs that pack rows).
+    const counts = tokens.map(t => t.length)
+    const seqLen = Math.max(...counts)
     const rows = tokens.length
-    const needed = Math.max(...cache.lengths) + seqLen
+    const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
     // Room for this run's entries first, so nothing is reallocated after the run.
     const target = needed > cache.capacity ? this.#grown(cache, needed) : cache
     const { heads, dim } = this.#shape()
@@ -166,18 +178,21 @@ class AppendLayout implements CacheLayout {
     for (const name of this.#names) {
       past.tensors[name] = new ort.Tensor(this.#session.cacheType, target.buffers[name], [rows, heads, capacity, dim])
     }
+    const ragged = counts.some(n => n !== seqLen)
+    if (ragged && !this.packsRows) throw new Error(RAGGED_REFUSED)
     let out
     try {
       out = await this.#session.forward({
         batch: rows,
-        inputIds: tokens,
+        inputIds: ragged ? tokens.map(t => t.length === seqLen ? t : [...t, ...new Array(seqLen - t.length).fill(0)]) : tokens,
+        ...(ragged ? { tokensPerRow: counts } : {}),
         // Slots 0..len-1 are the row's past, the rest of the buffer is empty; then this run's positions.
         attentionMask: target.lengths.map(len => {
           const mask = new Array(capacity + seqLen).fill(0)
           mask.fill(1, 0, len)
           return mask.fill(1, capacity)
         }),
-        positionIds: target.lengths.map(len => tokens[0].map((_, k) => len + k)),
+        positionIds: target.lengths.map(len => Array.from({ length: seqLen }, (_, k) => len + k)),
         past,
         logitsToKeep,
       })
@@ -191,14 +206,15 @@ class AppendLayout implements CacheLayout {
       const data = entries.data as CacheData
       const buffer = target.buffers[name]
       for (let b = 0; b < rows; b++) {
+        // A row's real entries only: its padding's keys and values are never kept.
         for (let h = 0; h < heads; h++) {
           const from = (b * heads + h) * seqLen * dim
-          buffer.set(data.subarray(from, from + seqLen * dim), ((b * heads + h) * capacity + target.lengths[b]) * dim)
+          buffer.set(data.subarray(from, from + counts[b] * dim), ((b * heads + h) * capacity + target.lengths[b]) * dim)
         }
       }
       freeTensor(entries)
     }
-    target.lengths = target.lengths.map(len => len + seqLen)
+    target.lengths = target.lengths.map((len, b) => len + counts[b])
     return { logits: out.logits, cache: target }
   }
 

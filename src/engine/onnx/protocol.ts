@@ -19,6 +19,8 @@ export interface WorkerSettings {
   kvCacheBytes?: number
   /** PREFIX_CACHE; default true. */
   prefixCache?: boolean
+  /** MIXED_BATCHES; default true. */
+  mixedBatches?: boolean
 }
 
 export type ToWorker =

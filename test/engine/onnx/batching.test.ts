@@ -9,22 +9,29 @@ import { randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir } f
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
 /** An in-thread engine whose runs are recorded, with a promise per request. */
-async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch = 8) {
+async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch = 8, mixedBatches = true) {
   const texts = new Map<string, string>()
   const done = new Map<string, (o: Outcome) => void>()
   const deltaCounts = new Map<string, number>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: 'cpu', threads: 1, maxBatch, prefillChunk: 4 }, {
+  const cachedTokens = new Map<string, number>()
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: 'cpu', threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
     delta: (id, text) => {
       texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
       deltaCounts.set(id, (deltaCounts.get(id) ?? 0) + 1)
     },
-    finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens }),
+    finish: (id, reason, usage) => {
+      cachedTokens.set(id, usage.prompt_tokens_details?.cached_tokens ?? 0)
+      done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens })
+    },
     error: (id, err) => { throw err },
   })
   const runs: number[] = []
+  /** Runs whose rows took different numbers of tokens: decode rows beside a prompt chunk. */
+  let mixedRuns = 0
   const forward = engine.session.forward.bind(engine.session)
   engine.session.forward = (input: ForwardInput) => {
     runs.push(input.batch)
+    if (input.tokensPerRow && new Set(input.tokensPerRow).size > 1) mixedRuns++
     return forward(input)
   }
   let n = 0
@@ -35,7 +42,7 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
     return { id, result }
   }
   const deltasOf = (id: string) => deltaCounts.get(id) ?? 0
-  return { engine, generate, runs, deltasOf }
+  return { engine, generate, runs, deltasOf, mixedRuns: () => mixedRuns, cachedOf: (id: string) => cachedTokens.get(id) ?? 0 }
 }
 
 const greedy = (content: string, maxTokens: number): GenerateRequest =>
@@ -46,7 +53,7 @@ const until = async (check: () => boolean) => {
 }
 
 /** Prompts of different lengths, run alone, then together with staggered starts. */
-async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp16' | 'q4', expectBatches: boolean) {
+async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp16' | 'q4', expectBatches: boolean, mixedBatches = true) {
   const prompts: Array<[string, number]> = [
     ['Once upon a time', 40], ['The dog', 12], ['Lily and Tom went to the park to play with a big red ball', 30],
     // 'A' runs past 64 and 128 positions: the append cache grows while others share its steps.
@@ -57,7 +64,7 @@ async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp
   for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
   await solo.engine.close()
 
-  const together = await engineFor(dir, dtype)
+  const together = await engineFor(dir, dtype, 8, mixedBatches)
   const pending: Array<Promise<Outcome>> = []
   // Two start at once; the others join while those are mid-decode, at different steps.
   const first = together.generate(greedy(...prompts[0]))
@@ -71,6 +78,9 @@ async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp
   const widest = Math.max(...together.runs)
   if (expectBatches) t.ok(widest >= 3, `decode steps ran up to ${widest} sequences in one run`)
   else t.equal(widest, 1, 'every run holds one sequence')
+  // Graphs that pack rows feed the prompts that join mid-decode inside the others' steps.
+  if (together.engine.cacheLayout.packsRows && mixedBatches) t.ok(together.mixedRuns() >= 3, `${together.mixedRuns()} runs fed prompt chunks beside decoding rows`)
+  else t.equal(together.mixedRuns(), 0, 'no run mixed prompt chunks with decoding rows')
   await together.engine.close()
 }
 
@@ -89,6 +99,10 @@ for (const [name, dirOf, dtype] of [
     await checkBatchedEqualsSolo(t, dirOf(), dtype, true)
   })
 }
+
+t.test('MIXED_BATCHES off: prompts that join mid-decode are fed in runs of their own, output equal to unbatched', async t => {
+  await checkBatchedEqualsSolo(t, storiesModelDir('fp32'), 'fp32', true, false)
+})
 
 t.test('GroupQueryAttention graph: sequences take turns one per run, output equal to unbatched', async t => {
   await checkBatchedEqualsSolo(t, randomGqaModelDir('int4'), 'q4', false)
@@ -141,4 +155,25 @@ t.test('requests that arrive together are prefilled together, then decode togeth
   t.ok(burst.runs.every(n => n <= 3))
   t.ok(burst.runs.filter(n => n === 3).length >= 15, 'most decode steps hold all three')
   await burst.engine.close()
+})
+
+t.test('a prompt that starts from a cached prefix and joins mid-decode is fed inside the others\' steps, as it would be alone', async t => {
+  const dir = storiesModelDir()
+  const story = 'Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends and her dog.'
+  const followUp = story + ' One day she found a big red ball under a tree.'
+  const solo = await engineFor(dir, 'fp32')
+  const expected = await solo.generate(greedy(followUp, 20)).result
+  await solo.engine.close()
+
+  const together = await engineFor(dir, 'fp32')
+  await together.generate(greedy(story, 4)).result // leaves the story's cache behind
+  const other = together.generate(greedy('The dog', 80))
+  await until(() => together.deltasOf(other.id) >= 3)
+  const mixedBefore = together.mixedRuns()
+  const next = together.generate(greedy(followUp, 20))
+  t.same(await next.result, expected, 'same text, reason and count as alone and uncached')
+  t.ok(together.cachedOf(next.id) >= 16, `${together.cachedOf(next.id)} prompt tokens came from the cache`)
+  t.ok(together.mixedRuns() > mixedBefore, 'the rest of its prompt rode in the other\'s decode steps')
+  await other.result
+  await together.engine.close()
 })

@@ -77,3 +77,35 @@ t.test('rows of different lengths gathered into one batch step as they would alo
     layout.free(after.cache)
   }
 })
+
+t.test('packed rows: one run feeds each row its own number of tokens, and each row computes what it would alone', async t => {
+  const { session, layout } = await open('append')
+  const V = session.model.vocabSize
+  t.equal(layout.packsRows, true, 'chatd\'s append graphs take tokens_per_row')
+  // A decode row (one token), a prompt chunk (seven) and a row starting from nothing (three).
+  const pasts = [[...prompt, ...stream(40)], prompt, []]
+  const feeds = [[300], stream(7), [1, 403, 407]]
+  const solo: RowCache[] = []
+  for (const past of pasts) solo.push(past.length > 0 ? (await layout.run(layout.empty(), [past], 1)).cache : layout.empty())
+  const batch = layout.gather(solo.map(cache => ({ cache, row: 0 })))
+  let together = await layout.run(batch, feeds, 1)
+  t.same(together.cache.lengths, pasts.map((p, b) => p.length + feeds[b].length), 'each row keeps only its real tokens')
+  t.equal(together.logits.length, 3 * V, 'one row of logits per row: its last real token\'s')
+  // A second mixed run with the lengths the other way round, then compare with each row alone.
+  const second = [stream(5), [301], [302, 303]]
+  together = await layout.run(together.cache, second, 1)
+  for (let b = 0; b < 3; b++) {
+    let alone = await layout.run(solo[b], [feeds[b]], 1)
+    alone = await layout.run(alone.cache, [second[b]], 1)
+    const diff = maxAbsDiff(together.logits.subarray(b * V, (b + 1) * V), alone.logits)
+    t.ok(diff < 1e-4, `row ${b} matches its solo run (max diff ${diff.toExponential(2)})`)
+    layout.free(alone.cache)
+  }
+  layout.free(together.cache)
+})
+
+t.test('graphs without tokens_per_row refuse rows of different lengths in one run', async t => {
+  const { layout } = await open('concat')
+  t.equal(layout.packsRows, false)
+  await t.rejects(layout.run(layout.empty(2), [[1, 403], [1]], 1), /different lengths/)
+})
