@@ -196,7 +196,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha')
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -230,7 +230,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       // Packed rows: the projections ran on the real tokens only; attention takes them as padded rows.
       ;[qFlat, kFlat, vFlat] = g.node('Split', [packed ? packed.toRows(qkv) : qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
     }
-    const merged = packed ? packed.toTokens(attention(i, qFlat, kFlat, vFlat, past[i]), nH * hd) : attention(i, qFlat, kFlat, vFlat, past[i])
+    const merged = packed ? packed.toTokens(attention(i, qFlat, kFlat, vFlat, past[i])) : attention(i, qFlat, kFlat, vFlat, past[i])
     for (const kv of ['key', 'value']) {
       if (cache === 'append') g.output(`new_key_values.${i}.${kv}`, ioType, ['batch_size', nKv, 'sequence_length', hd])
       else g.output(`present.${i}.${kv}`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
@@ -291,8 +291,8 @@ interface PackedRows {
   ids: string
   /** [N, X] to [B, S, X]. */
   toRows: (tokens: string) => string
-  /** [B, S, width] to [N, width]. */
-  toTokens: (rows: string, width: number) => string
+  /** [B * S, width] (rows flattened) to [N, width]. */
+  toTokens: (rows: string) => string
   /** Each row's last real token's index in the packed tokens, [B]. */
   lastOfRow: string
 }
@@ -310,7 +310,7 @@ function packedRows (g: GraphBuilder, inputIds: string, tokensPerRow: string): P
   return {
     ids: g.op('Gather', [g.op('Reshape', [inputIds, g.int64([-1])]), realSlots]),
     toRows: tokens => g.op('Gather', [tokens, source], { axis: attr.i(0) }),
-    toTokens: (rows, width) => g.op('Gather', [g.op('Reshape', [rows, g.int64([-1, width])]), realSlots], { axis: attr.i(0) }),
+    toTokens: rows => g.op('Gather', [rows, realSlots], { axis: attr.i(0) }),
     lastOfRow: g.op('Sub', [ends, g.int64([1], true)]),
   }
 }
@@ -325,7 +325,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -396,7 +396,8 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
       return ioType === DataType.FLOAT16 ? g.op('Cast', [joined], { to: attr.i(DataType.FLOAT) }) : joined
     }
     const context = groupedAttention(g, cfg, q, whole(past.key, k, 'key'), whole(past.value, v, 'value'), maskBias)
-    return g.op('Reshape', [g.op('Transpose', [context], { perm: attr.ints([0, 2, 1, 3]) }), g.int64([0, 0, nH * hd])])
+    // Packed graphs take the merged heads as [B * S, nH * hd] (no extra reshape before packing them).
+    return g.op('Reshape', [g.op('Transpose', [context], { perm: attr.ints([0, 2, 1, 3]) }), g.int64(flatRows ? [-1, nH * hd] : [0, 0, nH * hd])])
   }
 }
 
