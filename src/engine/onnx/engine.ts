@@ -407,13 +407,13 @@ export class LocalEngine {
     // beside the decoding rows; with no row decoding, the large chunks of a prompt fed alone.
     const prefilling = new Set(batch.prefilling)
     const decoding = batch.size - prefilling.size
-    const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize())
+    const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize(decoding))
     const started = performance.now()
     try {
       const out = await batch.step(prefilling.size > 0 ? Math.max(1, Math.floor(budget / prefilling.size)) : 0)
       logits = out.logits
-      if (out.promptTokens > 0) this.#pacer.recordPrefill(out.promptTokens, performance.now() - started)
-      else this.#pacer.recordDecode(performance.now() - started)
+      if (out.promptTokens > 0) this.#pacer.recordPrefill(out.promptTokens, performance.now() - started, decoding)
+      else this.#pacer.recordDecode(performance.now() - started, batch.size)
     } catch (err) {
       const rows = batch.rows
       batch.leave(new Set(rows))

@@ -8,7 +8,10 @@
 // averages, so the size fits the machine (measured on a 2-core CPU with the
 // 1.5B int4 model: ~90 ms per 4-row step and ~10 ms per prompt token give
 // chunks of about 6; a GPU's per-token cost is tiny and its chunks grow to the
-// cap). A decoding stream's longest gaps are one step plus one chunk, about
+// cap). With mixed batches the chunk rides in a decode step of its own batch:
+// that run is compared with a plain step of as many decoding rows (a step's
+// cost grows with its rows, so the last step of another size would misjudge
+// the prompt's share). A decoding stream's longest gaps are one step plus one chunk, about
 // (1 + STALL_FACTOR) steps: 1.75 keeps them within 3x a lone stream's
 // inter-token p95 at 4 streams (2.5 gave 3.7x: `npm run bench`, block 64,
 // ITL p95 58 ms alone, 212 ms at 4 streams; chunks of 6: 2.8x).
@@ -21,28 +24,44 @@ export class PrefillPacer {
   /** Chunk size before there are timings to go by. */
   readonly initial: number
   #decodeMs: number | null = null
+  /** Decode steps' time by their number of rows. */
+  readonly #decodeMsByRows = new Map<number, number>()
   #perTokenMs: number | null = null
 
   constructor (initial: number) {
     this.initial = initial
   }
 
-  recordDecode (ms: number): void {
+  /** A decode step of `rows` rows took `ms`. */
+  recordDecode (ms: number, rows = 1): void {
     this.#decodeMs = average(this.#decodeMs, ms)
+    this.#decodeMsByRows.set(rows, average(this.#decodeMsByRows.get(rows) ?? null, ms))
   }
 
-  recordPrefill (tokens: number, ms: number): void {
-    if (this.#decodeMs === null || tokens < 2) return
+  /**
+   * A run fed `tokens` prompt tokens in `ms`: in a run of their own (`decodeRows` 0), or beside
+   * `decodeRows` decoding rows' tokens (mixed batches).
+   */
+  recordPrefill (tokens: number, ms: number, decodeRows = 0): void {
+    const base = this.#stepMs(decodeRows)
+    if (base === null || tokens < 2) return
     // What the chunk cost beyond the weight pass a decode step pays too.
-    const perToken = Math.max(0, ms - this.#decodeMs) / tokens
+    const perToken = Math.max(0, ms - base) / tokens
     this.#perTokenMs = average(this.#perTokenMs, perToken)
   }
 
-  chunkSize (): number {
-    if (this.#decodeMs === null || this.#perTokenMs === null) return this.initial
+  /** Prompt tokens for the next run; `decodeRows`: the decoding rows it rides beside (mixed batches). */
+  chunkSize (decodeRows = 0): number {
+    const step = this.#stepMs(decodeRows)
+    if (step === null || this.#perTokenMs === null) return this.initial
     if (this.#perTokenMs === 0) return MAX_CHUNK
-    const size = Math.floor(((STALL_FACTOR - 1) * this.#decodeMs) / this.#perTokenMs)
+    const size = Math.floor(((STALL_FACTOR - 1) * step) / this.#perTokenMs)
     return Math.max(MIN_CHUNK, Math.min(MAX_CHUNK, size))
+  }
+
+  /** A decode step's time: of `rows` rows where measured, else of the latest steps. */
+  #stepMs (rows: number): number | null {
+    return (rows > 0 ? this.#decodeMsByRows.get(rows) : undefined) ?? this.#decodeMs
   }
 }
 

@@ -29,3 +29,16 @@ t.test('cheap prompt tokens (GPU-like) give large chunks, capped; dear ones give
   slow.recordPrefill(16, 50 + 16 * 400)
   t.equal(slow.chunkSize(), 4)
 })
+
+t.test('a chunk riding in a decode step (mixed batches) is judged against a step of as many decoding rows', async t => {
+  const pacer = new PrefillPacer(16)
+  pacer.recordDecode(30, 1) // one row decoding alone
+  pacer.recordDecode(45, 3) // three rows
+  // Six prompt tokens beside three decoding rows cost 4.5 ms each beyond the three rows' step.
+  pacer.recordPrefill(6, 45 + 6 * 4.5, 3)
+  // (1.75 - 1) * 45 / 4.5 = 7.5 -> 7 tokens beside three rows; against the one-row step (30 ms)
+  // the same run would have read as 7 ms per token and given chunks of 3.
+  t.equal(pacer.chunkSize(3), 7)
+  t.equal(pacer.chunkSize(1), 5, 'beside one row: (0.75 * 30) / 4.5')
+  t.equal(pacer.chunkSize(2), 5, 'no step of two rows measured: the latest steps stand in')
+})
