@@ -8,13 +8,17 @@
 // averages, so the size fits the machine (measured on a 2-core CPU with the
 // 1.5B int4 model: ~90 ms per 4-row step and ~10 ms per prompt token give
 // chunks of about 6; a GPU's per-token cost is tiny and its chunks grow to the
-// cap). With mixed batches the chunk rides in a decode step of its own batch:
-// that run is compared with a plain step of as many decoding rows (a step's
-// cost grows with its rows, so the last step of another size would misjudge
-// the prompt's share). A decoding stream's longest gaps are one step plus one chunk, about
+// cap). A decoding stream's longest gaps are one step plus one chunk, about
 // (1 + STALL_FACTOR) steps: 1.75 keeps them within 3x a lone stream's
 // inter-token p95 at 4 streams (2.5 gave 3.7x: `npm run bench`, block 64,
 // ITL p95 58 ms alone, 212 ms at 4 streams; chunks of 6: 2.8x).
+//
+// With mixed batches the chunk rides in a decode step of its batch, so that
+// one run is the streams' whole gap: it is given the same (1 + STALL_FACTOR)
+// steps, and the pass over the weights a run of its own would have paid goes
+// to the prompt. Such a run is compared with a plain step of as many decoding
+// rows (a step's cost grows with its rows; the last step, of another size,
+// would misjudge the prompt's share).
 const STALL_FACTOR = 1.75
 const SMOOTHING = 0.2
 const MIN_CHUNK = 4
@@ -50,12 +54,16 @@ export class PrefillPacer {
     this.#perTokenMs = average(this.#perTokenMs, perToken)
   }
 
-  /** Prompt tokens for the next run; `decodeRows`: the decoding rows it rides beside (mixed batches). */
+  /**
+   * Prompt tokens for the next run: a run of its own between decode steps, or (`decodeRows` > 0,
+   * mixed batches) riding in a step of that many decoding rows.
+   */
   chunkSize (decodeRows = 0): number {
     const step = this.#stepMs(decodeRows)
     if (step === null || this.#perTokenMs === null) return this.initial
     if (this.#perTokenMs === 0) return MAX_CHUNK
-    const size = Math.floor(((STALL_FACTOR - 1) * step) / this.#perTokenMs)
+    const stepsForPrompt = decodeRows > 0 ? STALL_FACTOR : STALL_FACTOR - 1
+    const size = Math.floor((stepsForPrompt * step) / this.#perTokenMs)
     return Math.max(MIN_CHUNK, Math.min(MAX_CHUNK, size))
   }
 

@@ -36,9 +36,11 @@ t.test('a chunk riding in a decode step (mixed batches) is judged against a step
   pacer.recordDecode(45, 3) // three rows
   // Six prompt tokens beside three decoding rows cost 4.5 ms each beyond the three rows' step.
   pacer.recordPrefill(6, 45 + 6 * 4.5, 3)
-  // (1.75 - 1) * 45 / 4.5 = 7.5 -> 7 tokens beside three rows; against the one-row step (30 ms)
-  // the same run would have read as 7 ms per token and given chunks of 3.
-  t.equal(pacer.chunkSize(3), 7)
-  t.equal(pacer.chunkSize(1), 5, 'beside one row: (0.75 * 30) / 4.5')
-  t.equal(pacer.chunkSize(2), 5, 'no step of two rows measured: the latest steps stand in')
+  // The mixed run is the streams' whole gap, given 1 + 1.75 steps: 1.75 * 45 / 4.5 = 17.5 -> 17
+  // tokens beside three rows. Against the one-row step (30 ms) the same run would have read as
+  // 7 ms per token, and the chunk as 1.75 * 45 / 7 = 11.
+  t.equal(pacer.chunkSize(3), 17)
+  t.equal(pacer.chunkSize(1), 11, 'beside one row: 1.75 * 30 / 4.5')
+  t.equal(pacer.chunkSize(2), 12, 'no step of two rows measured: the latest steps (33 ms on average) stand in')
+  t.equal(pacer.chunkSize(), 5, 'a run of its own pays the weight pass too: (1.75 - 1) * 33 / 4.5')
 })
