@@ -69,7 +69,7 @@ export class DecodeBatch {
   }
 
   /**
-   * One step: every decoding row's pending token in, and up to `promptChunk` prompt tokens of each
+   * One step: every decoding row's pending token in, and up to `promptChunk` (at least one) prompt tokens of each
    * row still prefilling; logits [rows, vocab] out (each row's last token's), and how many prompt
    * tokens went in.
    */

@@ -201,6 +201,9 @@ export class DecoderSession {
   async forward (input: ForwardInput): Promise<ForwardOutput> {
     const { batch } = input
     const seqLen = input.inputIds[0].length
+    if (!this.packsRows && input.tokensPerRow?.some(n => n !== seqLen)) {
+      throw new Error(`${this.model.onnxPath}: rows of different lengths in one run need a graph that packs rows (tokens_per_row)`)
+    }
     const totalLen = input.past.length + seqLen
     const feeds: Record<string, OrtTensor> = {
       input_ids: int64Tensor(input.inputIds, [batch, seqLen]),
@@ -211,8 +214,6 @@ export class DecoderSession {
     if (this.hasLogitsToKeep) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(input.logitsToKeep)), [])
     if (this.packsRows) {
       feeds.tokens_per_row = new ort.Tensor('int64', BigInt64Array.from(input.tokensPerRow ?? input.inputIds.map(() => seqLen), BigInt), [batch])
-    } else if (input.tokensPerRow?.some(n => n !== seqLen)) {
-      throw new Error(`${this.model.onnxPath}: rows of different lengths in one run need a graph that packs rows`)
     }
     const out = await this.#session.run(feeds)
     const logitsTensor = out.logits

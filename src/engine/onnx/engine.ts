@@ -407,10 +407,14 @@ export class LocalEngine {
     // beside the decoding rows; with no row decoding, the large chunks of a prompt fed alone.
     const prefilling = new Set(batch.prefilling)
     const decoding = batch.size - prefilling.size
-    const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize(decoding))
+    let promptChunk = 0
+    if (prefilling.size > 0) {
+      const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize(decoding))
+      promptChunk = Math.floor(budget / prefilling.size)
+    }
     const started = performance.now()
     try {
-      const out = await batch.step(prefilling.size > 0 ? Math.max(1, Math.floor(budget / prefilling.size)) : 0)
+      const out = await batch.step(promptChunk)
       logits = out.logits
       if (out.promptTokens > 0) this.#pacer.recordPrefill(out.promptTokens, performance.now() - started, decoding)
       else this.#pacer.recordDecode(performance.now() - started, batch.size)

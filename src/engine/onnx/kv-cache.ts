@@ -60,8 +60,6 @@ export function cacheLayoutFor (session: DecoderSession): CacheLayout {
   return session.cacheOutputs === 'append' ? new AppendLayout(session) : new ConcatLayout(session)
 }
 
-const RAGGED_REFUSED = 'rows of different lengths in one run need a graph that packs rows (tokens_per_row)'
-
 /** Slots added at a time when an append cache grows. */
 export const CAPACITY_STEP = 64
 
@@ -72,11 +70,14 @@ interface ConcatCache extends RowCache {
 
 class ConcatLayout implements CacheLayout {
   readonly #session: DecoderSession
-  readonly packsRows = false
   bytesHeld = 0
 
   constructor (session: DecoderSession) {
     this.#session = session
+  }
+
+  get packsRows (): boolean {
+    return this.#session.packsRows
   }
 
   empty (rows = 1): ConcatCache {
@@ -87,10 +88,11 @@ class ConcatLayout implements CacheLayout {
     const cache = rowCache as ConcatCache
     const total = cache.kv.length
     const seqLen = tokens[0].length
-    if (tokens.some(t => t.length !== seqLen)) throw new Error(RAGGED_REFUSED)
     const out = await this.#session.forward({
       batch: tokens.length,
       inputIds: tokens,
+      // Rows of different lengths: the session refuses them (this layout's graphs do not pack rows).
+      tokensPerRow: tokens.map(t => t.length),
       attentionMask: cache.lengths.map(len => {
         const mask = new Array(total + seqLen).fill(1)
         return mask.fill(0, 0, total - len)
@@ -150,13 +152,15 @@ interface AppendCache extends RowCache {
 class AppendLayout implements CacheLayout {
   readonly #session: DecoderSession
   readonly #names: string[]
-  readonly packsRows: boolean
   bytesHeld = 0
 
   constructor (session: DecoderSession) {
     this.#session = session
     this.#names = Object.keys(session.emptyCache(1).tensors)
-    this.packsRows = session.packsRows
+  }
+
+  get packsRows (): boolean {
+    return this.#session.packsRows
   }
 
   empty (rows = 1): AppendCache {
@@ -178,8 +182,8 @@ class AppendLayout implements CacheLayout {
     for (const name of this.#names) {
       past.tensors[name] = new ort.Tensor(this.#session.cacheType, target.buffers[name], [rows, heads, capacity, dim])
     }
+    // Rows of different lengths go in padded; the session refuses them unless its graph packs rows.
     const ragged = counts.some(n => n !== seqLen)
-    if (ragged && !this.packsRows) throw new Error(RAGGED_REFUSED)
     let out
     try {
       out = await this.#session.forward({
