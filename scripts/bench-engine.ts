@@ -4,12 +4,13 @@
 // DeepSeek-R1-Distill-Qwen-1.5B shape unless --model-dir is given.
 //
 //   node scripts/bench-engine.ts [--model-dir DIR --dtype q4] [--prompt 128] [--gen 128] [--threads N] [--runs 3] [--block-size 32|64|128]
-//                                [--profile] [--no-huge-pages]
+//                                [--profile] [--no-huge-pages] [--no-prompt-graph]
 //
 // --profile records onnxruntime's per-node trace (bench-out/profile/) and
 // prints where prompt runs and decode steps spend their time, by operator and
 // by node family. Profiling slows every node a little: read its shares, and
-// take tokens/s from a run without it.
+// take tokens/s from a run without it. Prompts run on the model's int8 prompt
+// graph where it has one (as the server does), unless --no-prompt-graph.
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -33,6 +34,7 @@ const { values } = parseArgs({
     'block-size': { type: 'string', default: '32' },
     profile: { type: 'boolean', default: false },
     'huge-pages': { type: 'boolean', default: true },
+    'prompt-graph': { type: 'boolean', default: true },
   },
   allowNegative: true,
 })
@@ -48,7 +50,7 @@ if (values.profile) fs.mkdirSync(profileDir, { recursive: true })
 // onnxruntime creates its trace file when the session loads: any file not here before is this run's.
 const tracesBefore = new Set(values.profile ? fs.readdirSync(profileDir) : [])
 const session = await DecoderSession.load(model, {
-  device: 'cpu', threads: Number(values.threads), profilePrefix: values.profile ? path.join(profileDir, 'engine') : undefined,
+  device: 'cpu', threads: Number(values.threads), promptGraph: values['prompt-graph'], profilePrefix: values.profile ? path.join(profileDir, 'engine') : undefined,
 })
 // The engine's own cache handling (kv-cache.ts), whichever cache outputs the graph has.
 const layout = cacheLayoutFor(session)
@@ -56,7 +58,7 @@ const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
 
 async function once (): Promise<{ prefill: number; decode: number }> {
   const t0 = performance.now()
-  let out = await layout.run(layout.empty(), [prompt], 1)
+  let out = await layout.run(layout.empty(), [prompt], 1, true)
   const t1 = performance.now()
   let next = argmax(out.logits.subarray(0, model.vocabSize))
   for (let i = 0; i < genLen; i++) {
@@ -76,6 +78,7 @@ const report = {
   model: modelDir,
   dtype: values.dtype,
   cache_outputs: session.cacheOutputs,
+  prompt_graph: session.hasPromptGraph,
   threads: Number(values.threads) || os.availableParallelism(),
   huge_pages: hugePagesOn(),
   prompt_tokens: promptLen,
@@ -87,14 +90,24 @@ const report = {
 console.log(JSON.stringify(report, null, 2))
 if (values.profile) {
   session.endProfiling()
-  const trace = fs.readdirSync(profileDir).find(f => f.startsWith('engine') && !tracesBefore.has(f))
-  if (!trace) throw new Error(`onnxruntime wrote no trace into ${profileDir}`)
-  const file = path.join(profileDir, trace)
+  const newTrace = (prefix: string): string => {
+    const trace = fs.readdirSync(profileDir).find(f => f.startsWith(`${prefix}_`) && !tracesBefore.has(f))
+    if (!trace) throw new Error(`onnxruntime wrote no ${prefix} trace into ${profileDir}`)
+    return path.join(profileDir, trace)
+  }
+  const file = newTrace('engine')
   const events = readTrace(file)
-  // Each pass is one prompt run followed by genLen decode steps.
-  const isPrompt = (i: number): boolean => i % (genLen + 1) === 0
-  const prompt = summarizeTrace(events, isPrompt)
-  const decode = summarizeTrace(events, i => !isPrompt(i))
+  let prompt, decode
+  if (session.hasPromptGraph) {
+    // Prompt runs went to the prompt graph's session, which traces apart.
+    prompt = summarizeTrace(readTrace(newTrace('engine-prompt')), () => true)
+    decode = summarizeTrace(events, () => true)
+  } else {
+    // Each pass is one prompt run followed by genLen decode steps.
+    const isPrompt = (i: number): boolean => i % (genLen + 1) === 0
+    prompt = summarizeTrace(events, isPrompt)
+    decode = summarizeTrace(events, i => !isPrompt(i))
+  }
   console.log(`\ntrace: ${path.relative(process.cwd(), file)}\n`)
   console.log(formatProfile('decode steps, by operator', decode, decode.byOp) + '\n')
   console.log(formatProfile('decode steps, by node family', decode, decode.byNode) + '\n')

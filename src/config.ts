@@ -100,6 +100,7 @@ export const ConfigSchema = Type.Object({
   MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: DEFAULT_SCHEDULER.maxBatch, description: 'Continuous batching: sequences per local model that decode together in one batched step.' }),
   KV_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 0, description: 'Memory for each local model\'s KV cache, in MiB. A request starts only while the caches it and the running requests may fill (prompt + `max_tokens` each) fit; the others wait in the queue. 0: a quarter of the memory this process may use (the machine\'s, or the container\'s limit).' }),
   MIXED_BATCHES: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Continuous batching: a request that arrives while others decode has its prompt fed inside their decode steps (one pass over the weights for both) instead of in runs of its own between them; graphs `chatd convert` writes with the append cache only (others always take separate runs). `1` (or `true`) or `0` (or `false`).' }),
+  PROMPT_GRAPH: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Where a local model\'s directory has `onnx/model_prompt.onnx` (the int8 copy `chatd pull` writes for the default model, or `chatd convert --prompt-graph`), run prompt tokens on it, on the CPU: several times faster prompts than the int4 graph, which generated tokens still run on. It holds its own weights in memory (about 2 GB for the 1.5B model); `0` does not load it. Prompts and decode steps then take separate runs (no mixed batches). `1` (or `true`) or `0` (or `false`).' }),
   PREFIX_CACHE: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Keep requests\' KV caches (within `KV_CACHE_MB`) so a request that starts the same way, such as the next turn of a chat or one with the same system prompt, computes only what is new: `1` (or `true`) or `0` (or `false`).' }),
   PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: DEFAULT_SCHEDULER.prefillChunk, description: 'Prompt tokens fed per step while other sequences decode (a long prompt never freezes them); smaller: steadier streams, a later first token for newcomers. 0: sized from measured timings so one chunk costs about 1.75 decode steps (about 6 tokens on a 2-core CPU, up to 512 on a GPU). With nothing else decoding, prompts go in chunks of 512 either way.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model that may be in progress at once (generating or waiting for the engine); one more gets 503 `server_overloaded` with `Retry-After` at once instead of queueing.' }),
@@ -154,6 +155,8 @@ export interface Config {
   prefixCache: boolean
   /** MIXED_BATCHES: decoding rows ride in prompt chunks' runs (graphs that pack rows). */
   mixedBatches: boolean
+  /** PROMPT_GRAPH: prompts run on the model's int8 prompt graph where it has one (CPU). */
+  promptGraph: boolean
   queueSize: number
   bodyLimit: number
   /** MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_CONTENT_PARTS: the conversation's size limits. */
@@ -283,6 +286,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     kvCacheBytes: raw.KV_CACHE_MB * 2 ** 20,
     prefixCache: raw.PREFIX_CACHE === '1' || raw.PREFIX_CACHE === 'true',
     mixedBatches: raw.MIXED_BATCHES === '1' || raw.MIXED_BATCHES === 'true',
+    promptGraph: raw.PROMPT_GRAPH === '1' || raw.PROMPT_GRAPH === 'true',
     queueSize: raw.QUEUE_SIZE,
     bodyLimit: raw.BODY_LIMIT,
     inputLimits: { maxMessages: raw.MAX_MESSAGES, maxMessageChars: raw.MAX_MESSAGE_CHARS, maxContentParts: raw.MAX_CONTENT_PARTS },

@@ -1,16 +1,17 @@
 // `chatd convert`: the model builder's command line.
-//   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
-//   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>]
+//   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4|int8] [--prompt-graph]
+//   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>] [--prompt-graph]
 import { parseArgs } from 'node:util'
 import type { AttentionStyle, CacheStyle, WeightFormat } from './decoder-graph.ts'
 import { convertCheckpoint, convertRandom, type ConvertResult } from './index.ts'
 import { INT4_BLOCK_SIZES } from './tensors.ts'
 
 export const CONVERT_USAGE = `Usage:
-  chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4]
-  chatd convert --random <config.json> --out <dir> [--seed N] [--dtype fp32|fp16|int4] [--tokenizer <dir>]
+  chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4|int8]
+  chatd convert --random <config.json> --out <dir> [--seed N] [--dtype fp32|fp16|int4|int8] [--tokenizer <dir>]
   either form also takes --attention standard|gqa|mha (default standard),
-  --cache append|concat (default append; gqa and mha are always concat)
+  --cache append|concat (default append; gqa and mha are always concat),
+  --prompt-graph (standard attention and the append cache only),
   and, with int4, --block-size 16|32|64|128|256 (default 32)
 
 Writes an onnx-community-style model directory (config.json, tokenizer files,
@@ -28,9 +29,13 @@ positions (new_key_values.N.key/value), which chatd writes into cache buffers it
 keeps, saving a copy of the whole cache per step. Other runtimes expect concat.
 --block-size sets how many weights share one int4 scale: 32 is what onnx-community
 q4 exports and llama.cpp's Q4_0 use; 128 reads ~15% fewer bytes per token and
-runs faster on CPU, at some cost in precision.`
+runs faster on CPU, at some cost in precision. --dtype int8 writes int8 weights
+(one scale per output feature, activations quantized per token: onnxruntime's
+integer matrix multiply). --prompt-graph also writes onnx/model_prompt.onnx, the
+same model with int8 weights, which chatd runs prompts on (several times faster
+than int4 on a CPU) while generated tokens run on the main graph.`
 
-const FORMATS: WeightFormat[] = ['fp32', 'fp16', 'int4']
+const FORMATS: WeightFormat[] = ['fp32', 'fp16', 'int4', 'int8']
 
 export class ConvertUsageError extends Error {}
 
@@ -49,6 +54,7 @@ export function runConvert (args: string[]): ConvertResult {
         attention: { type: 'string', default: 'standard' },
         cache: { type: 'string' },
         'block-size': { type: 'string' },
+        'prompt-graph': { type: 'boolean', default: false },
       },
       strict: true,
     }).values
@@ -69,13 +75,17 @@ export function runConvert (args: string[]): ConvertResult {
     if (!(INT4_BLOCK_SIZES as readonly number[]).includes(int4BlockSize)) throw new ConvertUsageError(`--block-size must be one of ${INT4_BLOCK_SIZES.join(', ')} (got ${values['block-size']})`)
     if (weights !== 'int4') throw new ConvertUsageError('--block-size applies to --dtype int4 only')
   }
+  const promptGraph = values['prompt-graph']
+  if (promptGraph && (attention !== 'standard' || cache === 'concat' || weights === 'fp16')) {
+    throw new ConvertUsageError('--prompt-graph goes with --attention standard, the append cache and --dtype fp32, int4 or int8')
+  }
   if (!values.out) throw new ConvertUsageError('--out is required')
   if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
   if (values.from) {
     if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
-    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, cache, int4BlockSize })
+    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, cache, int4BlockSize, promptGraph })
   }
   const seed = Number(values.seed)
   if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
-  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, cache, int4BlockSize })
+  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, cache, int4BlockSize, promptGraph })
 }

@@ -7,6 +7,7 @@ import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byte
 import { parseDecoderConfig } from './decoder-config.ts'
 import { buildDecoderGraph, checkGraphOptions, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
+import { PROMPT_GRAPH_FILE } from '../engine/onnx/model-dir.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
 import { CheckpointWeights, expectedShapes, RandomWeights } from './weight-sources.ts'
@@ -16,6 +17,7 @@ export const ONNX_FILE_BY_FORMAT: Record<WeightFormat, string> = {
   fp32: 'model.onnx',
   fp16: 'model_fp16.onnx',
   int4: 'model_q4.onnx',
+  int8: 'model_int8.onnx',
 }
 
 const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json']
@@ -30,6 +32,8 @@ export interface GraphOptions {
   int4BlockSize?: number
   /** chatd (default), or the form onnx-community exports have (decoder-graph.ts). */
   form?: GraphForm
+  /** Also write the int8 prompt graph (PROMPT_GRAPH_FILE); chatd's form only. */
+  promptGraph?: boolean
 }
 
 export interface ConvertResult {
@@ -153,11 +157,23 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
   return { dir: opts.out, onnxFile, seconds: (performance.now() - started) / 1000 }
 }
 
-/** Writes onnx/<file>.onnx and its .onnx_data; both appear under their final names only when complete. */
+/**
+ * Writes onnx/<file>.onnx and its .onnx_data (and, with `promptGraph`, the prompt graph beside
+ * them); each file appears under its final name only when complete. Returns the main graph's path.
+ */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
   const { weights, attention = 'standard', int4BlockSize, form = 'chatd' } = graph
   const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
-  const fileName = ONNX_FILE_BY_FORMAT[weights]
+  if (graph.promptGraph && (form !== 'chatd' || cache !== 'append' || attention !== 'standard' || weights === 'fp16')) {
+    throw new Error('a prompt graph is written for chatd\'s form only: standard attention, the append cache, fp32, int4 or int8 weights')
+  }
+  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, cache, form }, meta)
+  if (graph.promptGraph) writeGraph(out, PROMPT_GRAPH_FILE, cfg, source, { weights: 'int8', attention, cache, form }, { ...meta, role: 'prompt' })
+  return modelPath
+}
+
+function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource,
+  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; cache: CacheStyle; form: GraphForm }, meta: Record<string, string>): string {
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
   const dataPath = path.join(out, 'onnx', dataName)
@@ -165,9 +181,9 @@ export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfi
   let bytes: Uint8Array
   try {
     const g = new GraphBuilder(external)
-    buildDecoderGraph(g, cfg, source, { weights, attention, int4BlockSize, cache, form })
-    const blockMeta: Record<string, string> = weights === 'int4' ? { 'chatd.int4_block_size': String(int4BlockSize ?? INT4_BLOCK_SIZE) } : {}
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': attention, 'chatd.cache': cache, 'chatd.form': form, ...blockMeta, ...prefixKeys(meta) }))
+    buildDecoderGraph(g, cfg, source, opts)
+    const blockMeta: Record<string, string> = opts.weights === 'int4' ? { 'chatd.int4_block_size': String(opts.int4BlockSize ?? INT4_BLOCK_SIZE) } : {}
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': opts.weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': opts.attention, 'chatd.cache': opts.cache, 'chatd.form': opts.form, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }

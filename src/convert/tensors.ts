@@ -125,6 +125,35 @@ export function quantizeInt4 (weight: Tensor, blockSize: number = INT4_BLOCK_SIZ
   return { n, k, blockSize, blocksPerRow, packed, scales }
 }
 
+export interface Int8Weight {
+  /** [K, N] (MatMul's B layout): input features by output features. */
+  values: Int8Array
+  /** One per output feature, [N]: w ~= q * scale. */
+  scales: Float32Array
+}
+
+/**
+ * Symmetric 8-bit quantization per output feature (per column of B), the form
+ * com.microsoft DynamicQuantizeMatMul takes: scale = amax / 127. `weight` has the
+ * Hugging Face Linear layout [out_features, in_features]; the result is
+ * transposed to [in_features, out_features].
+ */
+export function quantizeInt8 (weight: Tensor): Int8Weight {
+  const [n, k] = weight.shape
+  const w = weight.data
+  const values = new Int8Array(k * n)
+  const scales = new Float32Array(n)
+  for (let row = 0; row < n; row++) {
+    let amax = 0
+    for (let i = row * k; i < (row + 1) * k; i++) amax = Math.max(amax, Math.abs(w[i]))
+    const scale = Math.fround(amax / 127)
+    scales[row] = scale
+    const inv = scale !== 0 ? 1 / scale : 0
+    for (let col = 0; col < k; col++) values[col * n + row] = Math.max(-127, Math.min(127, Math.round(w[row * k + col] * inv)))
+  }
+  return { values, scales }
+}
+
 /** The float weight an Int4Weight stands for, in [N, K] layout (for tests). */
 export function dequantizeInt4 (q: Int4Weight): Tensor {
   const data = new Float32Array(q.n * q.k)

@@ -29,6 +29,8 @@ export interface OnnxBackendOptions {
   prefixCache?: boolean
   /** MIXED_BATCHES; default true. */
   mixedBatches?: boolean
+  /** PROMPT_GRAPH; default true. */
+  promptGraph?: boolean
 }
 
 export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
@@ -74,6 +76,7 @@ export class OnnxBackend implements Backend {
       kvCacheBytes: opts.kvCacheBytes,
       prefixCache: opts.prefixCache,
       mixedBatches: opts.mixedBatches,
+      promptGraph: opts.promptGraph,
     }
   }
 

@@ -53,6 +53,12 @@ export interface ForwardInput {
   /** Compute logits for the last N positions only (0 = all), where the graph allows. */
   logitsToKeep: number
   /**
+   * Every token fed is a prompt token: the run goes to the prompt graph where one is loaded
+   * (`hasPromptGraph`). Generated tokens always run on the main graph, so which graph computed a
+   * position depends only on what the token is, never on what shares its run.
+   */
+  prompt?: boolean
+  /**
    * Graphs that pack rows (`packsRows`): each row's count of real tokens, which come first in its
    * inputIds row; the rest is padding. Default: every row is whole. The logits are then each
    * row's last real token's.
@@ -92,6 +98,8 @@ export class DecoderSession {
   /** The names of the cache outputs: present.N.* (concat) or new_key_values.N.* (append). */
   readonly #cacheOutputPrefix: 'present' | 'new_key_values'
   readonly #session: ort.InferenceSession
+  /** The prompt graph's session (model_prompt.onnx), on the CPU only; null without one. */
+  #promptSession: ort.InferenceSession | null = null
 
   private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
     this.model = model
@@ -167,21 +175,54 @@ export class DecoderSession {
     return this.graphStyle === 'standard' && this.hasPositionIds
   }
 
-  static async load (model: ModelDir, settings: SessionSettings): Promise<DecoderSession> {
+  static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {
+    const main = await DecoderSession.#open(model, model.onnxPath, settings)
+    // The int8 prompt graph runs on onnxruntime's CPU integer kernels; on CUDA the main graph does all.
+    if (!model.promptOnnxPath || settings.promptGraph === false || main.device !== 'cpu') return main
+    try {
+      const promptSettings = { ...settings, device: 'cpu' as const, profilePrefix: settings.profilePrefix && `${settings.profilePrefix}-prompt` }
+      const prompt = await DecoderSession.#open({ ...model, onnxPath: model.promptOnnxPath }, model.promptOnnxPath, promptSettings)
+      main.#attachPrompt(prompt)
+    } catch (err) {
+      await main.close()
+      throw err
+    }
+    return main
+  }
+
+  static async #open (model: ModelDir, file: string, settings: SessionSettings): Promise<DecoderSession> {
     let loaded
     try {
-      loaded = await createSession(model.onnxPath, settings)
+      loaded = await createSession(file, settings)
     } catch (err) {
       const message = (err as Error).message
       if (message.startsWith('ONNX_DEVICE')) throw err
-      throw new ModelDirError(`${model.onnxPath}: onnxruntime cannot load it: ${message}`)
+      throw new ModelDirError(`${file}: onnxruntime cannot load it: ${message}`)
     }
-    return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(model.onnxPath))
+    return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(file))
+  }
+
+  /** Takes over a prompt graph's session; its signature must be the main graph's, or it is refused. */
+  #attachPrompt (prompt: DecoderSession): void {
+    const signature = (s: DecoderSession): string => JSON.stringify([
+      s.graphStyle, s.cacheOutputs, s.cacheType, s.hasPositionIds, s.hasLogitsToKeep, s.packsRows,
+    ])
+    if (signature(prompt) !== signature(this)) {
+      void prompt.close()
+      throw new ModelDirError(`${prompt.model.onnxPath}: the prompt graph's inputs and outputs differ from ${this.model.onnxPath}'s; rebuild both with one chatd convert --prompt-graph, or remove it`)
+    }
+    this.#promptSession = prompt.#session
+  }
+
+  /** Prompt tokens run on the int8 prompt graph (model_prompt.onnx). */
+  get hasPromptGraph (): boolean {
+    return this.#promptSession !== null
   }
 
   /** Stops onnxruntime's profiler (sessions loaded with `profilePrefix`) and writes its trace file. */
   endProfiling (): void {
     this.#session.endProfiling()
+    this.#promptSession?.endProfiling()
   }
 
   /** An empty cache for `batch` rows. */
@@ -215,7 +256,7 @@ export class DecoderSession {
     if (this.packsRows) {
       feeds.tokens_per_row = new ort.Tensor('int64', BigInt64Array.from(input.tokensPerRow ?? input.inputIds.map(() => seqLen), BigInt), [batch])
     }
-    const out = await this.#session.run(feeds)
+    const out = await (input.prompt && this.#promptSession ? this.#promptSession : this.#session).run(feeds)
     const logitsTensor = out.logits
     const [, positions, vocab] = logitsTensor.dims
     // Graphs without num_logits_to_keep return every position's logits: keep the last ones of each row.
@@ -241,6 +282,8 @@ export class DecoderSession {
 
   async close (): Promise<void> {
     await this.#session.release()
+    await this.#promptSession?.release()
+    this.#promptSession = null
   }
 }
 

@@ -58,6 +58,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   prefixCache?: boolean
   /** Feed newcomers' prompts inside the decode steps of the others (MIXED_BATCHES), where the graph packs rows; default true. */
   mixedBatches?: boolean
+  /** Run prompts on the model's int8 prompt graph where it has one, on the CPU (PROMPT_GRAPH); default true. */
+  promptGraph?: boolean
 }
 
 /** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
@@ -122,7 +124,8 @@ export class LocalEngine {
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
     this.prefixes = limits.prefixCache === false ? null : new PrefixCache(this.cacheLayout)
-    this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1
+    // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
+    this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph
     this.tokens = new TokenTable(tokenizer)
     this.grammars = new Grammars(() => ({ bytes: this.tokens.grammarVocabulary(), vocabSize: model.vocabSize, stopIds: model.eosTokenIds }))
     if (this.#contextLimit < 1) {
@@ -138,7 +141,7 @@ export class LocalEngine {
       throw new ModelDirError(`${opts.modelDir}: tokenizer.json has ids up to ${tokenizer.vocabSize - 1} but config.json says vocab_size ${model.vocabSize}: the tokenizer does not belong to this model`)
     }
     const template = ChatTemplate.fromTokenizerConfig(tokenizer.config, `${opts.modelDir}/tokenizer_config.json`)
-    const session = await DecoderSession.load(model, { device: opts.device, threads: opts.threads })
+    const session = await DecoderSession.load(model, { device: opts.device, threads: opts.threads, promptGraph: opts.promptGraph })
     const scheduler = {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
@@ -300,8 +303,12 @@ export class LocalEngine {
    * `cache`), then lets go of the oldest entries until running sequences' reservations fit again.
    */
   #remember (seq: Sequence, cache: RowCache, row: number): void {
-    if (!this.prefixes || seq.cachedTokens === 0) return
-    this.prefixes.insert(seq.cachedIds, this.cacheLayout.gather([{ cache, row }]))
+    // With a prompt graph, generated tokens' entries came from the main graph, while a later prompt
+    // holding them would compute them on the prompt graph: only the prompt is kept, so a reused
+    // prefix holds exactly what computing it afresh would.
+    const kept = this.session.hasPromptGraph ? Math.min(seq.cachedTokens, seq.promptIds.length) : seq.cachedTokens
+    if (!this.prefixes || kept === 0) return
+    this.prefixes.insert(seq.cachedIds.slice(0, kept), this.cacheLayout.gather([{ cache, row, length: kept }]))
     const reserves = [...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows)].map(reserveOf)
     while (!this.kvBudget.fits(reserves, this.#prefixPositions) && this.prefixes.evictOldest()) { /* room made */ }
   }

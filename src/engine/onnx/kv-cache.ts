@@ -40,9 +40,9 @@ export interface CacheLayout {
    * Feeds `tokens[b]` to row b and returns the logits of the last `logitsToKeep` positions. Rows
    * take the same count of tokens unless `packsRows`; then they may differ, and the logits are
    * each row's last token's (`logitsToKeep` 1). When it throws, the cache passed in is unchanged
-   * and still the caller's.
+   * and still the caller's. `prompt`: every token is a prompt token (DecoderSession's prompt graph).
    */
-  run (cache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun>
+  run (cache: RowCache, tokens: number[][], logitsToKeep: number, prompt?: boolean): Promise<CacheRun>
   /** Whether rows of one run may take different numbers of tokens (graphs with tokens_per_row). */
   readonly packsRows: boolean
   /**
@@ -84,7 +84,7 @@ class ConcatLayout implements CacheLayout {
     return { kv: this.#session.emptyCache(rows), lengths: new Array(rows).fill(0) }
   }
 
-  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
     const cache = rowCache as ConcatCache
     const total = cache.kv.length
     const seqLen = tokens[0].length
@@ -100,6 +100,7 @@ class ConcatLayout implements CacheLayout {
       positionIds: cache.lengths.map(len => tokens[0].map((_, k) => len + k)),
       past: cache.kv,
       logitsToKeep,
+      prompt,
     })
     this.bytesHeld += kvBytes(out.present) - kvBytes(cache.kv)
     DecoderSession.disposeCache(cache.kv)
@@ -167,7 +168,7 @@ class AppendLayout implements CacheLayout {
     return this.#allocate(new Array(rows).fill(0), 0)
   }
 
-  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number): Promise<CacheRun> {
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
     const cache = rowCache as AppendCache
     // Rows shorter than the longest are padded after their real tokens (graphs that pack rows).
     const counts = tokens.map(t => t.length)
@@ -199,6 +200,7 @@ class AppendLayout implements CacheLayout {
         positionIds: target.lengths.map(len => Array.from({ length: seqLen }, (_, k) => len + k)),
         past,
         logitsToKeep,
+        prompt,
       })
     } catch (err) {
       if (target !== cache) this.free(target)

@@ -20,10 +20,19 @@ export const ONNX_FILES_BY_DTYPE: Record<ModelDtype, string[]> = {
   q4f16: ['model_q4f16.onnx'],
 }
 
+/**
+ * The prompt graph, beside the dtype's file: the same decoder with int8 weights (`chatd convert
+ * --prompt-graph`, and `chatd pull` for the default model). Prompt tokens run on it, generated
+ * tokens on the dtype's graph (decoder-session.ts).
+ */
+export const PROMPT_GRAPH_FILE = 'model_prompt.onnx'
+
 export interface ModelDir {
   dir: string
   dtype: ModelDtype
   onnxPath: string
+  /** onnx/model_prompt.onnx when the directory has one (its external data checked), else null. */
+  promptOnnxPath: string | null
   numLayers: number
   numKvHeads: number
   headDim: number
@@ -66,6 +75,9 @@ export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): M
     throw new ModelDirError(`${candidates[0]}: file missing (dtype ${dtype}); present in ${path.join(dir, 'onnx')}: ${listOnnx(dir)}`)
   }
   checkExternalData(onnxPath)
+  const promptPath = path.join(dir, 'onnx', PROMPT_GRAPH_FILE)
+  const promptOnnxPath = fs.existsSync(promptPath) ? promptPath : null
+  if (promptOnnxPath) checkExternalData(promptOnnxPath)
 
   const configPath = path.join(dir, 'config.json')
   const int = positiveIntegers(config, configPath, message => new ModelDirError(message))
@@ -79,6 +91,7 @@ export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): M
     dir,
     dtype,
     onnxPath,
+    promptOnnxPath,
     numLayers: int('num_hidden_layers'),
     numKvHeads: int('num_key_value_heads', heads),
     headDim: int('head_dim', hidden / heads),

@@ -42,7 +42,7 @@ export class PrefillGroup {
   async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
     const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
     const count = Math.max(1, Math.min(perRow, remaining))
-    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1)
+    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true)
     this.#cache = out.cache
     for (const row of this.rows) row.cachedTokens += count
     return { logits: out.logits, tokens: count * this.rows.length }

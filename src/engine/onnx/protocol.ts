@@ -21,6 +21,8 @@ export interface WorkerSettings {
   prefixCache?: boolean
   /** MIXED_BATCHES; default true. */
   mixedBatches?: boolean
+  /** PROMPT_GRAPH; default true. */
+  promptGraph?: boolean
 }
 
 export type ToWorker =

@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import type { FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
 import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
-import { randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir } from '../../helpers/models.ts'
+import { randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -28,10 +28,14 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
   const runs: number[] = []
   /** Runs whose rows took different numbers of tokens: decode rows beside a prompt chunk. */
   let mixedRuns = 0
+  /** Runs sent to the prompt graph, and runs that fed more than one token per row to the main graph. */
+  const graphRuns = { prompt: 0, mainWide: 0 }
   const forward = engine.session.forward.bind(engine.session)
   engine.session.forward = (input: ForwardInput) => {
     runs.push(input.batch)
     if (input.tokensPerRow && new Set(input.tokensPerRow).size > 1) mixedRuns++
+    if (input.prompt) graphRuns.prompt++
+    else if (input.inputIds[0].length > 1) graphRuns.mainWide++
     return forward(input)
   }
   let n = 0
@@ -42,7 +46,7 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
     return { id, result }
   }
   const deltasOf = (id: string) => deltaCounts.get(id) ?? 0
-  return { engine, generate, runs, deltasOf, mixedRuns: () => mixedRuns, cachedOf: (id: string) => cachedTokens.get(id) ?? 0 }
+  return { engine, generate, runs, deltasOf, mixedRuns: () => mixedRuns, graphRuns, cachedOf: (id: string) => cachedTokens.get(id) ?? 0 }
 }
 
 const greedy = (content: string, maxTokens: number): GenerateRequest =>
@@ -79,7 +83,13 @@ async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp
   if (expectBatches) t.ok(widest >= 3, `decode steps ran up to ${widest} sequences in one run`)
   else t.equal(widest, 1, 'every run holds one sequence')
   // Graphs that pack rows feed the prompts that join mid-decode inside the others' steps.
-  if (together.engine.cacheLayout.packsRows && mixedBatches) t.ok(together.mixedRuns() >= 3, `${together.mixedRuns()} runs fed prompt chunks beside decoding rows`)
+  // With a prompt graph, prompt tokens and generated tokens run on different graphs: never in one run.
+  const mixes = together.engine.cacheLayout.packsRows && mixedBatches && !together.engine.session.hasPromptGraph
+  if (together.engine.session.hasPromptGraph) {
+    t.ok(together.graphRuns.prompt >= 5, `${together.graphRuns.prompt} prompt runs went to the prompt graph`)
+    t.equal(together.graphRuns.mainWide, 0, 'the main graph only ever took one generated token per row')
+  }
+  if (mixes) t.ok(together.mixedRuns() >= 3, `${together.mixedRuns()} runs fed prompt chunks beside decoding rows`)
   else t.equal(together.mixedRuns(), 0, 'no run mixed prompt chunks with decoding rows')
   await together.engine.close()
 }
@@ -88,6 +98,8 @@ for (const [name, dirOf, dtype] of [
   ['stories260k fp32', () => storiesModelDir('fp32'), 'fp32'],
   ['stories260k fp16 cache', () => storiesModelDir('fp16'), 'fp16'],
   ['random qwen2 int4', () => randomModelDir('qwen2', 'int4'), 'q4'],
+  // What chatd pull writes for the default model: prompts on the int8 graph, generated tokens on int4.
+  ['stories260k int4 with its int8 prompt graph', () => storiesPromptGraphModelDir(), 'q4'],
   // The onnx-community signature: the whole cache returned every run, rows left-padded.
   ['stories260k fp32, concat cache', () => storiesModelDir('fp32', 'concat'), 'fp32'],
   ['random qwen2 int4, concat cache', () => randomModelDir('qwen2', 'int4', 7, 'concat'), 'q4'],

@@ -9,7 +9,7 @@ import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
 import { KvBudget, kvBytesPerToken } from '../../../src/engine/onnx/kv-budget.ts'
 import { stripEarlierThinking } from '../../../src/prompt/shape.ts'
-import { STORIES_OPTIMUM, storiesModelDir } from '../../helpers/models.ts'
+import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
 import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
 import { startStoriesServer } from '../../helpers/stories-server.ts'
 
@@ -71,12 +71,17 @@ async function conversation (generate: (m: ChatMessage[], max: number) => Promis
   return outcomes
 }
 
-for (const [layout, source] of [['append cache', () => storiesModelDir()], ['whole-cache graph (onnx-community form)', () => STORIES_OPTIMUM]] as const) {
+for (const [layout, source, dtype] of [
+  ['append cache', () => storiesModelDir(), 'fp32'],
+  ['whole-cache graph (onnx-community form)', () => STORIES_OPTIMUM, 'fp32'],
+  // Prompts on the int8 prompt graph, answers on int4: the cache keeps prompts only.
+  ['int4 with an int8 prompt graph', () => storiesPromptGraphModelDir(), 'q4'],
+] as const) {
   t.test(`${layout}: a multi-turn chat with R1's template reuses each earlier turn, output unchanged`, async t => {
     const dir = withR1Template(t.testdir({}), source())
-    const off = await engineFor(dir, { prefixCache: false })
+    const off = await engineFor(dir, { prefixCache: false, dtype })
     const expected = await conversation(off.generate)
-    const on = await engineFor(dir)
+    const on = await engineFor(dir, { dtype })
     const got = await conversation(on.generate)
     got.forEach((g, i) => t.same({ ...g, cached: 0 }, { ...expected[i], cached: 0 }, `turn ${i + 1}: same reply, reason and count`))
     t.equal(got[0].cached, 0, 'turn 1: nothing to reuse')

@@ -1,0 +1,131 @@
+// The prompt graph: an int8 copy of the decoder (onnx/model_prompt.onnx) that prompt tokens run
+// on, while generated tokens run on the main int4 graph. What users of the default model get.
+import fs from 'node:fs'
+import path from 'node:path'
+import t from 'tap'
+import { runConvert } from '../../../src/convert/cli.ts'
+import { quantizeInt8 } from '../../../src/convert/tensors.ts'
+import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
+import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
+import { cacheLayoutFor } from '../../../src/engine/onnx/kv-cache.ts'
+import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
+import { REPO_ROOT, STORIES_SOURCE, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
+
+const TINY = path.join(REPO_ROOT, 'test/fixtures/tiny-llama.config.json')
+const PROMPT = [1, 403, 411, 281, 300, 260, 286, 270, 373, 266, 330, 263]
+
+/** The last position's logits of one prompt run, on the prompt graph (`prompt`) or the main one. */
+async function promptLogits (session: DecoderSession, prompt: boolean, ids = PROMPT): Promise<Float32Array> {
+  const layout = cacheLayoutFor(session)
+  const out = await layout.run(layout.empty(), [ids], 1, prompt)
+  layout.free(out.cache)
+  return out.logits
+}
+
+const maxAbsDiff = (a: Float32Array, b: Float32Array): number => a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i])), 0)
+const argmax = (a: Float32Array): number => a.indexOf(Math.max(...a))
+
+t.test('int8 weights: one scale per output feature, every value within half a step of the weight', async t => {
+  const data = Float32Array.from({ length: 6 * 5 }, (_, i) => Math.sin(i * 1.7) * (1 + (i % 5)))
+  const q = quantizeInt8({ shape: [6, 5], data })
+  t.equal(q.scales.length, 6)
+  for (let row = 0; row < 6; row++) {
+    for (let col = 0; col < 5; col++) {
+      const back = q.values[col * 6 + row] * q.scales[row]
+      t.ok(Math.abs(back - data[row * 5 + col]) <= q.scales[row] / 2 + 1e-6, `w[${row}][${col}]`)
+    }
+    t.ok(q.values.some((v, i) => i % 6 === row && Math.abs(v) === 127), `row ${row}: its largest weight maps to ±127`)
+  }
+})
+
+t.test('the prompt graph is loaded beside the main graph and computes the prompt; the main graph the rest', async t => {
+  const model = readModelDir(storiesPromptGraphModelDir(), 'q4')
+  t.equal(path.basename(model.promptOnnxPath ?? ''), 'model_prompt.onnx')
+  const session = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
+  t.teardown(() => session.close())
+  t.ok(session.hasPromptGraph)
+  const alone = await DecoderSession.load({ ...model, onnxPath: model.promptOnnxPath as string }, { device: 'cpu', threads: 1 })
+  t.teardown(() => alone.close())
+  t.same(await promptLogits(session, true), await promptLogits(alone, false), 'prompt runs are the int8 graph\'s')
+  const main = await DecoderSession.load(model, { device: 'cpu', threads: 1, promptGraph: false })
+  t.teardown(() => main.close())
+  t.notOk(main.hasPromptGraph, 'PROMPT_GRAPH=0: not loaded')
+  t.same(await promptLogits(session, false), await promptLogits(main, true), 'other runs are the int4 graph\'s')
+
+  // Closer to the unquantized model than int4 is: the prompt, and so the first token, gains.
+  const fp32 = await DecoderSession.load(readModelDir(storiesModelDir('fp32'), 'fp32'), { device: 'cpu', threads: 1 })
+  t.teardown(() => fp32.close())
+  const exact = await promptLogits(fp32, false)
+  const int8Error = maxAbsDiff(await promptLogits(session, true), exact)
+  const int4Error = maxAbsDiff(await promptLogits(main, false), exact)
+  t.ok(int8Error < int4Error / 2, `largest logit error: int8 ${int8Error.toFixed(3)}, int4 ${int4Error.toFixed(3)}`)
+  t.equal(argmax(await promptLogits(session, true)), argmax(exact), 'same first token as the unquantized model')
+})
+
+t.test('a token\'s result does not depend on what shares its run: rows and chunks of any size agree exactly', async t => {
+  const session = await DecoderSession.load(readModelDir(storiesPromptGraphModelDir(), 'q4'), { device: 'cpu', threads: 1 })
+  t.teardown(() => session.close())
+  const layout = cacheLayoutFor(session)
+  const whole = await promptLogits(session, true)
+  // The same prompt beside a different one in one run: activations are quantized per token.
+  const other = [1, 290, 262, 300, 301, 302, 303, 304, 305, 306, 307, 308]
+  const pair = await layout.run(layout.empty(2), [PROMPT, other], 1, true)
+  layout.free(pair.cache)
+  t.same(pair.logits.subarray(0, whole.length), whole, 'batched with another prompt: the same logits')
+  // In chunks of 5 (the last chunk's logits are the prompt's last position's).
+  let cache = layout.empty()
+  let logits = new Float32Array(0)
+  for (let at = 0; at < PROMPT.length; at += 5) {
+    const out = await layout.run(cache, [PROMPT.slice(at, at + 5)], 1, true)
+    cache = out.cache
+    logits = out.logits
+  }
+  layout.free(cache)
+  t.ok(maxAbsDiff(logits, whole) < 1e-4, 'fed in chunks: the same logits (up to attention\'s float rounding)')
+  t.equal(argmax(logits), argmax(whole))
+})
+
+t.test('the engine runs prompts on the prompt graph, never mixing them with decode steps, and PROMPT_GRAPH=0 turns it off', async t => {
+  const dir = storiesPromptGraphModelDir()
+  for (const promptGraph of [true, false]) {
+    const engine = await LocalEngine.load({ modelDir: dir, dtype: 'q4', device: 'cpu', threads: 1, promptGraph }, {
+      delta: () => {}, finish: () => {}, error: (_id, err) => { throw err },
+    })
+    t.equal(engine.session.hasPromptGraph, promptGraph, `promptGraph ${promptGraph}`)
+    await engine.close()
+  }
+})
+
+t.test('a prompt graph whose inputs and outputs differ from the main graph\'s is refused, naming it', async t => {
+  const dir = path.join(t.testdir({}), 'model')
+  fs.cpSync(storiesPromptGraphModelDir(), dir, { recursive: true })
+  // A whole-cache graph (present.N.* outputs) in the prompt graph's place.
+  const concat = path.join(dir, 'concat')
+  runConvert(['--from', STORIES_SOURCE, '--out', concat, '--dtype', 'fp32', '--cache', 'concat'])
+  for (const suffix of ['', '_data']) fs.rmSync(path.join(dir, 'onnx', `model_prompt.onnx${suffix}`))
+  fs.copyFileSync(path.join(concat, 'onnx', 'model.onnx'), path.join(dir, 'onnx', 'model_prompt.onnx'))
+  fs.copyFileSync(path.join(concat, 'onnx', 'model.onnx_data'), path.join(dir, 'onnx', 'model.onnx_data'))
+  await t.rejects(DecoderSession.load(readModelDir(dir, 'q4'), { device: 'cpu', threads: 1 }), /model_prompt\.onnx: the prompt graph's inputs and outputs differ/)
+  const off = await DecoderSession.load(readModelDir(dir, 'q4'), { device: 'cpu', threads: 1, promptGraph: false })
+  t.notOk(off.hasPromptGraph, 'PROMPT_GRAPH=0 still loads the model')
+  await off.close()
+})
+
+t.test('chatd convert --prompt-graph writes model_prompt.onnx; refused where it cannot apply', async t => {
+  const dir = t.testdir({})
+  const out = path.join(dir, 'model')
+  const result = runConvert(['--random', TINY, '--out', out, '--prompt-graph'])
+  t.equal(result.onnxFile, path.join(out, 'onnx', 'model_q4.onnx'), 'the main graph is still the int4 one')
+  for (const f of ['model_prompt.onnx', 'model_prompt.onnx_data']) t.ok(fs.existsSync(path.join(out, 'onnx', f)), f)
+  t.notOk(fs.existsSync(path.join(out, 'onnx', 'model_int8.onnx')))
+  t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'a'), '--prompt-graph', '--cache', 'concat']), /--prompt-graph goes with .* the append cache/)
+  t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'b'), '--prompt-graph', '--attention', 'gqa', '--cache', 'concat']), /--prompt-graph goes with --attention standard/)
+  t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'c'), '--prompt-graph', '--dtype', 'fp16']), /--prompt-graph/)
+  // --dtype int8 on its own: a model that runs everything on the integer kernels.
+  const int8 = runConvert(['--random', TINY, '--out', path.join(dir, 'int8'), '--dtype', 'int8'])
+  t.equal(path.basename(int8.onnxFile), 'model_int8.onnx')
+  const session = await DecoderSession.load(readModelDir(path.join(dir, 'int8'), 'int8'), { device: 'cpu', threads: 1 })
+  t.notOk(session.hasPromptGraph)
+  t.equal((await promptLogits(session, false, [1, 2, 3])).length, session.model.vocabSize)
+  await session.close()
+})
