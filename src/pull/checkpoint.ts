@@ -53,7 +53,7 @@ export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boo
     throw new PullError(`dtype ${opts.dtype} cannot be made from a checkpoint: chatd's converter writes ${Object.keys(CHECKPOINT_DTYPES).join(', ')}`)
   }
   const emit = opts.onEvent ?? (() => {})
-  if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype)) {
+  if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype, weights === 'int4')) {
     emit({ type: 'plan', files: [], present: [], totalBytes: 0 })
     emit({ type: 'done', seconds: 0, files: 0, totalBytes: 0 })
     return { dir: opts.dir, files: [], totalBytes: 0, skipped: 0 }
@@ -97,10 +97,10 @@ export function convertedFrom (dir: string, repo: string, revision: string, dtyp
   }
 }
 
-function modelInPlace (dir: string, dtype: ModelDtype): boolean {
+/** The model loads, with the int8 prompt graph where this version writes one (a pull from before it converts again). */
+function modelInPlace (dir: string, dtype: ModelDtype, withPromptGraph: boolean): boolean {
   try {
-    readModelDir(dir, dtype)
-    return true
+    return readModelDir(dir, dtype).promptOnnxPath !== null || !withPromptGraph
   } catch {
     return false
   }

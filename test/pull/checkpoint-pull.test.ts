@@ -4,7 +4,7 @@
 // model directory the engine serves: the form `npm run bench` measures.
 // stories260k stands in for DeepSeek-R1-Distill-Qwen-1.5B: its fp32 weights
 // are written here as a two-shard bf16 checkpoint, as deepseek-ai publishes.
-import { copyFileSync, existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { run } from '../../src/cli.ts'
@@ -142,8 +142,10 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
   t.match(JSON.parse(readFileSync(join(modelDir, 'chatd-source.json'), 'utf8')), { repo: REPO, revision: REVISION, dtype: 'q4' })
 
   // Exactly what `chatd convert` makes of the same checkpoint by hand.
-  const reference = convertCheckpoint({ from: checkpoint, out: join(work, 'reference'), weights: 'int4' })
+  const reference = convertCheckpoint({ from: checkpoint, out: join(work, 'reference'), weights: 'int4', promptGraph: true })
   t.ok(readFileSync(join(modelDir, 'onnx/model_q4.onnx_data')).equals(readFileSync(reference.onnxFile + '_data')), 'same weights as chatd convert --from')
+  t.ok(readFileSync(join(modelDir, 'onnx/model_prompt.onnx_data')).equals(readFileSync(join(work, 'reference/onnx/model_prompt.onnx_data'))),
+    'and the int8 prompt graph of chatd convert --prompt-graph')
 
   const backend = new OnnxBackend({ id: 'stories', path: modelDir, dtype: 'q4', device: 'cpu', threads: 1 })
   await backend.load()
@@ -159,6 +161,13 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
   const again = await cli(['pull', 'stories'])
   t.equal(again.code, 0, again.err)
   t.equal(hub.downloads().length, downloads, 'the same source and revision, already converted: nothing downloaded')
+
+  // A model pulled before chatd wrote prompt graphs: the next pull converts again to add it.
+  for (const suffix of ['', '_data']) rmSync(join(modelDir, `onnx/model_prompt.onnx${suffix}`))
+  const upgrade = await cli(['pull', 'stories'])
+  t.equal(upgrade.code, 0, upgrade.err)
+  t.match(upgrade.out, /converting the checkpoint to int4/)
+  t.ok(existsSync(join(modelDir, 'onnx/model_prompt.onnx')), 'the prompt graph is added')
 })
 
 t.test('a checkpoint that cannot be converted leaves no model behind, and says why', async t => {
