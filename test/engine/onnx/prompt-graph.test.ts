@@ -74,7 +74,7 @@ t.test('a token\'s result does not depend on what shares its run: rows and chunk
   t.same(pair.logits.subarray(0, whole.length), whole, 'batched with another prompt: the same logits')
   // In chunks of 5 (the last chunk's logits are the prompt's last position's).
   let cache = layout.empty()
-  let logits = new Float32Array(0)
+  let logits: Float32Array = new Float32Array(0)
   for (let at = 0; at < PROMPT.length; at += 5) {
     const out = await layout.run(cache, [PROMPT.slice(at, at + 5)], 1, true)
     cache = out.cache
