@@ -84,7 +84,11 @@ export const GQA_HEAD_SIZE_MULTIPLE = 16
  * Throws when this shape cannot be written in this graph style; the converter
  * calls it before it writes anything, and buildDecoderGraph again.
  */
-export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache'>, source = 'config.json'): void {
+export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form'>, source = 'config.json'): void {
+  // int8 linears quantize each packed token's row: the graphs that pack rows only.
+  if (opts.weights === 'int8' && ((opts.attention ?? 'standard') !== 'standard' || (opts.cache ?? defaultCacheStyle(opts.attention)) !== 'append' || opts.form === 'onnx-community')) {
+    throw new Error('int8 weights are written with standard attention and the append cache only')
+  }
   if (opts.attention !== 'gqa') return
   if (opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
   if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
@@ -260,7 +264,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   const final = addAndNorm(residual, pending, 'model.norm.weight').normed
   // Without num_logits_to_keep (the onnx-community form), every position's logits.
   const kept = packed
-    ? g.op('Unsqueeze', [g.op('Gather', [final, packed.lastOfRow]), g.int64([1])]) // [B, 1, H]
+    ? g.op('Gather', [final, packed.lastOfRow]) // [B, H]
     : logitsToKeep === null
       ? final
       : g.op('Slice', [final, g.op('Unsqueeze', [g.op('Neg', [logitsToKeep]), g.int64([0])]), g.int64([Number.MAX_SAFE_INTEGER]), g.int64([1])])
@@ -268,7 +272,8 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   if (headWeight.shape[0] !== cfg.vocabSize || headWeight.shape[1] !== H) {
     throw new Error(`lm_head weight has shape [${headWeight.shape}], expected [${cfg.vocabSize}, ${H}]`)
   }
-  const logits = linear(kept, 'lm_head', [headWeight], null)
+  const headOut = linear(kept, 'lm_head', [headWeight], null)
+  const logits = packed ? g.op('Unsqueeze', [headOut, g.int64([1])]) : headOut // [B, 1, vocab] when packed
   if (ioType === DataType.FLOAT16) {
     g.op('Cast', [logits], { to: attr.i(DataType.FLOAT16) }, { output: 'logits' })
   } else {
@@ -289,12 +294,16 @@ function int8Linear (g: GraphBuilder, x: string, name: string, q: Int8Weight): s
   const k = q.values.length / n
   const b = g.initializer(`${name}.qweight`, DataType.INT8, [k, n], new Uint8Array(q.values.buffer, q.values.byteOffset, q.values.byteLength))
   const columnScale = g.initializer(`${name}.scales`, DataType.FLOAT, [n], toFloat32Bytes(q.scales))
-  const amax = g.op('ReduceMax', [g.op('Abs', [x])], { axes: attr.ints([-1]), keepdims: attr.i(1) })
+  // x is [rows, k] (packed tokens); each row's scale maps its largest |value| to 127.
+  const amax = g.op('ReduceMax', [g.op('Abs', [x])], { axes: attr.ints([-1]), keepdims: attr.i(0) }) // [rows]
   // An all-zero row keeps a tiny scale instead of dividing by zero.
   const rowScale = g.op('Max', [g.op('Div', [amax, g.float([127], true)]), g.float([1e-30], true)])
-  const xq = g.op('Cast', [g.op('Add', [g.op('Round', [g.op('Div', [x, rowScale])]), g.float([128], true)])], { to: attr.i(DataType.UINT8) })
-  const product = g.op('MatMulInteger', [xq, b, g.initializer(`${name}.activation_zero_point`, DataType.UINT8, [], Uint8Array.of(128))], {}, { name: `${name}/MatMulInteger` })
-  return g.op('Mul', [g.op('Mul', [g.op('Cast', [product], { to: attr.i(DataType.FLOAT) }), rowScale]), columnScale])
+  const zeroPoint = g.initializer(`${name}.activation_zero_point`, DataType.UINT8, [], Uint8Array.of(128))
+  const rowZeroPoints = g.op('Expand', [zeroPoint, g.op('Shape', [rowScale])])
+  const xq = g.op('QuantizeLinear', [x, rowScale, rowZeroPoints], { axis: attr.i(0) }) // round(x / scale) + 128, per row
+  // The exact integer product times each column's scale, in the GEMM's own output stage; then each row's.
+  const perColumn = g.op('MatMulIntegerToFloat', [xq, b, g.float([1], true), columnScale, zeroPoint], {}, { domain: MS_DOMAIN, name: `${name}/MatMulIntegerToFloat` })
+  return g.op('Mul', [perColumn, g.op('Unsqueeze', [rowScale, g.int64([1])])])
 }
 
 type PastPair = { key: string; value: string }

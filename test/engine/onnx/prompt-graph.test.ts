@@ -121,6 +121,7 @@ t.test('chatd convert --prompt-graph writes model_prompt.onnx; refused where it 
   t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'a'), '--prompt-graph', '--cache', 'concat']), /--prompt-graph goes with .* the append cache/)
   t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'b'), '--prompt-graph', '--attention', 'gqa', '--cache', 'concat']), /--prompt-graph goes with --attention standard/)
   t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'c'), '--prompt-graph', '--dtype', 'fp16']), /--prompt-graph/)
+  t.throws(() => runConvert(['--random', TINY, '--out', path.join(dir, 'd'), '--dtype', 'int8', '--cache', 'concat']), /int8 weights are written with standard attention and the append cache only/)
   // --dtype int8 on its own: a model that runs everything on the integer kernels.
   const int8 = runConvert(['--random', TINY, '--out', path.join(dir, 'int8'), '--dtype', 'int8'])
   t.equal(path.basename(int8.onnxFile), 'model_int8.onnx')
