@@ -273,8 +273,8 @@ export class ModelRegistry {
       try {
         await model.backend.load()
         // Which execution provider the engine settled on (local models report it), said once at start.
-        const device = (model.backend as { device?: string }).device
-        log?.info({ model: model.id, ms: Math.round(performance.now() - started), ...(device ? { device } : {}) }, 'model ready')
+        const { device, promptGraph } = model.backend as { device?: string; promptGraph?: boolean }
+        log?.info({ model: model.id, ms: Math.round(performance.now() - started), ...(device ? { device } : {}), ...(promptGraph ? { promptGraph } : {}) }, 'model ready')
         if (device === 'cpu' && model.requestedDevice === 'auto') {
           log?.info({ model: model.id, device }, 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so the model runs on the CPU')
         }

@@ -5,6 +5,7 @@
 import { parentPort, workerData } from 'node:worker_threads'
 import { convertCheckpoint } from '../convert/index.ts'
 import type { WeightFormat } from '../convert/decoder-graph.ts'
+import { DecoderSession } from '../engine/onnx/decoder-session.ts'
 import { LocalEngine } from '../engine/onnx/engine.ts'
 import type { ModelDtype } from '../engine/onnx/model-dir.ts'
 
@@ -59,22 +60,28 @@ async function verify (job: ConvertJob): Promise<number> {
   })
   try {
     const ids = engine.encodePrompt({ messages: [{ role: 'user', content: 'What is 17 * 23?' }] })
-    const out = await engine.session.forward({
-      batch: 1,
-      inputIds: [ids],
-      attentionMask: [ids.map(() => 1)],
-      positionIds: [ids.map((_, k) => k)],
-      past: engine.session.emptyCache(1),
-      logitsToKeep: 1,
-    })
-    let min = Infinity
-    let max = -Infinity
-    for (const v of out.logits) {
-      if (!Number.isFinite(v)) throw new Error(`${job.out}: the converted model computes non-finite logits`)
-      min = Math.min(min, v)
-      max = Math.max(max, v)
+    // Both graphs where there are two: the prompt graph (prompt: true) and the one that generates.
+    for (const prompt of engine.session.hasPromptGraph ? [true, false] : [false]) {
+      const out = await engine.session.forward({
+        batch: 1,
+        inputIds: [ids],
+        attentionMask: [ids.map(() => 1)],
+        positionIds: [ids.map((_, k) => k)],
+        past: engine.session.emptyCache(1),
+        logitsToKeep: 1,
+        prompt,
+      })
+      const graph = prompt ? 'prompt graph' : 'model'
+      let min = Infinity
+      let max = -Infinity
+      for (const v of out.logits) {
+        if (!Number.isFinite(v)) throw new Error(`${job.out}: the converted ${graph} computes non-finite logits`)
+        min = Math.min(min, v)
+        max = Math.max(max, v)
+      }
+      if (max - min < 1e-3) throw new Error(`${job.out}: the converted ${graph} computes the same logit for every token`)
+      DecoderSession.disposeCache(out.present)
     }
-    if (max - min < 1e-3) throw new Error(`${job.out}: the converted model computes the same logit for every token`)
   } finally {
     await engine.close()
   }

@@ -44,6 +44,8 @@ export class OnnxBackend implements Backend {
   contextLength?: number
   /** The execution provider in use once loaded. */
   device?: 'cpu' | 'cuda'
+  /** Whether prompts run on the model's int8 prompt graph, once loaded. */
+  promptGraph?: boolean
   readonly #settings: WorkerSettings
   #current: BackendState = { state: 'loading' }
   #worker: Worker | null = null
@@ -114,6 +116,7 @@ export class OnnxBackend implements Backend {
         if (message.type === 'ready') {
           this.contextLength = message.contextLength
           this.device = message.device
+          this.promptGraph = message.promptGraph
           this.#current = { state: 'ready' }
           worker.on('message', (m: FromWorker) => this.#onMessage(m))
           resolve()

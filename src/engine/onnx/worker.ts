@@ -46,7 +46,7 @@ try {
         break
     }
   })
-  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device })
+  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device, promptGraph: engine.session.hasPromptGraph })
 } catch (err) {
   send({ type: 'load_error', message: (err as Error).message })
 }

@@ -3,12 +3,14 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
+import { loadConfig } from '../../../src/config.ts'
 import { runConvert } from '../../../src/convert/cli.ts'
 import { quantizeInt8 } from '../../../src/convert/tensors.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
 import { cacheLayoutFor } from '../../../src/engine/onnx/kv-cache.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
+import { createOnnx } from '../../../src/engine/registry.ts'
 import { REPO_ROOT, STORIES_SOURCE, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
 
 const TINY = path.join(REPO_ROOT, 'test/fixtures/tiny-llama.config.json')
@@ -94,6 +96,18 @@ t.test('the engine runs prompts on the prompt graph, never mixing them with deco
     t.equal(engine.session.hasPromptGraph, promptGraph, `promptGraph ${promptGraph}`)
     await engine.close()
   }
+})
+
+t.test('PROMPT_GRAPH reaches the engine worker from the configuration', async t => {
+  for (const [setting, loaded] of [['1', true], ['0', false]] as const) {
+    const config = loadConfig({ PROMPT_GRAPH: setting, ONNX_THREADS: '1' })
+    t.equal(config.promptGraph, loaded)
+    const backend = await createOnnx({ id: 'stories', backend: 'onnx', path: storiesPromptGraphModelDir(), dtype: 'q4', device: 'cpu' }, { config, baseDir: '/' })
+    await backend.load()
+    t.equal((backend as { promptGraph?: boolean }).promptGraph, loaded, `PROMPT_GRAPH=${setting}: the prompt graph is ${loaded ? '' : 'not '}loaded`)
+    await backend.close()
+  }
+  t.throws(() => loadConfig({ PROMPT_GRAPH: 'maybe' }), /PROMPT_GRAPH/)
 })
 
 t.test('a prompt graph whose inputs and outputs differ from the main graph\'s is refused, naming it', async t => {
