@@ -4,7 +4,8 @@
 // prompt rate and the median step time and tokens/s for each batch size.
 // Runs through the engine's cache layout (kv-cache.ts), so it measures what
 // a batch of streams costs with the graph's own cache outputs (append or
-// concat), without HTTP, sampling or the scheduler.
+// concat), without HTTP, sampling or the scheduler. Prompts run on the
+// model's int8 prompt graph where it has one, as in the server.
 //
 //   npm run bench:steps -- [--model-dir DIR] [--block-size 32|64|128] [--rows 1,4,8] [--steps 128] [--prompt 128]
 //                          [--threads N] [--no-huge-pages]
@@ -37,7 +38,7 @@ const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
 async function measure (rows: number, steps: number): Promise<{ prefill: number; stepMs: number }> {
   const started = performance.now()
   const solo: RowCache[] = []
-  for (let b = 0; b < rows; b++) solo.push((await layout.run(layout.empty(), [prompt], 1)).cache)
+  for (let b = 0; b < rows; b++) solo.push((await layout.run(layout.empty(), [prompt], 1, true)).cache)
   const prefilled = performance.now()
   let cache = layout.gather(solo.map(c => ({ cache: c, row: 0 })))
   for (const c of solo) layout.free(c)
