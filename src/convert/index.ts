@@ -83,7 +83,7 @@ export function convertCheckpoint (opts: GraphOptions & {
   checkGraphOptions(cfg, opts, path.join(opts.from, 'config.json'))
   checkTokenizerFits(path.join(opts.from, 'tokenizer.json'), cfg, path.join(opts.from, 'config.json'))
   const checkpoint = new CheckpointWeights(opts.from, cfg)
-  const source = opts.onProgress ? counted(checkpoint, expectedShapes(cfg).size, opts.onProgress) : checkpoint
+  const source = opts.onProgress ? counted(checkpoint, expectedShapes(cfg).size, opts.promptGraph ? 2 : 1, opts.onProgress) : checkpoint
   try {
     fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
     for (const file of ['config.json', 'generation_config.json', ...TOKENIZER_FILES]) {
@@ -103,15 +103,23 @@ export function convertCheckpoint (opts: GraphOptions & {
   }
 }
 
-/** A weight source that reports each tensor read. */
-function counted (source: WeightSource, total: number, onProgress: (tensors: number, total: number) => void): WeightSource {
+/**
+ * A weight source that reports each tensor read, over `passes` graphs written from it (two with a
+ * prompt graph): a tensor asked for again once all have been read starts the next pass.
+ */
+function counted (source: WeightSource, perPass: number, passes: number, onProgress: (tensors: number, total: number) => void): WeightSource {
   const seen = new Set<string>()
+  let done = 0
   return {
     has: name => source.has(name),
     get: name => {
       const tensor = source.get(name)
+      if (seen.has(name) && seen.size >= perPass && done < passes - 1) {
+        done++
+        seen.clear()
+      }
       seen.add(name)
-      onProgress(Math.min(seen.size, total), total)
+      onProgress(done * perPass + Math.min(seen.size, perPass), perPass * passes)
       return tensor
     },
   }
