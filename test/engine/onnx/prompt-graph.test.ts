@@ -5,6 +5,7 @@ import path from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../../../src/config.ts'
 import { runConvert } from '../../../src/convert/cli.ts'
+import { convertCheckpoint } from '../../../src/convert/index.ts'
 import { quantizeInt8 } from '../../../src/convert/tensors.ts'
 import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
@@ -123,6 +124,18 @@ t.test('a prompt graph whose inputs and outputs differ from the main graph\'s is
   const off = await DecoderSession.load(readModelDir(dir, 'q4'), { device: 'cpu', threads: 1, promptGraph: false })
   t.notOk(off.hasPromptGraph, 'PROMPT_GRAPH=0 still loads the model')
   await off.close()
+})
+
+t.test('conversion progress counts both graphs: it rises steadily and reaches its total only at the end', async t => {
+  for (const promptGraph of [false, true]) {
+    const reports: Array<[number, number]> = []
+    convertCheckpoint({ from: STORIES_SOURCE, out: path.join(t.testdir({}), 'model'), weights: 'int4', promptGraph, onProgress: (done, total) => reports.push([done, total]) })
+    const total = reports[0][1]
+    t.ok(reports.every(([done, of], i) => of === total && (i === 0 || done >= reports[i - 1][0])), `promptGraph ${promptGraph}: never goes back`)
+    t.same(reports.at(-1), [total, total])
+    t.equal(reports.findIndex(([done]) => done === total), reports.length - 1, 'the total comes with the last tensor read')
+    if (promptGraph) t.equal(total, 2 * 47, 'stories260k\'s 47 tensors, once per graph')
+  }
 })
 
 t.test('chatd convert --prompt-graph writes model_prompt.onnx; refused where it cannot apply', async t => {
