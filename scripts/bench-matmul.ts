@@ -4,7 +4,11 @@
 // this kernel (npm run bench:engine -- --profile), so these figures bound it.
 //
 //   npm run bench:matmul -- [--n 17920] [--k 1536] [--blocks 32,64,128] [--rows 1,4,128]
-//                           [--copies 40] [--threads N] [--accuracy-level 4] [--no-huge-pages]
+//                           [--copies 40] [--threads N] [--accuracy-level 4] [--no-huge-pages] [--no-int8]
+//
+// It also times the prompt graph's int8 projection (decoder-graph.ts int8Linear: per-token
+// activation quantization, MatMulIntegerToFloat, the row scales) at the same shapes, as the row
+// "int8" (--no-int8 skips it).
 //
 // The graph chains `--copies` nodes with distinct weights and inputs (40 x the
 // MLP's gate/up projection is ~700 MB), so the weights cannot sit in cache and
@@ -14,9 +18,10 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
+import { int8Linear } from '../src/convert/decoder-graph.ts'
 import { attr, GraphBuilder } from '../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../src/convert/onnx-proto.ts'
-import { quantizeInt4, toFloat32Bytes } from '../src/convert/tensors.ts'
+import { quantizeInt4, quantizeInt8, toFloat32Bytes } from '../src/convert/tensors.ts'
 import { ort } from '../src/engine/onnx/ort.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 
@@ -30,6 +35,7 @@ const { values } = parseArgs({
     threads: { type: 'string', default: '0' },
     'accuracy-level': { type: 'string', default: '4' },
     'huge-pages': { type: 'boolean', default: true },
+    int8: { type: 'boolean', default: true },
   },
   allowNegative: true,
 })
@@ -52,26 +58,42 @@ for (let i = 0; i < weights.length; i++) {
 }
 
 console.log(`MatMulNBits N=${N} K=${K}, ${copies} distinct nodes, ${threads} threads, accuracy_level ${values['accuracy-level']}, huge pages ${hugePagesOn()}`)
-console.log('| block | rows | ms per node | weights GB/s | GFLOP/s |')
+console.log('| block (or int8) | rows | ms per node | weights GB/s | GFLOP/s |')
 console.log('|---:|---:|---:|---:|---:|')
-for (const blockSize of values.blocks.split(',').map(Number)) {
-  const q = quantizeInt4({ shape: [N, K], data: weights }, blockSize)
+/** One graph of `copies` distinct nodes of a kind; its weights' bytes per node. */
+function buildGraph (kind: number | 'int8'): { bytes: Uint8Array; bytesPerNode: number } {
   const g = new GraphBuilder(null)
   const x = g.input('x', DataType.FLOAT, ['rows', K])
+  const q4 = kind === 'int8' ? null : quantizeInt4({ shape: [N, K], data: weights }, kind)
+  const q8 = kind === 'int8' ? quantizeInt8({ shape: [N, K], data: weights }) : null
   for (let c = 0; c < copies; c++) {
-    const packed = q.packed.map((v, i) => v ^ ((i * 7 + c * 13) & 0x77))
-    const b = g.initializer(`w${c}.qweight`, DataType.UINT8, [N, q.blocksPerRow, q.blockSize / 2], packed)
-    const s = g.initializer(`w${c}.scales`, DataType.FLOAT, [N * q.blocksPerRow], toFloat32Bytes(q.scales))
     const input = g.op('Mul', [x, g.float([1 + c / 64], true)])
-    const y = g.op('MatMulNBits', [input, b, s], {
-      K: attr.i(K), N: attr.i(N), bits: attr.i(4), block_size: attr.i(blockSize), accuracy_level: attr.i(Number(values['accuracy-level'])),
-    }, { domain: 'com.microsoft', output: `y${c}` })
+    let y: string
+    if (q8) {
+      // Each copy flips a different bit pattern of the int8 values, so no two nodes share a weight.
+      const flipped = Int8Array.from(q8.values, (v, i) => Math.max(-127, v ^ ((i * 7 + c * 13) & 0x33)))
+      y = int8Linear(g, input, `w${c}`, { values: flipped, scales: q8.scales })
+    } else {
+      const q = q4 as NonNullable<typeof q4>
+      const packed = q.packed.map((v, i) => v ^ ((i * 7 + c * 13) & 0x77))
+      const b = g.initializer(`w${c}.qweight`, DataType.UINT8, [N, q.blocksPerRow, q.blockSize / 2], packed)
+      const sc = g.initializer(`w${c}.scales`, DataType.FLOAT, [N * q.blocksPerRow], toFloat32Bytes(q.scales))
+      y = g.op('MatMulNBits', [input, b, sc], {
+        K: attr.i(K), N: attr.i(N), bits: attr.i(4), block_size: attr.i(q.blockSize), accuracy_level: attr.i(Number(values['accuracy-level'])),
+      }, { domain: 'com.microsoft', output: `y${c}` })
+    }
     g.output(y, DataType.FLOAT, ['rows', N])
   }
-  const file = path.join(OUT, `matmul-${N}x${K}-block${blockSize}.onnx`)
-  fs.writeFileSync(file, encodeModel(g.build([{ domain: '', version: 17 }, { domain: 'com.microsoft', version: 1 }], {})))
+  const bytesPerNode = q8 ? q8.values.byteLength + q8.scales.byteLength : (q4 as NonNullable<typeof q4>).packed.byteLength + (q4 as NonNullable<typeof q4>).scales.byteLength
+  return { bytes: encodeModel(g.build([{ domain: '', version: 17 }, { domain: 'com.microsoft', version: 1 }], {})), bytesPerNode }
+}
+
+const kinds: Array<number | 'int8'> = [...values.blocks.split(',').map(Number), ...(values.int8 ? ['int8' as const] : [])]
+for (const kind of kinds) {
+  const { bytes, bytesPerNode } = buildGraph(kind)
+  const file = path.join(OUT, `matmul-${N}x${K}-${kind === 'int8' ? 'int8' : `block${kind}`}.onnx`)
+  fs.writeFileSync(file, bytes)
   const session = await ort.InferenceSession.create(file, { intraOpNumThreads: threads, graphOptimizationLevel: 'all', logSeverityLevel: 3 })
-  const bytesPerNode = q.packed.byteLength + q.scales.byteLength
   for (const rows of values.rows.split(',').map(Number)) {
     const feeds = { x: new ort.Tensor('float32', new Float32Array(rows * K).fill(0.01), [rows, K]) }
     for (let i = 0; i < 2; i++) await session.run(feeds)
@@ -79,7 +101,7 @@ for (const blockSize of values.blocks.split(',').map(Number)) {
     const started = performance.now()
     for (let i = 0; i < reps; i++) await session.run(feeds)
     const ms = (performance.now() - started) / reps / copies
-    console.log(`| ${blockSize} | ${rows} | ${ms.toFixed(3)} | ${(bytesPerNode / ms / 1e6).toFixed(1)} | ${((2 * rows * N * K) / ms / 1e6).toFixed(0)} |`)
+    console.log(`| ${kind} | ${rows} | ${ms.toFixed(3)} | ${(bytesPerNode / ms / 1e6).toFixed(1)} | ${((2 * rows * N * K) / ms / 1e6).toFixed(0)} |`)
   }
   await session.release()
   fs.rmSync(file)

@@ -288,8 +288,9 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
  * exact in int32, and each row's scale is its own, so a token's result does not depend on which
  * other tokens share the run (batched equals solo, any chunking). onnxruntime's integer GEMM
  * (VNNI, AMX where the CPU has it) runs prompts several times faster than the int4 kernel.
+ * (Exported for npm run bench:matmul.)
  */
-function int8Linear (g: GraphBuilder, x: string, name: string, q: Int8Weight): string {
+export function int8Linear (g: GraphBuilder, x: string, name: string, q: Int8Weight): string {
   const n = q.scales.length
   const k = q.values.length / n
   const b = g.initializer(`${name}.qweight`, DataType.INT8, [k, n], new Uint8Array(q.values.buffer, q.values.byteOffset, q.values.byteLength))
