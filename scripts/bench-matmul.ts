@@ -60,31 +60,36 @@ for (let i = 0; i < weights.length; i++) {
 console.log(`MatMulNBits N=${N} K=${K}, ${copies} distinct nodes, ${threads} threads, accuracy_level ${values['accuracy-level']}, huge pages ${hugePagesOn()}`)
 console.log('| block (or int8) | rows | ms per node | weights GB/s | GFLOP/s |')
 console.log('|---:|---:|---:|---:|---:|')
+/** How one copy of a kind is written, and its weights' bytes. Each copy flips a different bit pattern of the weights, so no two nodes share one. */
+function projection (kind: number | 'int8'): { bytesPerNode: number; node: (g: GraphBuilder, input: string, c: number) => string } {
+  if (kind === 'int8') {
+    const q = quantizeInt8({ shape: [N, K], data: weights })
+    return {
+      bytesPerNode: q.values.byteLength + q.scales.byteLength,
+      node: (g, input, c) => int8Linear(g, input, `w${c}`, { values: Int8Array.from(q.values, (v, i) => Math.max(-127, v ^ ((i * 7 + c * 13) & 0x33))), scales: q.scales }),
+    }
+  }
+  const q = quantizeInt4({ shape: [N, K], data: weights }, kind)
+  return {
+    bytesPerNode: q.packed.byteLength + q.scales.byteLength,
+    node: (g, input, c) => {
+      const b = g.initializer(`w${c}.qweight`, DataType.UINT8, [N, q.blocksPerRow, q.blockSize / 2], q.packed.map((v, i) => v ^ ((i * 7 + c * 13) & 0x77)))
+      const scales = g.initializer(`w${c}.scales`, DataType.FLOAT, [N * q.blocksPerRow], toFloat32Bytes(q.scales))
+      return g.op('MatMulNBits', [input, b, scales], {
+        K: attr.i(K), N: attr.i(N), bits: attr.i(4), block_size: attr.i(q.blockSize), accuracy_level: attr.i(Number(values['accuracy-level'])),
+      }, { domain: 'com.microsoft' })
+    },
+  }
+}
+
 /** One graph of `copies` distinct nodes of a kind; its weights' bytes per node. */
 function buildGraph (kind: number | 'int8'): { bytes: Uint8Array; bytesPerNode: number } {
+  const { bytesPerNode, node } = projection(kind)
   const g = new GraphBuilder(null)
   const x = g.input('x', DataType.FLOAT, ['rows', K])
-  const q4 = kind === 'int8' ? null : quantizeInt4({ shape: [N, K], data: weights }, kind)
-  const q8 = kind === 'int8' ? quantizeInt8({ shape: [N, K], data: weights }) : null
   for (let c = 0; c < copies; c++) {
-    const input = g.op('Mul', [x, g.float([1 + c / 64], true)])
-    let y: string
-    if (q8) {
-      // Each copy flips a different bit pattern of the int8 values, so no two nodes share a weight.
-      const flipped = Int8Array.from(q8.values, (v, i) => Math.max(-127, v ^ ((i * 7 + c * 13) & 0x33)))
-      y = int8Linear(g, input, `w${c}`, { values: flipped, scales: q8.scales })
-    } else {
-      const q = q4 as NonNullable<typeof q4>
-      const packed = q.packed.map((v, i) => v ^ ((i * 7 + c * 13) & 0x77))
-      const b = g.initializer(`w${c}.qweight`, DataType.UINT8, [N, q.blocksPerRow, q.blockSize / 2], packed)
-      const sc = g.initializer(`w${c}.scales`, DataType.FLOAT, [N * q.blocksPerRow], toFloat32Bytes(q.scales))
-      y = g.op('MatMulNBits', [input, b, sc], {
-        K: attr.i(K), N: attr.i(N), bits: attr.i(4), block_size: attr.i(q.blockSize), accuracy_level: attr.i(Number(values['accuracy-level'])),
-      }, { domain: 'com.microsoft', output: `y${c}` })
-    }
-    g.output(y, DataType.FLOAT, ['rows', N])
+    g.output(node(g, g.op('Mul', [x, g.float([1 + c / 64], true)]), c), DataType.FLOAT, ['rows', N])
   }
-  const bytesPerNode = q8 ? q8.values.byteLength + q8.scales.byteLength : (q4 as NonNullable<typeof q4>).packed.byteLength + (q4 as NonNullable<typeof q4>).scales.byteLength
   return { bytes: encodeModel(g.build([{ domain: '', version: 17 }, { domain: 'com.microsoft', version: 1 }], {})), bytesPerNode }
 }
 

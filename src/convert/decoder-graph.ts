@@ -84,7 +84,12 @@ export const GQA_HEAD_SIZE_MULTIPLE = 16
  * Throws when this shape cannot be written in this graph style; the converter
  * calls it before it writes anything, and buildDecoderGraph again.
  */
-export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form'>, source = 'config.json'): void {
+export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form'> & { promptGraph?: boolean }, source = 'config.json'): void {
+  // The prompt graph is an int8 graph with the main graph's inputs and outputs (a float32 cache).
+  if (opts.promptGraph) {
+    if (opts.weights === 'fp16') throw new Error('a prompt graph is written beside fp32, int4 or int8 weights only (its cache is float32)')
+    checkGraphOptions(cfg, { ...opts, weights: 'int8', promptGraph: false }, source)
+  }
   // int8 linears quantize each packed token's row: the graphs that pack rows only.
   if (opts.weights === 'int8' && ((opts.attention ?? 'standard') !== 'standard' || (opts.cache ?? defaultCacheStyle(opts.attention)) !== 'append' || opts.form === 'onnx-community')) {
     throw new Error('int8 weights are written with standard attention and the append cache only')

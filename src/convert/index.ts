@@ -172,9 +172,6 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
   const { weights, attention = 'standard', int4BlockSize, form = 'chatd' } = graph
   const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
-  if (graph.promptGraph && (form !== 'chatd' || cache !== 'append' || attention !== 'standard' || weights === 'fp16')) {
-    throw new Error('a prompt graph is written for chatd\'s form only: standard attention, the append cache, fp32, int4 or int8 weights')
-  }
   const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, cache, form }, meta)
   if (graph.promptGraph) writeGraph(out, PROMPT_GRAPH_FILE, cfg, source, { weights: 'int8', attention, cache, form }, { ...meta, role: 'prompt' })
   return modelPath

@@ -52,8 +52,10 @@ export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boo
   if (!weights) {
     throw new PullError(`dtype ${opts.dtype} cannot be made from a checkpoint: chatd's converter writes ${Object.keys(CHECKPOINT_DTYPES).join(', ')}`)
   }
+  // int4 (the default model): prompts run on an int8 copy, several times faster on a CPU.
+  const promptGraph = weights === 'int4'
   const emit = opts.onEvent ?? (() => {})
-  if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype, weights === 'int4')) {
+  if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype, promptGraph)) {
     emit({ type: 'plan', files: [], present: [], totalBytes: 0 })
     emit({ type: 'done', seconds: 0, files: 0, totalBytes: 0 })
     return { dir: opts.dir, files: [], totalBytes: 0, skipped: 0 }
@@ -70,7 +72,7 @@ export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boo
     }
     const partial = join(opts.dir, PARTIAL_DIR)
     rmSync(partial, { recursive: true, force: true })
-    await convertInWorker({ from: checkpointDir, out: partial, weights, dtype: opts.dtype }, emit, opts.signal)
+    await convertInWorker({ from: checkpointDir, out: partial, weights, dtype: opts.dtype, promptGraph }, emit, opts.signal)
     writeFileSync(join(partial, SOURCE_RECORD), JSON.stringify(record, null, 2) + '\n')
     // Verified: the new files replace whatever an earlier pull left.
     for (const name of readdirSync(partial)) {

@@ -14,6 +14,8 @@ export interface ConvertJob {
   out: string
   weights: WeightFormat
   dtype: ModelDtype
+  /** Also write the int8 prompt graph. */
+  promptGraph: boolean
 }
 
 export type ConvertMessage =
@@ -33,8 +35,7 @@ try {
     from: job.from,
     out: job.out,
     weights: job.weights,
-    // int4 (the default model): prompts run on an int8 copy, several times faster on a CPU.
-    promptGraph: job.weights === 'int4',
+    promptGraph: job.promptGraph,
     onProgress: (tensors, total) => {
       // A 28-layer model has ~340 tensors; a message per percent is plenty.
       if (tensors === total || tensors - last >= Math.max(1, Math.floor(total / 100))) {

@@ -75,10 +75,8 @@ export class DecodeBatch {
    */
   async step (promptChunk = 0): Promise<{ logits: Float32Array; promptTokens: number }> {
     const feeds = this.rows.map(r => r.prefilling ? r.nextPromptChunk(Math.max(1, promptChunk)) : r.pending)
-    // Only prompt tokens (rows that joined before their prompts were in, and nobody decoding yet):
-    // a prompt run, as a prefill group's would be.
-    const prompt = this.rows.every(r => r.prefilling)
-    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1, prompt)
+    // Never a prompt-graph run: rows join before their prompts are in only without a prompt graph (mixed batches).
+    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1)
     this.cache = cache
     let promptTokens = 0
     this.rows.forEach((row, b) => {
