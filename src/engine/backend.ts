@@ -145,5 +145,12 @@ export interface Backend {
    * when the schema cannot be compiled. Absent for backends that pass the format on.
    */
   prepareResponseFormat? (format: ResponseFormat): Promise<void>
+  /**
+   * A reply has finished: `messages` is its conversation as the next turn's request will start
+   * (the request's messages, then the reply as an assistant message). A backend with a prefix
+   * cache may compute it ahead, while idle, so the next turn computes only its new message.
+   * Absent where there is nothing to gain (upstream).
+   */
+  prepareNextTurn? (messages: ChatMessage[]): void
   close (): Promise<void>
 }

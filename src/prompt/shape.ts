@@ -19,6 +19,16 @@ export function stripEarlierThinking (messages: ChatMessage[]): ChatMessage[] {
   return messages.map(m => m.role === 'assistant' ? { role: m.role, content: stripThinking(m.content) } : m)
 }
 
+/**
+ * A finished reply's shaped conversation as the next turn's shaped request starts: the shaped
+ * messages, then the reply as an earlier assistant turn (without its thinking). Shaping touches
+ * only the leading system messages or the first user turn, and strips earlier turns' thinking,
+ * so shaping the next turn's whole conversation gives these messages first.
+ */
+export function nextTurnStart (shaped: ChatMessage[], reply: string): ChatMessage[] {
+  return [...shaped, { role: 'assistant', content: stripThinking(reply) }]
+}
+
 /** Puts `text` before the conversation, after the client's leading system messages. */
 export function placeSystemText (messages: ChatMessage[], text: string): ChatMessage[] {
   if (text === '') return messages

@@ -18,6 +18,7 @@ import { chunkMaker, collect, completionBody, hasLogprobs, newCompletionId, newC
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, responseFormatOf, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { admitCompletion, type ChatLimits } from './metering.ts'
+import { withNextTurn } from './next-turn.ts'
 import { observeGeneration } from './observe.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
 import { SSE_HEADERS, SseBody } from './sse.ts'
@@ -108,8 +109,10 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       const release = admission.acquire(model.id)
       try {
+        const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)
         events = meter.wrap(observeGeneration(
-          withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning),
+          // A searched reply's next turn searches again, so its start is not worth computing ahead.
+          searched ? shaped : withNextTurn(shaped, model.backend, generateRequest),
           metrics, model.id, startedAt, release
         ))
       } catch (err) {

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import { Readable } from 'node:stream'
 import { Worker } from 'node:worker_threads'
-import type { Backend, BackendState, GenerateEvent, GenerateRequest, ResponseFormat } from '../backend.ts'
+import type { Backend, BackendState, ChatMessage, GenerateEvent, GenerateRequest, ResponseFormat } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { pullCommand } from '../models-file.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
@@ -172,6 +172,11 @@ export class OnnxBackend implements Backend {
       // The consumer stopped reading early: the worker must stop too.
       if (!finished) cancel()
     }
+  }
+
+  /** Hands the worker a finished reply's conversation to compute ahead while it is idle (next-turn.ts). */
+  prepareNextTurn (messages: ChatMessage[]): void {
+    if (this.#current.state === 'ready') this.#post({ type: 'next_turn', messages })
   }
 
   /** Has the worker compile the format's grammar (cached there for the request); a schema it cannot use is a 400. */

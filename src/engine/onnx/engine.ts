@@ -19,7 +19,7 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
-import { jsonFormatOf, type DeltaLogprobs, type FinishReason, type GenerateRequest, type ResponseFormat, type Usage } from '../backend.ts'
+import { jsonFormatOf, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type ResponseFormat, type Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { encodeChatPrompt, type EncodedPrompt } from './chat-prompt.ts'
 import { ChatTemplate } from './chat-template.ts'
@@ -33,6 +33,7 @@ import { TokenTable } from './token-bytes.ts'
 import { defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
 import { PrefixCache } from './prefix-cache.ts'
+import { AHEAD_CHUNK, computeAhead, NextTurns } from './next-turn.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
@@ -110,6 +111,11 @@ export class LocalEngine {
   readonly grammars: Grammars
   /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
   readonly #mixes: boolean
+  /** Conversations whose next turn is computed ahead when the engine is idle (next-turn.ts). */
+  readonly #nextTurns = new NextTurns()
+  /** Prompt positions computed ahead for conversations' next turns, in all. */
+  tokensComputedAhead = 0
+  #closing = false
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
     scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; mixedBatches?: boolean }) {
@@ -248,6 +254,53 @@ export class LocalEngine {
     }
   }
 
+  /**
+   * Takes a finished reply's conversation as the next request will start with it (the messages,
+   * then the reply as an assistant message) and computes it into the prefix cache once nothing
+   * else is waiting (next-turn.ts). Does nothing without a prefix cache, or for a conversation
+   * that cannot be rendered or would fill the context.
+   */
+  prepareNextTurn (messages: ChatMessage[]): void {
+    if (!this.prefixes || this.#closing) return
+    let ids: number[]
+    try {
+      ids = encodeChatPrompt(this.template, this.tokenizer, messages, this.contextLength - 1, false).ids
+    } catch {
+      return
+    }
+    this.#nextTurns.add(ids)
+    if (!this.#looping) void this.#loop()
+  }
+
+  /** Resolves once the engine has nothing left to do: no sequence, and no next turn to compute ahead. */
+  async idle (): Promise<void> {
+    while (this.#looping) await sleep(5)
+  }
+
+  /** Computes the newest pending conversation's next turn ahead; stops at a chunk's end when a request arrives. */
+  async #computeNextTurn (): Promise<void> {
+    const ids = this.#nextTurns.take()
+    const prefixes = this.prefixes
+    if (!ids || !prefixes) return
+    this.tokensComputedAhead += await computeAhead(ids, {
+      layout: this.cacheLayout,
+      prefixes,
+      chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
+      makeRoom: (positions, keep) => {
+        const reserve = [KvBudget.reserveOf(positions, 0)]
+        while (!this.kvBudget.fits(reserve, this.#prefixPositions) && prefixes.evictOldest(keep)) { /* room made */ }
+        return this.kvBudget.fits(reserve, this.#prefixPositions)
+      },
+      interrupted: () => this.#waiting.length > 0 || this.#closing,
+      feed: async (cache, tokens) => {
+        const out = await this.cacheLayout.run(cache, [tokens], 1, true)
+        // New requests arrive as messages: let them in before deciding on the next chunk.
+        await yieldToEventLoop()
+        return out.cache
+      },
+    })
+  }
+
   /** Stops a sequence before its next step; it finishes with reason "cancelled". */
   cancel (id: string): void {
     for (const seq of this.#allSequences()) if (seq.id === id) seq.cancelled = true
@@ -323,8 +376,12 @@ export class LocalEngine {
     this.#looping = true
     try {
       await sleep(ADMISSION_WINDOW_MS)
-      while (this.activeCount > 0) {
+      while (this.activeCount > 0 || this.#nextTurns.size > 0) {
         this.#dropCancelled()
+        if (this.activeCount === 0) {
+          await this.#computeNextTurn()
+          continue
+        }
         const room = this.scheduler.maxBatch - this.#decodingCount
         if (!this.#prefill && this.#waiting.length > 0 && room > 0) {
           // Waiting prompts in arrival order that will have a row to decode in, up to what one run
@@ -541,6 +598,8 @@ export class LocalEngine {
   }
 
   async close (): Promise<void> {
+    this.#closing = true
+    this.#nextTurns.clear()
     for (const seq of this.#allSequences()) seq.cancelled = true
     while (this.#looping) await yieldToEventLoop()
     this.prefixes?.clear()

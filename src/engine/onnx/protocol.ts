@@ -1,5 +1,5 @@
 // Messages between the OnnxBackend (main thread) and the engine worker.
-import type { DeltaLogprobs, FinishReason, GenerateRequest, ResponseFormat, Usage } from '../backend.ts'
+import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, ResponseFormat, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
 import type { DeviceChoice } from './ort.ts'
 import type { ModelDtype } from './model-dir.ts'
@@ -28,6 +28,8 @@ export interface WorkerSettings {
 export type ToWorker =
   | { type: 'generate'; id: string; request: GenerateRequest }
   | { type: 'cancel'; id: string }
+  /** A finished reply's conversation, as the next turn will start: compute it ahead when idle. */
+  | { type: 'next_turn'; messages: ChatMessage[] }
   /** Compile a response_format's grammar now (before the request is admitted); answered by `compiled` or `error`. */
   | { type: 'compile'; id: string; format: ResponseFormat }
   | { type: 'close' }

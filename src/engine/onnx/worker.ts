@@ -30,6 +30,9 @@ try {
       case 'cancel':
         engine.cancel(message.id)
         break
+      case 'next_turn':
+        engine.prepareNextTurn(message.messages)
+        break
       case 'compile':
         engine.prepareResponseFormat(message.format).then(
           () => send({ type: 'compiled', id: message.id }),

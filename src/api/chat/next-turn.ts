@@ -1,0 +1,19 @@
+// After a reply, the backend learns how the conversation's next request will
+// start, so a local engine can compute that while the user reads the answer and
+// types the next message (src/engine/onnx/next-turn.ts says why it pays).
+import type { Backend, GenerateEvent, GenerateRequest } from '../../engine/backend.ts'
+import { nextTurnStart } from '../../prompt/shape.ts'
+
+/**
+ * Passes `events` through; once the reply finishes (not cancelled), hands the backend the shaped
+ * conversation as the next turn will start: the request's messages, then the reply's content as
+ * the client received it, shaped as an earlier assistant turn.
+ */
+export async function * withNextTurn (events: AsyncIterable<GenerateEvent>, backend: Backend, request: GenerateRequest): AsyncIterable<GenerateEvent> {
+  let content = ''
+  for await (const event of events) {
+    if (event.type === 'delta') content += event.content ?? ''
+    else if (event.reason !== 'cancelled') backend.prepareNextTurn?.(nextTurnStart(request.messages, content))
+    yield event
+  }
+}
