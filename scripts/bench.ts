@@ -44,6 +44,7 @@
 //   npm run bench -- [--rounds 3] [--json FILE] [--device cpu|cuda] [--threads N] [--prompt 128] [--gen 128] [--concurrency 1,2,4,8]
 //                    [--no-llama-cpp] [--block-size 32|64|128] [--no-huge-pages] [--form chatd|onnx-community] [--with-onnx-community]
 //                    [--model-dir DIR [--dtype q4]] [--no-conversation] [--turns 4] [--turn-prompt 300] [--turn-answer 128] [--turn-gen 32]
+//                    [--turn-replies model|fixed] [--turn-gap 2000]
 //                    [--no-staggered] [--staggered-gap 1000] [--no-prompt-graph-compare]
 //
 // On Linux the benchmark runs with glibc's huge-page tunable, as the Docker
@@ -88,6 +89,8 @@ const { values } = parseArgs({
     'turn-prompt': { type: 'string', default: '300' },
     'turn-answer': { type: 'string', default: '128' },
     'turn-gen': { type: 'string', default: '32' },
+    'turn-replies': { type: 'string', default: 'model' },
+    'turn-gap': { type: 'string', default: '2000' },
     staggered: { type: 'boolean', default: true },
     'staggered-gap': { type: 'string', default: '1000' },
     'prompt-graph-compare': { type: 'boolean', default: true },
@@ -103,6 +106,10 @@ const GEN_TOKENS = Number(values.gen)
 const LEVELS = values.concurrency.split(',').map(Number)
 const ROUNDS = Math.max(1, Number(values.rounds))
 const TURNS = Number(values.turns)
+if (values['turn-replies'] !== 'model' && values['turn-replies'] !== 'fixed') throw new Error(`--turn-replies must be model or fixed (got ${values['turn-replies']})`)
+/** The conversation's history holds the replies the cached server gave (as a chat client sends them back), not fixed texts. */
+const OWN_REPLIES = values['turn-replies'] === 'model'
+const TURN_GAP_MS = Number(values['turn-gap'])
 const STAGGER_GAP_MS = Number(values['staggered-gap'])
 const log = (line: string): void => console.error(line)
 
@@ -155,7 +162,11 @@ const conversations = values.conversation
 // ---- the servers ---------------------------------------------------------------------
 const serverEnv = { ONNX_DEVICE: values.device, ONNX_THREADS: values.threads, MAX_BATCH: String(Math.max(...LEVELS)) }
 const main = await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0' }, name: 'main' })
-const cached = values.conversation ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '1' }, name: 'cached' }) : null
+// With its own replies in the history, the conversation's server gives the client the text as the
+// model wrote it (`reasoning: inline`): random weights never close R1's thinking, so with the
+// default mode every reply would be thinking alone and the client would send back empty answers.
+// A real R1 reply's answer, after its thinking, is sent back the same way.
+const cached = values.conversation ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '1' }, name: 'cached', model: OWN_REPLIES ? { reasoning: 'inline' } : {} }) : null
 // The same model without its prompt graph (PROMPT_GRAPH=0): prompts on the int4 graph, fed inside
 // others' decode steps (mixed batches), as before the prompt graph.
 const int4Prompts = values['prompt-graph-compare'] ? await startChatdServer({ root: ROOT, out: OUT, modelDir, dtype: DTYPE, env: { ...serverEnv, PREFIX_CACHE: '0', PROMPT_GRAPH: '0' }, name: 'int4-prompts' }) : null
@@ -163,7 +174,9 @@ const otherForm = onnxCommunityDir ? await startChatdServer({ root: ROOT, out: O
 let llamaServer: LlamaServer | null = null
 let llamaServerError = ''
 if (llama && values.conversation) {
-  const context = Math.ceil((Math.max(...conversations.map(c => c.promptTokens.at(-1) ?? 0)) + Number(values['turn-gen']) + 256) / 256) * 256
+  // Own replies are re-encoded from their text, which may take more tokens than were generated.
+  const replyRoom = OWN_REPLIES ? TURNS * Number(values['turn-answer']) : 0
+  const context = Math.ceil((Math.max(...conversations.map(c => c.promptTokens.at(-1) ?? 0)) + replyRoom + Number(values['turn-gen']) + 256) / 256) * 256
   try {
     llamaServer = await startLlamaServer(llama.build, llama.model.file, { threads: llama.threads, context })
   } catch (err) {
@@ -229,20 +242,24 @@ for (let r = 0; r < ROUNDS; r++) {
   if (cached) {
     const plan = conversations[r]
     const gen = Number(values['turn-gen'])
-    log(`a ${TURNS}-turn conversation (${plan.promptTokens.join(', ')} prompt tokens) ...`)
+    log(`a ${TURNS}-turn conversation (${OWN_REPLIES ? 'its own replies in the history' : `${plan.promptTokens.join(', ')} prompt tokens`}, turns ${TURN_GAP_MS} ms apart) ...`)
+    // The cached server first: with its own replies, its turns are what the others are sent.
+    const withCache = await chatdConversation(cached.client, BENCH_MODEL_ID, plan, OWN_REPLIES ? Number(values['turn-answer']) : gen, { gapMs: TURN_GAP_MS, ownReplies: OWN_REPLIES })
+    const sent = { ...plan, turns: withCache.turns }
+    const promptIds = withCache.turns.map(messages => engine.encodePrompt({ messages }))
     let llamaTurns: number[] | undefined
     if (llamaServer) {
       try {
-        llamaTurns = await llamaServerConversation(llamaServer, plan, gen)
+        llamaTurns = await llamaServerConversation(llamaServer, promptIds, gen, TURN_GAP_MS)
       } catch (err) {
         llamaServerError = `failed in round ${r + 1}: ${(err as Error).message}`
         log(`llama-server ${llamaServerError}`)
       }
     }
     conversation = {
-      prompt_tokens: plan.promptTokens,
-      ttft_s_cached: await chatdConversation(cached.client, BENCH_MODEL_ID, plan, gen),
-      ttft_s_uncached: await chatdConversation(main.client, BENCH_MODEL_ID, plan, gen),
+      prompt_tokens: promptIds.map(ids => ids.length),
+      ttft_s_cached: withCache.ttft,
+      ttft_s_uncached: (await chatdConversation(main.client, BENCH_MODEL_ID, sent, gen, { gapMs: TURN_GAP_MS })).ttft,
       ...(llamaTurns ? { ttft_s_llama_server: llamaTurns } : {}),
     }
   }
@@ -341,6 +358,7 @@ const report = {
   rounds: ROUNDS,
   prompt_tokens: rounds[0].chatd.prompt_tokens || promptTokens,
   generated_tokens: GEN_TOKENS,
+  ...(cached ? { conversation: { turn_replies: OWN_REPLIES ? 'model' : 'fixed', turn_gap_ms: TURN_GAP_MS, turn_prompt: Number(values['turn-prompt']), turn_answer: Number(values['turn-answer']) } } : {}),
   // Medians of the rounds, under the names the chart and earlier reports use.
   decode_tok_s_1: med('decode_tok_s_1'),
   prefill_tok_s: med('prefill_tok_s'),
@@ -406,11 +424,11 @@ if (firstLlama) {
   console.log(`\nllama.cpp: ${llamaCppSkipped}`)
 }
 if (cached) {
-  console.log(`\nconversation: ${TURNS} turns, each adding ~${values['turn-prompt']} prompt tokens and a ${values['turn-answer']}-token answer; time to first token, seconds`)
+  console.log(`\nconversation: ${TURNS} turns, each adding ~${values['turn-prompt']} prompt tokens and a ${values['turn-answer']}-token answer (${OWN_REPLIES ? 'the replies chatd gave' : 'fixed texts'}), ${TURN_GAP_MS} ms after the previous reply; time to first token, seconds`)
   console.log(`| turn | prompt tokens | chatd, prefix cache | chatd, no cache |${llamaServer ? ' llama-server, prompt cache |' : ''}`)
   console.log(`|---:|---:|---:|---:|${llamaServer ? '---:|' : ''}`)
   for (let turn = 0; turn < TURNS; turn++) {
-    console.log(`| ${turn + 1} | ${conversations[0].promptTokens[turn]} | ${f(`turn_${turn + 1}_ttft_s_cached`)} | ${f(`turn_${turn + 1}_ttft_s_uncached`)} |${llamaServer ? ` ${f(`turn_${turn + 1}_ttft_s_llama_server`)} |` : ''}`)
+    console.log(`| ${turn + 1} | ${rounds[0].conversation?.prompt_tokens[turn] ?? ''} | ${f(`turn_${turn + 1}_ttft_s_cached`)} | ${f(`turn_${turn + 1}_ttft_s_uncached`)} |${llamaServer ? ` ${f(`turn_${turn + 1}_ttft_s_llama_server`)} |` : ''}`)
   }
   console.log(`turn ${TURNS}: with the cache / without ${q('last_turn_ttft_cached_over_uncached')}${llamaServer ? `; chatd / llama-server ${q('last_turn_ttft_cached_over_llama_server')}` : ''}`)
 }

@@ -27,13 +27,15 @@ export async function startChatdServer (opts: {
   env: Record<string, string>
   /** Distinguishes the files of servers running side by side. */
   name: string
+  /** More fields of the model's models.json entry (e.g. `reasoning`). */
+  model?: Record<string, unknown>
 }): Promise<ChatdServer> {
   const port = await freePort()
   fs.mkdirSync(opts.out, { recursive: true })
   const dbPath = path.join(opts.out, `bench-${opts.name}-${process.pid}.db`)
   const modelsFile = path.join(opts.out, `bench-models-${opts.name}.json`)
   const tiersFile = path.join(opts.out, 'bench-tiers.json')
-  fs.writeFileSync(modelsFile, JSON.stringify({ models: [{ id: BENCH_MODEL_ID, backend: 'onnx', path: opts.modelDir, dtype: opts.dtype }] }))
+  fs.writeFileSync(modelsFile, JSON.stringify({ models: [{ id: BENCH_MODEL_ID, backend: 'onnx', path: opts.modelDir, dtype: opts.dtype, ...opts.model }] }))
   // The benchmark measures the engine, not the limits: its account gets a tier that never refuses.
   const unlimited = { requests_per_minute: 1e9, tokens_per_minute: 1e12, calls_per_month: 1e12, max_tokens_per_request: 1e6, models: ['*'] }
   fs.writeFileSync(tiersFile, JSON.stringify({ tiers: { free: unlimited, pro: unlimited } }))

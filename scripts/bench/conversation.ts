@@ -1,10 +1,15 @@
 // The multi-turn scenario: a chat of four turns, each adding a user message of
 // about 300 tokens to the conversation, which the client sends whole every
-// turn, as chat clients do; time to first token per turn. The assistant turns
-// in the history are fixed texts of about 128 tokens (with random weights the
-// replies are noise, and fixed ones give chatd and llama-server the very same
-// prompts), so every turn after the first finds its predecessor's prompt in a
+// turn, as chat clients do; time to first token per turn, each turn sent a
+// while after the previous reply ended (a user reading it and typing).
+// The assistant turns in the history are, by default, the replies chatd gave
+// (about 128 tokens each), sent back as a chat client does: the cached server
+// runs first and the others are sent the very prompts it was sent. Then a
+// server that computes a reply's next turn ahead computes only the new ~300
+// tokens. With fixed answers instead (--turn-replies fixed: texts no server
+// wrote), every turn after the first finds its predecessor's prompt in a
 // prompt cache and computes the new ~430 tokens, or, without one, everything.
+import { setTimeout as sleep } from 'node:timers/promises'
 import type OpenAI from 'openai'
 import type { ChatMessage } from '../../src/engine/backend.ts'
 import type { LocalEngine } from '../../src/engine/onnx/engine.ts'
@@ -50,25 +55,49 @@ export function planConversation (engine: LocalEngine, opts: { turns: number; us
   }
 }
 
-/** chatd: seconds to the first streamed token of each turn. */
-export async function chatdConversation (client: OpenAI, model: string, plan: ConversationPlan, gen: number): Promise<number[]> {
+export interface ConversationRun {
+  /** Seconds to the first streamed token of each turn. */
+  ttft: number[]
+  /** The messages each turn sent. */
+  turns: ChatMessage[][]
+}
+
+/**
+ * chatd: seconds to the first streamed token of each turn, `gapMs` after the previous reply ended
+ * (a user reading it and typing). With `ownReplies`, each turn's history holds the replies this
+ * server gave, as the client received them (a chat client sends them back): the plan's user
+ * messages are sent and its fixed answers left out, and each turn generates `gen` tokens, which
+ * become that reply.
+ */
+export async function chatdConversation (client: OpenAI, model: string, plan: ConversationPlan, gen: number, opts: { gapMs?: number; ownReplies?: boolean } = {}): Promise<ConversationRun> {
   const ttft: number[] = []
-  for (const messages of plan.turns) {
+  const turns: ChatMessage[][] = []
+  const history: ChatMessage[] = []
+  for (const [i, planned] of plan.turns.entries()) {
+    if (i > 0 && opts.gapMs) await sleep(opts.gapMs)
+    const messages = opts.ownReplies ? [...history, planned[planned.length - 1]] : planned
+    turns.push(messages)
     const started = performance.now()
     let first: number | null = null
+    let reply = ''
     const stream = await client.chat.completions.create({ model, messages, max_tokens: gen, temperature: 0, stream: true })
     for await (const chunk of stream) {
       const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined
       if (first === null && ((delta?.content ?? '') !== '' || (delta?.reasoning_content ?? '') !== '')) first = performance.now()
+      reply += delta?.content ?? ''
     }
     ttft.push(((first ?? performance.now()) - started) / 1000)
+    history.splice(0, history.length, ...messages, { role: 'assistant', content: reply })
   }
-  return ttft
+  return { ttft, turns }
 }
 
-/** llama-server with its prompt cache: seconds to the first streamed token of each turn. */
-export async function llamaServerConversation (server: { timeToFirstToken: (prompt: number[], gen: number) => Promise<number> }, plan: ConversationPlan, gen: number): Promise<number[]> {
+/** llama-server with its prompt cache: seconds to the first streamed token of each turn, `gapMs` apart. */
+export async function llamaServerConversation (server: { timeToFirstToken: (prompt: number[], gen: number) => Promise<number> }, promptIds: number[][], gen: number, gapMs = 0): Promise<number[]> {
   const ttft: number[] = []
-  for (const prompt of plan.promptIds) ttft.push(await server.timeToFirstToken(prompt, gen))
+  for (const [i, prompt] of promptIds.entries()) {
+    if (i > 0 && gapMs) await sleep(gapMs)
+    ttft.push(await server.timeToFirstToken(prompt, gen))
+  }
   return ttft
 }
