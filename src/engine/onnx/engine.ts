@@ -288,6 +288,8 @@ export class LocalEngine {
       chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
       makeRoom: (positions, keep) => {
         const reserve = [KvBudget.reserveOf(positions, 0)]
+        // What cannot fit even with every other entry gone evicts none of them.
+        if (!this.kvBudget.fits(reserve, keep ? keep.tokens.length + SLOT_SLACK : 0)) return false
         while (!this.kvBudget.fits(reserve, this.#prefixPositions) && prefixes.evictOldest(keep)) { /* room made */ }
         return this.kvBudget.fits(reserve, this.#prefixPositions)
       },

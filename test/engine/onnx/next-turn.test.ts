@@ -9,7 +9,8 @@ import type { ChatMessage, FinishReason, GenerateRequest } from '../../../src/en
 import { encodeChatPrompt } from '../../../src/engine/onnx/chat-prompt.ts'
 import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
-import { AHEAD_CHUNK } from '../../../src/engine/onnx/next-turn.ts'
+import { AHEAD_CHUNK, MAX_PENDING, NextTurns } from '../../../src/engine/onnx/next-turn.ts'
+import { KvBudget, kvBytesPerToken, SLOT_SLACK } from '../../../src/engine/onnx/kv-budget.ts'
 import { nextTurnStart, stripEarlierThinking } from '../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
 import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
@@ -149,6 +150,35 @@ t.test('nothing is computed ahead without a prefix cache, or for a conversation 
   await on.engine.idle()
   t.equal(on.engine.tokensComputedAhead, 0, 'longer than the context')
   t.equal(on.engine.prefixes?.size, 0, 'nothing kept')
+})
+
+t.test('pending conversations: the newest goes first, and the oldest gives way beyond MAX_PENDING', async t => {
+  const pending = new NextTurns()
+  for (let i = 0; i <= MAX_PENDING; i++) pending.add([i])
+  t.equal(pending.size, MAX_PENDING)
+  const order: number[] = []
+  for (let ids = pending.take(); ids; ids = pending.take()) order.push(ids[0])
+  t.same(order, Array.from({ length: MAX_PENDING }, (_, i) => MAX_PENDING - i), 'newest first; conversation 0 was dropped')
+})
+
+t.test('a conversation that cannot fit the KV budget is not computed ahead, and nothing cached is evicted for it', async t => {
+  const dir = storiesModelDir()
+  const probe = await engineFor(dir, { prefixCache: false })
+  const perToken = kvBytesPerToken(probe.engine.model, probe.engine.session.cacheType)
+  const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
+  const other: ChatMessage[] = [{ role: 'user', content: USER_TURNS[2] }]
+  const storyTokens = probe.engine.encodePrompt({ messages: story }).length
+  const otherTokens = probe.engine.encodePrompt({ messages: other }).length
+  // Room for the story's request beside both cached conversations, not for a long reply's conversation.
+  const entry = (prompt: number): number => prompt + 8 + SLOT_SLACK
+  const on = await engineFor(dir, { kvCacheBytes: (KvBudget.reserveOf(storyTokens, 8) + entry(storyTokens) + entry(otherTokens) + 10) * perToken })
+  await on.generate(other, 8)
+  const reply = await on.generate(story, 8)
+  t.equal(on.engine.prefixes?.size, 2, 'both conversations are cached')
+  on.engine.prepareNextTurn(nextTurnStart(story, reply.text + ' and then'.repeat(60)))
+  await on.engine.idle()
+  t.equal(on.engine.tokensComputedAhead, 0, 'nothing computed ahead')
+  t.equal(on.engine.prefixes?.size, 2, 'no entry was evicted for it')
 })
 
 t.test('through the API: the second turn reuses the first reply, whether it was streamed or not', async t => {
