@@ -33,7 +33,7 @@ import { TokenTable } from './token-bytes.ts'
 import { defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
 import { PrefixCache } from './prefix-cache.ts'
-import { AHEAD_CHUNK, computeAhead, NextTurns } from './next-turn.ts'
+import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds } from './next-turn.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
@@ -264,7 +264,7 @@ export class LocalEngine {
     if (!this.prefixes || this.#closing) return
     let ids: number[]
     try {
-      ids = encodeChatPrompt(this.template, this.tokenizer, messages, this.contextLength - 1, false).ids
+      ids = nextTurnIds(messages, turn => encodeChatPrompt(this.template, this.tokenizer, turn, this.contextLength - 1).ids)
     } catch {
       return
     }

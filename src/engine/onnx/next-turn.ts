@@ -8,11 +8,12 @@
 // came from the other graph. So the next turn would compute the previous answer
 // again before its new message. Once a reply is out, the engine renders the
 // conversation as the next turn will start (the messages, then the reply as an
-// assistant message, no generation prompt) and, when nothing else is waiting,
+// earlier assistant turn, then a user turn's opening) and, when nothing else is waiting,
 // feeds those tokens on top of the cached prompt and keeps the result in the
 // prefix cache. The next turn then computes only its new message. Everything is
 // fed as prompt tokens, exactly as a request holding them would feed them, so
 // replies are the same with and without this.
+import type { ChatMessage } from '../backend.ts'
 import type { CacheLayout, RowCache } from './kv-cache.ts'
 import type { PrefixCache } from './prefix-cache.ts'
 
@@ -24,6 +25,20 @@ export const MAX_PENDING = 4
  * such run (about 0.3 s on two cores with the int8 prompt graph).
  */
 export const AHEAD_CHUNK = 128
+
+/**
+ * The token ids every next turn of `conversation` starts with. A template may render the last
+ * assistant turn otherwise than an earlier one (Qwen3's keeps an empty thinking block only after
+ * the last user message), so the conversation is rendered as a next turn would have it, once
+ * with each of two different user messages after it, and the ids the two share are taken.
+ */
+export function nextTurnIds (conversation: ChatMessage[], encode: (messages: ChatMessage[]) => number[]): number[] {
+  const a = encode([...conversation, { role: 'user', content: 'A' }])
+  const b = encode([...conversation, { role: 'user', content: 'B' }])
+  let shared = 0
+  while (shared < a.length && shared < b.length && a[shared] === b[shared]) shared++
+  return a.slice(0, shared)
+}
 
 export class NextTurns {
   /** Token ids of each conversation to compute, oldest first. */

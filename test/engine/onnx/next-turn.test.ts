@@ -9,7 +9,7 @@ import type { ChatMessage, FinishReason, GenerateRequest } from '../../../src/en
 import { encodeChatPrompt } from '../../../src/engine/onnx/chat-prompt.ts'
 import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
-import { AHEAD_CHUNK, MAX_PENDING, NextTurns } from '../../../src/engine/onnx/next-turn.ts'
+import { AHEAD_CHUNK, MAX_PENDING, NextTurns, nextTurnIds } from '../../../src/engine/onnx/next-turn.ts'
 import { KvBudget, kvBytesPerToken, SLOT_SLACK } from '../../../src/engine/onnx/kv-budget.ts'
 import { nextTurnStart, stripEarlierThinking } from '../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
@@ -18,12 +18,21 @@ import { startStoriesServer } from '../../helpers/stories-server.ts'
 
 interface Outcome { text: string; reason: FinishReason; cached: number }
 
-/** stories260k with DeepSeek-R1-Distill's chat template (its generation prompt opens `<think>`, which the history does not repeat). */
-function withR1Template (dir: string, from: string): string {
+/**
+ * Qwen3's way with earlier turns, in small: an assistant turn after the last user message keeps an
+ * empty thinking block, earlier ones do not, so a conversation ending in a reply renders that reply
+ * otherwise than the next turn will.
+ */
+const QWEN3_LIKE_TEMPLATE = "{%- set ns = namespace(last_user=-1) -%}{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}{%- endfor -%}" +
+  "{%- for m in messages -%}{%- if m.role == 'assistant' and loop.index0 > ns.last_user -%}{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}" +
+  "{%- else -%}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+
+/** stories260k with another chat template: R1-Distill's by default (its generation prompt opens `<think>`, which the history does not repeat). */
+function withTemplate (dir: string, from: string, template = DEEPSEEK_R1_DISTILL_TEMPLATE): string {
   fs.cpSync(from, dir, { recursive: true })
   for (const file of fs.readdirSync(dir, { recursive: true }) as string[]) fs.chmodSync(path.join(dir, file), 0o755)
   const file = path.join(dir, 'tokenizer_config.json')
-  fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), chat_template: DEEPSEEK_R1_DISTILL_TEMPLATE }))
+  fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), chat_template: template }))
   return dir
 }
 
@@ -82,12 +91,25 @@ async function conversation (e: Awaited<ReturnType<typeof engineFor>>, ahead: bo
     outcomes.push(outcome)
     messages.push({ role: 'assistant', content: outcome.text })
     const next = nextTurnStart(shaped, outcome.text)
-    aheadLengths.push(encodeChatPrompt(e.engine.template, e.engine.tokenizer, next, undefined, false).ids.length)
+    aheadLengths.push(nextTurnIds(next, turn => encodeChatPrompt(e.engine.template, e.engine.tokenizer, turn).ids).length)
     if (ahead) e.engine.prepareNextTurn(next)
     await e.engine.idle()
   }
   return { outcomes, requestPositions, aheadLengths }
 }
+
+t.test('a template that renders the last reply otherwise than an earlier one (Qwen3-like): the next turn still computes only its new message', async t => {
+  const dir = withTemplate(t.testdir({}), storiesPromptGraphModelDir(), QWEN3_LIKE_TEMPLATE)
+  const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype: 'q4' }), false)
+  const on = await engineFor(dir, { dtype: 'q4' })
+  const got = await conversation(on, true)
+  got.outcomes.forEach((g, i) => t.same({ ...g, cached: 0 }, { ...expected.outcomes[i], cached: 0 }, `turn ${i + 1}: the same reply and reason`))
+  const rendered = on.engine.template.render([{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello' }], { addGenerationPrompt: false }).text
+  t.match(rendered, '<think>', 'the template renders a last reply with a thinking block')
+  for (let i = 1; i < USER_TURNS.length; i++) {
+    t.equal(got.outcomes[i].cached, got.aheadLengths[i - 1], `turn ${i + 1}: everything before its new message came from the cache (${got.outcomes[i].cached} tokens)`)
+  }
+})
 
 for (const [layout, source, dtype] of [
   ['append cache', () => storiesModelDir(), 'fp32'],
@@ -96,7 +118,7 @@ for (const [layout, source, dtype] of [
   ['int4 with an int8 prompt graph', () => storiesPromptGraphModelDir(), 'q4'],
 ] as const) {
   t.test(`${layout}: each turn after the first computes only its new message, replies unchanged`, async t => {
-    const dir = withR1Template(t.testdir({}), source())
+    const dir = withTemplate(t.testdir({}), source())
     const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype }), false)
     const plain = await conversation(await engineFor(dir, { dtype }), false)
     const on = await engineFor(dir, { dtype })
@@ -112,7 +134,7 @@ for (const [layout, source, dtype] of [
 }
 
 t.test('a request arriving while a next turn is computed ahead waits at most one chunk; what was computed is kept; replies unchanged', async t => {
-  const dir = withR1Template(t.testdir({}), storiesModelDir())
+  const dir = withTemplate(t.testdir({}), storiesModelDir())
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
   const other: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball.' }]
   const off = await engineFor(dir, { prefixCache: false })
@@ -124,7 +146,7 @@ t.test('a request arriving while a next turn is computed ahead waits at most one
   const on = await engineFor(dir)
   t.same({ ...(await on.generate(story, 300)), cached: 0 }, { ...long, cached: 0 })
   const next = nextTurnStart(story, long.text)
-  const aheadLength = encodeChatPrompt(on.engine.template, on.engine.tokenizer, next, undefined, false).ids.length
+  const aheadLength = nextTurnIds(next, turn => encodeChatPrompt(on.engine.template, on.engine.tokenizer, turn).ids).length
   t.ok(aheadLength > 2 * AHEAD_CHUNK, `the conversation (${aheadLength} tokens) takes several chunks`)
   // The other request arrives during the first chunk computed ahead.
   let otherReply: Promise<Outcome> | null = null
