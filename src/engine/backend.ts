@@ -130,6 +130,8 @@ export interface Backend {
    * stopped. Absent for backends without an engine of their own (upstream).
    */
   readonly activeSequences?: number
+  /** Prompt positions computed ahead for conversations' next turns since start (prepareNextTurn); absent without an engine. */
+  readonly promptTokensComputedAhead?: number
   state (): BackendState
   /** Starts loading; resolves when ready or rejects when the model cannot be used. */
   load (): Promise<void>

@@ -128,6 +128,10 @@ export class PullingBackend implements DownloadingBackend {
     await this.#inner?.prepareResponseFormat?.(format)
   }
 
+  get promptTokensComputedAhead (): number | undefined {
+    return this.#inner?.promptTokensComputedAhead
+  }
+
   /** Passed on once the files are in (the default model is served through this wrapper). */
   prepareNextTurn (messages: ChatMessage[]): void {
     this.#inner?.prepareNextTurn?.(messages)

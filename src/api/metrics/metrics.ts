@@ -72,7 +72,7 @@ export class Metrics {
   })
 
   /** Reads each local engine's sequences at scrape time; set by watchEngines. */
-  #engines: () => Array<{ model: string; sequences: number }> = () => []
+  #engines: () => Array<{ model: string; sequences: number; computedAhead?: number }> = () => []
 
   readonly engineSequences = new Gauge({
     name: 'chatd_engine_sequences',
@@ -85,8 +85,20 @@ export class Metrics {
     },
   })
 
-  /** Where chatd_engine_sequences reads from (the registry's local backends). */
-  watchEngines (read: () => Array<{ model: string; sequences: number }>): void {
+  readonly promptTokensComputedAhead = new Counter({
+    name: 'chatd_prompt_tokens_computed_ahead_total',
+    help: 'Prompt positions a local model\'s engine computed while idle for conversations\' next turns (each reply followed by the conversation as the next turn will start), since start, by model. A later turn that finds them counts them in chatd_prompt_tokens_cached_total.',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.promptTokensComputedAhead.reset()
+      // A counter the engines keep: mirrored at scrape time.
+      for (const { model, computedAhead } of this.#engines()) if (computedAhead !== undefined) this.promptTokensComputedAhead.inc({ model }, computedAhead)
+    },
+  })
+
+  /** Where chatd_engine_sequences and chatd_prompt_tokens_computed_ahead_total read from (the registry's local backends). */
+  watchEngines (read: () => Array<{ model: string; sequences: number; computedAhead?: number }>): void {
     this.#engines = read
   }
 

@@ -46,6 +46,8 @@ export class OnnxBackend implements Backend {
   device?: 'cpu' | 'cuda'
   /** Whether prompts run on the model's int8 prompt graph, once loaded. */
   promptGraph?: boolean
+  /** Prompt positions the engine computed ahead for conversations' next turns, since start. */
+  promptTokensComputedAhead = 0
   readonly #settings: WorkerSettings
   #current: BackendState = { state: 'loading' }
   #worker: Worker | null = null
@@ -190,6 +192,7 @@ export class OnnxBackend implements Backend {
   }
 
   #onMessage (message: FromWorker): void {
+    if (message.type === 'ahead') this.promptTokensComputedAhead += message.positions
     if (!('id' in message)) return
     const compile = this.#compiles.get(message.id)
     if (compile) {

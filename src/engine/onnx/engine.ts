@@ -44,6 +44,8 @@ export interface EngineEvents {
   delta (id: string, text: { content: string; reasoning: string; logprobs?: DeltaLogprobs }): void
   finish (id: string, reason: FinishReason, usage: Usage): void
   error (id: string, error: ApiError): void
+  /** Prompt positions were computed ahead for a conversation's next turn (next-turn.ts). */
+  computedAhead? (positions: number): void
 }
 
 export interface EngineSettings extends Partial<SchedulerSettings> {
@@ -282,7 +284,7 @@ export class LocalEngine {
     const ids = this.#nextTurns.take()
     const prefixes = this.prefixes
     if (!ids || !prefixes) return
-    this.tokensComputedAhead += await computeAhead(ids, {
+    const computed = await computeAhead(ids, {
       layout: this.cacheLayout,
       prefixes,
       chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
@@ -301,6 +303,8 @@ export class LocalEngine {
         return out.cache
       },
     })
+    this.tokensComputedAhead += computed
+    if (computed > 0) this.#events.computedAhead?.(computed)
   }
 
   /** Stops a sequence before its next step; it finishes with reason "cancelled". */

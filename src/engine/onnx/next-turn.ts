@@ -22,9 +22,9 @@ export const MAX_PENDING = 4
 
 /**
  * Prompt tokens per run while computing ahead: a request that arrives meanwhile waits at most one
- * such run (about 0.3 s on two cores with the int8 prompt graph).
+ * such run (about 0.35 s on two cores with the int8 prompt graph).
  */
-export const AHEAD_CHUNK = 128
+export const AHEAD_CHUNK = 64
 
 /**
  * The token ids every next turn of `conversation` starts with. A template may render the last

@@ -40,5 +40,7 @@ export type FromWorker =
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
   | { type: 'compiled'; id: string }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage }
+  /** Prompt positions computed ahead for a conversation's next turn. */
+  | { type: 'ahead'; positions: number }
   | { type: 'error'; id: string; code: ErrorCode; message: string; param: string | null }
   | { type: 'closed' }

@@ -16,6 +16,7 @@ try {
     delta: (id, text) => send({ type: 'delta', id, ...text }),
     finish: (id, reason, usage) => send({ type: 'finish', id, reason, usage }),
     error: (id, err) => send({ type: 'error', id, code: err.code, message: err.message, param: err.param }),
+    computedAhead: positions => send({ type: 'ahead', positions }),
   })
   port.on('message', (message: ToWorker) => {
     switch (message.type) {

@@ -239,4 +239,8 @@ t.test('through the API: the second turn reuses the first reply, whether it was 
     const newTokens = second.prompt - second.cached
     t.ok(newTokens > 0 && newTokens <= 20, `stream ${stream}: turn 2 computed ${newTokens} of its ${second.prompt} prompt tokens (its new message and the reply's opening)`)
   }
+  const metrics = await (await fetch(`${url}/metrics`)).text()
+  const ahead = Number(/chatd_prompt_tokens_computed_ahead_total\{model="stories"\} (\d+)/.exec(metrics)?.[1])
+  t.ok(ahead > 0, `/metrics: ${ahead} prompt positions computed ahead`)
+  t.match(metrics, /# TYPE chatd_prompt_tokens_computed_ahead_total counter/)
 })
