@@ -245,6 +245,8 @@ for (let r = 0; r < ROUNDS; r++) {
     log(`a ${TURNS}-turn conversation (${OWN_REPLIES ? 'its own replies in the history' : `${plan.promptTokens.join(', ')} prompt tokens`}, turns ${TURN_GAP_MS} ms apart) ...`)
     // The cached server first: with its own replies, its turns are what the others are sent.
     const withCache = await chatdConversation(cached.client, BENCH_MODEL_ID, plan, OWN_REPLIES ? Number(values['turn-answer']) : gen, { gapMs: TURN_GAP_MS, ownReplies: OWN_REPLIES })
+    // Its last reply's next turn is computed ahead now: let it finish before others are timed.
+    await sleep(TURN_GAP_MS)
     const sent = { ...plan, turns: withCache.turns }
     const promptIds = withCache.turns.map(messages => engine.encodePrompt({ messages }))
     let llamaTurns: number[] | undefined
