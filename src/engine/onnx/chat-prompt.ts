@@ -14,21 +14,16 @@ export interface EncodedPrompt {
   endsInThink: boolean
 }
 
-/**
- * With `maxTokens`, throws PromptTooLong once the prompt is shown to need more (tokenizer.ts).
- * `addGenerationPrompt` false renders the conversation as a later turn's prompt starts with it
- * (no opening of an assistant reply).
- */
+/** With `maxTokens`, throws PromptTooLong once the prompt is shown to need more (tokenizer.ts). */
 export function encodeChatPrompt (
   template: ChatTemplate,
   tokenizer: TextTokenizer,
   messages: readonly ChatMessage[],
-  maxTokens?: number,
-  addGenerationPrompt = true
+  maxTokens?: number
 ): EncodedPrompt {
   const quoted = messages.map(m => ({ role: m.role, content: tokenizer.quoting.quote(m.content) }))
   // Rendered from quoted text, the `<think>` check sees only what the template wrote.
-  const rendered = template.render(quoted, { addGenerationPrompt })
+  const rendered = template.render(quoted)
   // The template writes BOS itself; the encoder adds no special tokens of its own.
   return { ids: tokenizer.encodeQuoted(rendered.text, maxTokens), endsInThink: rendered.endsInThink }
 }

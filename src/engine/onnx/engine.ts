@@ -266,7 +266,7 @@ export class LocalEngine {
     if (!this.prefixes || this.#closing) return
     let ids: number[]
     try {
-      ids = nextTurnIds(messages, turn => encodeChatPrompt(this.template, this.tokenizer, turn, this.contextLength - 1).ids)
+      ids = nextTurnIds(messages, turn => this.renderPrompt({ messages: turn }, this.contextLength - 1).ids)
     } catch {
       return
     }

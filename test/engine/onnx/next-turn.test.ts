@@ -6,7 +6,6 @@ import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import type { ChatMessage, FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
-import { encodeChatPrompt } from '../../../src/engine/onnx/chat-prompt.ts'
 import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
 import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
 import { AHEAD_CHUNK, MAX_PENDING, NextTurns, nextTurnIds } from '../../../src/engine/onnx/next-turn.ts'
@@ -91,7 +90,7 @@ async function conversation (e: Awaited<ReturnType<typeof engineFor>>, ahead: bo
     outcomes.push(outcome)
     messages.push({ role: 'assistant', content: outcome.text })
     const next = nextTurnStart(shaped, outcome.text)
-    aheadLengths.push(nextTurnIds(next, turn => encodeChatPrompt(e.engine.template, e.engine.tokenizer, turn).ids).length)
+    aheadLengths.push(nextTurnIds(next, turn => e.engine.encodePrompt({ messages: turn })).length)
     if (ahead) e.engine.prepareNextTurn(next)
     await e.engine.idle()
   }
@@ -146,7 +145,7 @@ t.test('a request arriving while a next turn is computed ahead waits at most one
   const on = await engineFor(dir)
   t.same({ ...(await on.generate(story, 300)), cached: 0 }, { ...long, cached: 0 })
   const next = nextTurnStart(story, long.text)
-  const aheadLength = nextTurnIds(next, turn => encodeChatPrompt(on.engine.template, on.engine.tokenizer, turn).ids).length
+  const aheadLength = nextTurnIds(next, turn => on.engine.encodePrompt({ messages: turn })).length
   t.ok(aheadLength > 2 * AHEAD_CHUNK, `the conversation (${aheadLength} tokens) takes several chunks`)
   // The other request arrives during the first chunk computed ahead.
   let otherReply: Promise<Outcome> | null = null
