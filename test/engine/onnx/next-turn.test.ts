@@ -2,20 +2,15 @@
 // feeds the conversation as the next request will start (earlier messages, then
 // the reply as an assistant turn) while it is idle, so the next turn computes
 // only its new message. Replies must be exactly those computed without it.
-import fs from 'node:fs'
-import path from 'node:path'
 import t from 'tap'
-import type { ChatMessage, FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
-import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
-import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
+import type { ChatMessage } from '../../../src/engine/backend.ts'
+import type { EngineSettings } from '../../../src/engine/onnx/engine.ts'
 import { AHEAD_CHUNK, MAX_PENDING, NextTurns, nextTurnIds } from '../../../src/engine/onnx/next-turn.ts'
 import { KvBudget, kvBytesPerToken, SLOT_SLACK } from '../../../src/engine/onnx/kv-budget.ts'
 import { nextTurnStart, stripEarlierThinking } from '../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
-import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
+import { inThreadEngine, USER_TURNS, withChatTemplate, type Outcome } from '../../helpers/engine-harness.ts'
 import { startStoriesServer } from '../../helpers/stories-server.ts'
-
-interface Outcome { text: string; reason: FinishReason; cached: number }
 
 /**
  * Qwen3's way with earlier turns, in small: an assistant turn after the last user message keeps an
@@ -26,50 +21,8 @@ const QWEN3_LIKE_TEMPLATE = "{%- set ns = namespace(last_user=-1) -%}{%- for m i
   "{%- for m in messages -%}{%- if m.role == 'assistant' and loop.index0 > ns.last_user -%}{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' }}" +
   "{%- else -%}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 
-/** stories260k with another chat template: R1-Distill's by default (its generation prompt opens `<think>`, which the history does not repeat). */
-function withTemplate (dir: string, from: string, template = DEEPSEEK_R1_DISTILL_TEMPLATE): string {
-  fs.cpSync(from, dir, { recursive: true })
-  for (const file of fs.readdirSync(dir, { recursive: true }) as string[]) fs.chmodSync(path.join(dir, file), 0o755)
-  const file = path.join(dir, 'tokenizer_config.json')
-  fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), chat_template: template }))
-  return dir
-}
-
 /** An in-thread engine counting the positions its runs compute, and a hook called before each run. */
-async function engineFor (dir: string, settings: Partial<EngineSettings> = {}) {
-  const texts = new Map<string, string>()
-  const done = new Map<string, (o: Outcome) => void>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: 'cpu', threads: 1, ...settings }, {
-    delta: (id, text) => texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content),
-    finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, cached: usage.prompt_tokens_details?.cached_tokens ?? -1 }),
-    error: (_id, err) => { throw err },
-  })
-  const hooks = { positions: 0, beforeRun: null as null | (() => void) }
-  const forward = engine.session.forward.bind(engine.session)
-  engine.session.forward = (input: ForwardInput) => {
-    hooks.positions += input.batch * input.inputIds[0].length
-    const hook = hooks.beforeRun
-    hooks.beforeRun = null
-    hook?.()
-    return forward(input)
-  }
-  let n = 0
-  const generate = (messages: ChatMessage[], maxTokens: number): Promise<Outcome> => {
-    const id = `r${n++}`
-    const result = new Promise<Outcome>(resolve => done.set(id, resolve))
-    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens } satisfies GenerateRequest, id)
-    return result
-  }
-  t.teardown(() => engine.close())
-  return { engine, generate, hooks }
-}
-
-const USER_TURNS = [
-  'Once upon a time there was a little dog named Max who lived in a small house near the woods.',
-  'One day Max found a big red ball in the garden.',
-  'Max wanted to show the ball to his friend the cat.',
-  'The cat was sleeping under the tree.',
-]
+const engineFor = (dir: string, settings: Partial<EngineSettings> = {}) => inThreadEngine(t, dir, settings)
 
 /**
  * A four-turn chat as a client sends it. With `ahead`, each reply's conversation is handed to the
@@ -84,9 +37,9 @@ async function conversation (e: Awaited<ReturnType<typeof engineFor>>, ahead: bo
   for (const turn of USER_TURNS) {
     messages.push({ role: 'user', content: turn })
     const shaped = stripEarlierThinking(messages)
-    const before = e.hooks.positions
+    const before = e.runs.positions
     const outcome = await e.generate(shaped, 24)
-    requestPositions += e.hooks.positions - before
+    requestPositions += e.runs.positions - before
     outcomes.push(outcome)
     messages.push({ role: 'assistant', content: outcome.text })
     const next = nextTurnStart(shaped, outcome.text)
@@ -98,7 +51,7 @@ async function conversation (e: Awaited<ReturnType<typeof engineFor>>, ahead: bo
 }
 
 t.test('a template that renders the last reply otherwise than an earlier one (Qwen3-like): the next turn still computes only its new message', async t => {
-  const dir = withTemplate(t.testdir({}), storiesPromptGraphModelDir(), QWEN3_LIKE_TEMPLATE)
+  const dir = withChatTemplate(t.testdir({}), storiesPromptGraphModelDir(), QWEN3_LIKE_TEMPLATE)
   const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype: 'q4' }), false)
   const on = await engineFor(dir, { dtype: 'q4' })
   const got = await conversation(on, true)
@@ -117,7 +70,7 @@ for (const [layout, source, dtype] of [
   ['int4 with an int8 prompt graph', () => storiesPromptGraphModelDir(), 'q4'],
 ] as const) {
   t.test(`${layout}: each turn after the first computes only its new message, replies unchanged`, async t => {
-    const dir = withTemplate(t.testdir({}), source())
+    const dir = withChatTemplate(t.testdir({}), source())
     const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype }), false)
     const plain = await conversation(await engineFor(dir, { dtype }), false)
     const on = await engineFor(dir, { dtype })
@@ -133,7 +86,7 @@ for (const [layout, source, dtype] of [
 }
 
 t.test('a request arriving while a next turn is computed ahead waits at most one chunk; what was computed is kept; replies unchanged', async t => {
-  const dir = withTemplate(t.testdir({}), storiesModelDir())
+  const dir = withChatTemplate(t.testdir({}), storiesModelDir())
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
   const other: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball.' }]
   const off = await engineFor(dir, { prefixCache: false })
@@ -149,7 +102,7 @@ t.test('a request arriving while a next turn is computed ahead waits at most one
   t.ok(aheadLength > 2 * AHEAD_CHUNK, `the conversation (${aheadLength} tokens) takes several chunks`)
   // The other request arrives during the first chunk computed ahead.
   let otherReply: Promise<Outcome> | null = null
-  on.hooks.beforeRun = () => { otherReply = on.generate(other, 20) }
+  on.runs.beforeRun = () => { otherReply = on.generate(other, 20) }
   on.engine.prepareNextTurn(next)
   await on.engine.idle()
   t.ok(otherReply, 'the other request arrived while computing ahead')

@@ -1,61 +1,17 @@
 // The prefix cache: a request that starts like an earlier one (the next turn
 // of a chat, a shared system prompt) reuses that request's cache and computes
 // only the rest, with output identical to computing everything.
-import fs from 'node:fs'
-import path from 'node:path'
 import t, { type Test } from 'tap'
-import type { ChatMessage, FinishReason, GenerateRequest } from '../../../src/engine/backend.ts'
-import type { ForwardInput } from '../../../src/engine/onnx/decoder-session.ts'
-import { LocalEngine, type EngineSettings } from '../../../src/engine/onnx/engine.ts'
+import type { ChatMessage } from '../../../src/engine/backend.ts'
+import type { EngineSettings } from '../../../src/engine/onnx/engine.ts'
 import { KvBudget, kvBytesPerToken } from '../../../src/engine/onnx/kv-budget.ts'
 import { stripEarlierThinking } from '../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
-import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
+import { inThreadEngine, USER_TURNS, withChatTemplate, type Outcome } from '../../helpers/engine-harness.ts'
 import { startStoriesServer } from '../../helpers/stories-server.ts'
 
-interface Outcome { text: string; reason: FinishReason; completion: number; cached: number }
-
-/** stories260k with DeepSeek-R1-Distill's chat template (it drops earlier turns' thinking, as the real model's does). */
-function withR1Template (dir: string, from: string): string {
-  fs.cpSync(from, dir, { recursive: true })
-  for (const file of fs.readdirSync(dir, { recursive: true }) as string[]) fs.chmodSync(path.join(dir, file), 0o755)
-  const file = path.join(dir, 'tokenizer_config.json')
-  fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), chat_template: DEEPSEEK_R1_DISTILL_TEMPLATE }))
-  return dir
-}
-
 /** An in-thread engine counting the prompt positions it computes. */
-async function engineFor (dir: string, settings: Partial<EngineSettings> = {}) {
-  const texts = new Map<string, string>()
-  const done = new Map<string, (o: Outcome) => void>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: 'cpu', threads: 1, prefillChunk: 8, ...settings }, {
-    delta: (id, text) => texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content),
-    finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? -1 }),
-    error: (_id, err) => { throw err },
-  })
-  const fed = { positions: 0 }
-  const forward = engine.session.forward.bind(engine.session)
-  engine.session.forward = (input: ForwardInput) => {
-    fed.positions += input.batch * input.inputIds[0].length
-    return forward(input)
-  }
-  let n = 0
-  const generate = (messages: ChatMessage[], maxTokens: number): Promise<Outcome> => {
-    const id = `r${n++}`
-    const result = new Promise<Outcome>(resolve => done.set(id, resolve))
-    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens } satisfies GenerateRequest, id)
-    return result
-  }
-  t.teardown(() => engine.close())
-  return { engine, generate, fed }
-}
-
-const USER_TURNS = [
-  'Once upon a time there was a little dog named Max who lived in a small house near the woods.',
-  'One day Max found a big red ball in the garden.',
-  'Max wanted to show the ball to his friend the cat.',
-  'The cat was sleeping under the tree.',
-]
+const engineFor = (dir: string, settings: Partial<EngineSettings> = {}) => inThreadEngine(t, dir, { prefillChunk: 8, ...settings })
 
 /** A four-turn chat as a client sends it: each turn the whole conversation again, earlier replies included. */
 async function conversation (generate: (m: ChatMessage[], max: number) => Promise<Outcome>): Promise<Outcome[]> {
@@ -78,7 +34,7 @@ for (const [layout, source, dtype] of [
   ['int4 with an int8 prompt graph', () => storiesPromptGraphModelDir(), 'q4'],
 ] as const) {
   t.test(`${layout}: a multi-turn chat with R1's template reuses each earlier turn, output unchanged`, async t => {
-    const dir = withR1Template(t.testdir({}), source())
+    const dir = withChatTemplate(t.testdir({}), source())
     const off = await engineFor(dir, { prefixCache: false, dtype })
     const expected = await conversation(off.generate)
     const on = await engineFor(dir, { dtype })
@@ -86,7 +42,7 @@ for (const [layout, source, dtype] of [
     got.forEach((g, i) => t.same({ ...g, cached: 0 }, { ...expected[i], cached: 0 }, `turn ${i + 1}: same reply, reason and count`))
     t.equal(got[0].cached, 0, 'turn 1: nothing to reuse')
     for (let i = 1; i < got.length; i++) t.ok(got[i].cached >= 16, `turn ${i + 1} reused ${got[i].cached} prompt tokens`)
-    t.ok(on.fed.positions < off.fed.positions, `positions computed: ${on.fed.positions} with the cache, ${off.fed.positions} without`)
+    t.ok(on.runs.positions < off.runs.positions, `positions computed: ${on.runs.positions} with the cache, ${off.runs.positions} without`)
     t.equal(off.engine.prefixes, null, 'PREFIX_CACHE off: no cache at all')
   })
 }
