@@ -114,7 +114,7 @@ export class LocalEngine {
   /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
   readonly #mixes: boolean
   /** Conversations whose next turn is computed ahead when the engine is idle (next-turn.ts). */
-  readonly #nextTurns = new NextTurns()
+  readonly #nextTurns = new NextTurns<ChatMessage[]>()
   /** Prompt positions computed ahead for conversations' next turns, in all. */
   tokensComputedAhead = 0
   #closing = false
@@ -264,13 +264,7 @@ export class LocalEngine {
    */
   prepareNextTurn (messages: ChatMessage[]): void {
     if (!this.prefixes || this.#closing) return
-    let ids: number[]
-    try {
-      ids = nextTurnIds(messages, turn => this.renderPrompt({ messages: turn }, this.contextLength - 1).ids)
-    } catch {
-      return
-    }
-    this.#nextTurns.add(ids)
+    this.#nextTurns.add(messages)
     if (!this.#looping) void this.#loop()
   }
 
@@ -281,9 +275,16 @@ export class LocalEngine {
 
   /** Computes the newest pending conversation's next turn ahead; stops at a chunk's end when a request arrives. */
   async #computeNextTurn (): Promise<void> {
-    const ids = this.#nextTurns.take()
+    const messages = this.#nextTurns.take()
     const prefixes = this.prefixes
-    if (!ids || !prefixes) return
+    if (!messages || !prefixes) return
+    // Rendered here, while idle, rather than when the reply ends, between other sequences' steps.
+    let ids: number[]
+    try {
+      ids = nextTurnIds(messages, turn => this.renderPrompt({ messages: turn }, this.contextLength - 1).ids)
+    } catch {
+      return
+    }
     const computed = await computeAhead(ids, {
       layout: this.cacheLayout,
       prefixes,

@@ -40,21 +40,21 @@ export function nextTurnIds (conversation: ChatMessage[], encode: (messages: Cha
   return a.slice(0, shared)
 }
 
-export class NextTurns {
-  /** Token ids of each conversation to compute, oldest first. */
-  readonly #pending: number[][] = []
+/** Conversations waiting to be computed ahead, oldest first; beyond MAX_PENDING the oldest is dropped. */
+export class NextTurns<T> {
+  readonly #pending: T[] = []
 
   get size (): number {
     return this.#pending.length
   }
 
-  add (ids: number[]): void {
-    this.#pending.push(ids)
+  add (conversation: T): void {
+    this.#pending.push(conversation)
     if (this.#pending.length > MAX_PENDING) this.#pending.shift()
   }
 
   /** The newest conversation: the one whose next turn is nearest. */
-  take (): number[] | undefined {
+  take (): T | undefined {
     return this.#pending.pop()
   }
 

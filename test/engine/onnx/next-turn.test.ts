@@ -127,7 +127,7 @@ t.test('nothing is computed ahead without a prefix cache, or for a conversation 
 })
 
 t.test('pending conversations: the newest goes first, and the oldest gives way beyond MAX_PENDING', async t => {
-  const pending = new NextTurns()
+  const pending = new NextTurns<number[]>()
   for (let i = 0; i <= MAX_PENDING; i++) pending.add([i])
   t.equal(pending.size, MAX_PENDING)
   const order: number[] = []
