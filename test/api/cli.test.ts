@@ -10,6 +10,7 @@ import { Accounts } from '../../src/accounts/accounts.ts'
 import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { run } from '../../src/cli.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
+import { STORIES_SOURCE } from '../helpers/models.ts'
 
 const ROOT = new URL('../..', import.meta.url).pathname
 
@@ -105,7 +106,7 @@ t.test('every command prints its help for --help and exits 0', async t => {
 
 t.test('convert is wired to the model builder', async t => {
   const out = join(t.testdir(), 'stories')
-  const from = new URL('../../../shared/models/stories260k', import.meta.url).pathname
+  const from = STORIES_SOURCE
   const built = await cli(['convert', '--from', from, '--out', out, '--dtype', 'fp32'])
   t.match(built, { code: 0, out: /wrote .*model\.onnx/ })
   t.match(await cli(['convert', '--out', out]), { code: 2, err: /exactly one of --from/ })

@@ -12,14 +12,14 @@ import { converterFingerprint } from '../../src/convert/fingerprint.ts'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 export const REPO_ROOT = path.resolve(here, '../..')
-export const STORIES_SOURCE = path.resolve(REPO_ROOT, '../shared/models/stories260k')
+export const STORIES_SOURCE = path.resolve(REPO_ROOT, 'test/fixtures/stories260k')
 /**
  * The same stories260k weights as another exporter writes them (onnx-community / optimum form:
  * no num_logits_to_keep, every position's logits, the whole cache returned, plain attention):
  * onnx/model.onnx (dtype fp32) and onnx/model_q4.onnx (dtype q4, MatMulNBits without accuracy_level).
  * The stand-in for what `chatd pull` fetches from onnx-community. Read-only.
  */
-export const STORIES_OPTIMUM = path.resolve(REPO_ROOT, '../shared/models/stories260k-optimum')
+export const STORIES_OPTIMUM = path.resolve(REPO_ROOT, 'test/fixtures/stories260k-optimum')
 const CACHE_ROOT = path.join(os.tmpdir(), `chatd-test-models-${converterFingerprint()}`)
 
 /** Builds into a private directory, then renames it into place, so parallel test files never see half a model. */

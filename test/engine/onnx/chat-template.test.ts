@@ -6,8 +6,9 @@ import {
   loadChatTemplate,
 } from '../../../src/engine/onnx/chat-template.ts'
 import { loadTokenizer } from '../../../src/engine/onnx/tokenizer.ts'
+import { STORIES_SOURCE } from '../../helpers/models.ts'
 
-const MODEL_DIR = '/work/shared/models/stories260k'
+const MODEL_DIR = STORIES_SOURCE
 
 // The chat_template of deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B's tokenizer_config.json, written
 // out by hand from the published file. String.raw keeps each `\n` as the two characters the JSON

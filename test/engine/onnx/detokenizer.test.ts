@@ -4,11 +4,12 @@ import { join } from 'node:path'
 import { IncrementalDetokenizer } from '../../../src/engine/onnx/detokenizer.ts'
 import { loadTokenizer, TextTokenizer } from '../../../src/engine/onnx/tokenizer.ts'
 import { createRng } from '../../../src/engine/onnx/rng.ts'
+import { STORIES_SOURCE } from '../../helpers/models.ts'
 
 /** Subtests have the same assertion methods as the root `t`. */
 type TestContext = Pick<typeof t, 'equal' | 'fail'>
 
-const MODEL_DIR = '/work/shared/models/stories260k'
+const MODEL_DIR = STORIES_SOURCE
 const tok = await loadTokenizer(MODEL_DIR)
 const goldens = JSON.parse(readFileSync(join(MODEL_DIR, 'goldens.json'), 'utf8')) as {
   cases: { prompt_ids: number[]; generated_ids: number[]; completion_text: string }[];

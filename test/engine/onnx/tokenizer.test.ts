@@ -2,8 +2,9 @@ import t from 'tap'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { loadTokenizer, TextTokenizer, specialTokenContent } from '../../../src/engine/onnx/tokenizer.ts'
+import { STORIES_SOURCE } from '../../helpers/models.ts'
 
-const MODEL_DIR = '/work/shared/models/stories260k'
+const MODEL_DIR = STORIES_SOURCE
 
 interface Goldens {
   cases: [string, number[]][];
