@@ -1,6 +1,8 @@
 // End to end: `chatd serve` as the server module starts it, the real ONNX
 // engine on the real stories260k model (converted by chatd's own converter),
-// and the official `openai` client over loopback HTTP.
+// and the official `openai` client over loopback HTTP. A second model, a tiny
+// random Llama without an end-of-sequence token, gives replies that cannot end
+// on their own, for the disconnect test.
 
 import http from 'node:http'
 import { once } from 'node:events'
@@ -12,10 +14,12 @@ import type { FastifyInstance } from 'fastify'
 import { loadConfig, type Config } from '../../src/config.ts'
 import { loadChatTemplate } from '../../src/engine/onnx/chat-template.ts'
 import { loadTokenizer } from '../../src/engine/onnx/tokenizer.ts'
+import { run } from '../../src/cli.ts'
 import { startServer } from '../../src/server.ts'
-import { storiesModelDir } from '../helpers/models.ts'
+import { endlessModelDir, storiesModelDir } from '../helpers/models.ts'
 
 const MODEL = 'stories260k'
+const ENDLESS = 'endless'
 const KEY = `sk-chatd-${'e2eTest'.repeat(4)}abcd`
 
 const modelDir = await storiesModelDir()
@@ -31,7 +35,12 @@ function tokenizerUsage (messages: Array<{ role: 'system' | 'user' | 'assistant'
 }
 
 const dir = t.testdir({
-  'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: modelDir, dtype: 'fp32', device: 'cpu' }] }),
+  'models.json': JSON.stringify({
+    models: [
+      { id: MODEL, backend: 'onnx', path: modelDir, dtype: 'fp32', device: 'cpu' },
+      { id: ENDLESS, backend: 'onnx', path: endlessModelDir(), dtype: 'fp32', device: 'cpu' },
+    ],
+  }),
 })
 const config: Config = loadConfig({
   PORT: '0',
@@ -40,6 +49,8 @@ const config: Config = loadConfig({
   MODELS_FILE: join(dir, 'models.json'),
   CHATD_ADMIN_KEY: KEY,
 })
+
+const clientOf = (port: number, apiKey: string) => new OpenAI({ apiKey, baseURL: `http://127.0.0.1:${port}/api/v1`, maxRetries: 0 })
 
 async function start (): Promise<{ app: FastifyInstance; client: OpenAI; port: number }> {
   const app = await startServer(config, { print: () => {}, logger: false })
@@ -50,7 +61,7 @@ async function start (): Promise<{ app: FastifyInstance; client: OpenAI; port: n
     if (Date.now() > deadline) throw new Error('the model did not become ready')
     await new Promise(resolve => setTimeout(resolve, 50))
   }
-  return { app, port, client: new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/api/v1`, maxRetries: 0 }) }
+  return { app, port, client: clientOf(port, KEY) }
 }
 
 let server = await start()
@@ -63,6 +74,8 @@ async function metric (name: string, labels: string): Promise<number> {
 }
 
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
+/** A seed whose temperature-1 reply to `messages` leaves the greedy one within its first sentence. */
+const SAMPLING_SEED = 3
 
 t.test('non-streamed reply', async t => {
   const completion = await server.client.chat.completions.create({ model: MODEL, messages, temperature: 0 })
@@ -116,7 +129,7 @@ t.test('max_tokens gives finish_reason length, in both modes', async t => {
   t.equal(text, whole.choices[0].message.content)
 })
 
-t.test('sampling parameters reach the engine: a seed reproduces, stop strings end the reply', async t => {
+t.test('a seed reproduces; stop strings end the reply', async t => {
   // top_k and the spec's controls are not in the client's types; clients send them as extra body fields.
   const params = (seed: number) => ({ model: MODEL, messages, temperature: 1, top_p: 0.9, top_k: 40, seed, max_tokens: 40, language: 'English', tone: 'Default', wordcount: 'Default' as const })
   const ask = (seed: number) => server.client.chat.completions.create(params(seed) as OpenAI.ChatCompletionCreateParamsNonStreaming)
@@ -131,9 +144,40 @@ t.test('sampling parameters reach the engine: a seed reproduces, stop strings en
   t.equal(stopped.choices[0].finish_reason, 'stop')
 })
 
+t.test('top_k and top_p reach the sampler: at temperature 1, top_k 1 and a tiny top_p give the greedy reply, the same seed without them another', async t => {
+  const reply = async (body: Record<string, unknown>) => {
+    const completion = await server.client.chat.completions.create({ model: MODEL, messages, max_tokens: 40, ...body } as OpenAI.ChatCompletionCreateParamsNonStreaming)
+    // A prompt this short is below the prefix cache's minimum: every reply computed its whole prompt.
+    t.equal(completion.usage?.prompt_tokens_details?.cached_tokens, 0)
+    return completion.choices[0].message.content
+  }
+  const greedy = await reply({ temperature: 0 })
+  const sampled = await reply({ temperature: 1, seed: SAMPLING_SEED })
+  t.not(sampled, greedy, 'temperature 1 with this seed samples another reply')
+  t.equal(await reply({ temperature: 1, seed: SAMPLING_SEED }), sampled, 'and the same one again')
+  t.equal(await reply({ temperature: 1, seed: SAMPLING_SEED, top_k: 1 }), greedy, 'top_k 1: only the likeliest token is left')
+  t.equal(await reply({ temperature: 1, seed: SAMPLING_SEED, top_p: 1e-6 }), greedy, 'top_p 1e-6: the nucleus is the likeliest token alone')
+})
+
+t.test('a seeded request computes its whole prompt, however much of it is cached; its unseeded twin reuses the cache', async t => {
+  // Longer than the prefix cache's minimum of 16 tokens, and unlike any other prompt of this file.
+  const long = [{ role: 'user' as const, content: 'Lily and Tom went to the park to play with a big red ball and a small blue kite.' }]
+  const ask = (body: Record<string, unknown>) => server.client.chat.completions.create({ model: MODEL, messages: long, temperature: 1, max_tokens: 30, ...body } as OpenAI.ChatCompletionCreateParamsNonStreaming)
+  const cold = await ask({ seed: 5 })
+  t.ok(cold.usage!.prompt_tokens > 17, `a prompt of ${cold.usage!.prompt_tokens} tokens`)
+  t.equal(cold.usage!.prompt_tokens_details?.cached_tokens, 0, 'the first time: nothing cached')
+  const reused = (await ask({})).usage!.prompt_tokens_details?.cached_tokens ?? 0
+  t.ok(reused >= 16, `the same request without a seed reused ${reused} tokens the seeded one left`)
+  const again = await ask({ seed: 5 })
+  t.equal(again.usage!.prompt_tokens_details?.cached_tokens, 0, 'seeded again: the whole prompt computed, although it is cached')
+  t.equal(again.choices[0].message.content, cold.choices[0].message.content, 'the same reply as on the cold engine')
+})
+
 t.test('a client that disconnects mid-stream stops generation', async t => {
-  const cancelledBefore = await metric('chatd_completions_total', `model="${MODEL}",finish_reason="cancelled"`)
-  const tokensBefore = await metric('chatd_generated_tokens_total', `model="${MODEL}"`)
+  const labels = (reason: string) => `model="${ENDLESS}",finish_reason="${reason}"`
+  const cancelledBefore = await metric('chatd_completions_total', labels('cancelled'))
+  const lengthBefore = await metric('chatd_completions_total', labels('length'))
+  const tokensBefore = await metric('chatd_generated_tokens_total', `model="${ENDLESS}"`)
   const req = http.request({
     port: server.port,
     host: '127.0.0.1',
@@ -142,24 +186,28 @@ t.test('a client that disconnects mid-stream stops generation', async t => {
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
   })
   req.on('error', () => {})
-  // Greedy from this prompt runs to about 230 tokens unless stopped.
-  req.end(JSON.stringify({ model: MODEL, messages, temperature: 0, stream: true }))
+  // The endless model has no end-of-sequence token: this reply can end only at max_tokens (seconds
+  // of decoding away) or by the client going away.
+  const maxTokens = 30_000
+  req.end(JSON.stringify({ model: ENDLESS, messages, temperature: 0, max_tokens: maxTokens, stream: true }))
   const [res] = await once(req, 'response') as [http.IncomingMessage]
   let got = ''
   for await (const chunk of res) {
     got += chunk
-    if (got.includes('"content":"') && got.split('"content":"').length > 3) break // a couple of tokens in
+    if (/"content":"[^"]/.test(got)) break // the reply has begun
   }
   req.destroy()
 
-  const deadline = Date.now() + 10000
-  while (await metric('chatd_completions_total', `model="${MODEL}",finish_reason="cancelled"`) === cancelledBefore && Date.now() < deadline) {
+  // The server's own account of how the request ended: cancelled, not run to its length.
+  const deadline = Date.now() + 60_000
+  while (await metric('chatd_completions_total', labels('cancelled')) === cancelledBefore && Date.now() < deadline) {
     await new Promise(resolve => setTimeout(resolve, 20))
   }
-  t.equal(await metric('chatd_completions_total', `model="${MODEL}",finish_reason="cancelled"`), cancelledBefore + 1, 'the engine reported the cancellation')
-  t.equal(await metric('chatd_active_requests', `model="${MODEL}"`), 0, 'metrics show no request still active')
-  const generated = await metric('chatd_generated_tokens_total', `model="${MODEL}"`) - tokensBefore
-  t.ok(generated < 200, `generation stopped early (${generated} tokens)`)
+  t.equal(await metric('chatd_completions_total', labels('cancelled')), cancelledBefore + 1, 'the engine reported the cancellation')
+  t.equal(await metric('chatd_completions_total', labels('length')), lengthBefore, 'the reply did not run to max_tokens')
+  t.equal(await metric('chatd_active_requests', `model="${ENDLESS}"`), 0, 'metrics show no request still active')
+  const generated = await metric('chatd_generated_tokens_total', `model="${ENDLESS}"`) - tokensBefore
+  t.ok(generated > 0 && generated < maxTokens, `generation stopped after ${generated} of ${maxTokens} tokens`)
 })
 
 t.test('concurrent requests are all answered, each with its own text', async t => {
@@ -175,14 +223,31 @@ t.test('concurrent requests are all answered, each with its own text', async t =
 
 t.test('the model list shows the model ready', async t => {
   const list = await server.client.models.list()
-  t.same(list.data.map(m => [m.id, m.object, m.owned_by, (m as unknown as { status: string }).status]), [[MODEL, 'model', 'chatd', 'ready']])
+  t.same(list.data.map(m => [m.id, m.object, m.owned_by, (m as unknown as { status: string }).status]), [[MODEL, 'model', 'chatd', 'ready'], [ENDLESS, 'model', 'chatd', 'ready']])
   const one = await server.client.models.retrieve(MODEL)
   t.equal(one.id, MODEL)
 })
 
 t.test('a restart keeps accounts and keys (SQLite file)', async t => {
+  // An account and key made while the server runs, with the CLI as an operator makes them. Start-up
+  // recreates only CHATD_ADMIN_KEY's account on an empty database, so this key works after the
+  // restart only if the database kept it.
+  const saved = process.env.DATABASE_URL
+  process.env.DATABASE_URL = config.database.kind === 'sqlite' ? `sqlite://${config.database.path}` : ''
+  const printed: string[] = []
+  try {
+    t.equal(await run(['accounts', 'create', '--email', 'reader@example.com'], line => { printed.push(line) }), 0)
+    t.equal(await run(['keys', 'create', '--email', 'reader@example.com', '--name', 'e2e'], line => { printed.push(line) }), 0)
+  } finally {
+    if (saved === undefined) delete process.env.DATABASE_URL
+    else process.env.DATABASE_URL = saved
+  }
+  const key = printed.at(-1)!
+  t.match(key, /^sk-chatd-/)
+  t.not(key, KEY)
+  const ask = () => clientOf(server.port, key).chat.completions.create({ model: MODEL, messages, max_tokens: 3 })
+  t.equal((await ask()).usage?.completion_tokens, 3, 'the new key works')
   await server.app.close()
   server = await start()
-  const completion = await server.client.chat.completions.create({ model: MODEL, messages, max_tokens: 3 })
-  t.equal(completion.usage?.completion_tokens, 3, 'the same key works after the restart')
+  t.equal((await ask()).usage?.completion_tokens, 3, 'the same key works after the restart')
 })

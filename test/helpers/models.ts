@@ -57,6 +57,26 @@ export function randomModelDir (kind: RandomKind, weights: WeightFormat = 'fp32'
   return cached(`random-${kind}-${weights}-${seed}${cache ? `-${cache}` : ''}`, out => { convertRandom({ configPath, out, weights, seed, cache }) })
 }
 
+/**
+ * The tiny random Llama with a 32768-token context and no end-of-sequence id (generation_config.json's
+ * `eos_token_id` is empty): a reply ends only at max_tokens, the context's end, a stop string or a
+ * cancellation, so a test can act on a request that cannot have ended on its own.
+ */
+export function endlessModelDir (): string {
+  return cached('random-llama-endless-32768', out => {
+    const configPath = path.join(os.tmpdir(), `${path.basename(out)}.config.json`)
+    const config = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'test/fixtures/tiny-llama.config.json'), 'utf8'))
+    fs.writeFileSync(configPath, JSON.stringify({ ...config, max_position_embeddings: 32768 }))
+    try {
+      convertRandom({ configPath, out, weights: 'fp32', seed: 7 })
+    } finally {
+      fs.rmSync(configPath, { force: true })
+    }
+    const generation = path.join(out, 'generation_config.json')
+    fs.writeFileSync(generation, JSON.stringify({ ...JSON.parse(fs.readFileSync(generation, 'utf8')), eos_token_id: [] }))
+  })
+}
+
 /** The dtype name a model directory's loader uses for each builder weight format. */
 export const DTYPE_OF: Record<WeightFormat, 'fp32' | 'fp16' | 'q4' | 'int8'> = { fp32: 'fp32', fp16: 'fp16', int4: 'q4', int8: 'int8' }
 
