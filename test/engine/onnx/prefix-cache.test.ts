@@ -73,13 +73,28 @@ t.test('a running request\'s prompt is reused by one that arrives while it decod
   const prompt = 'Lily and Tom went to the park to play with a big red ball and a small blue kite'
   const off = await engineFor(dir, { prefixCache: false })
   const expected = await off.generate([{ role: 'user', content: prompt }], 60)
+  t.ok(expected.completion > 1, `the first request decodes ${expected.completion} tokens`)
   const on = await engineFor(dir)
+  // The second arrives before the first's first decode step: its prompt is in (and cached), its reply not yet.
+  let second: Promise<Outcome> | null = null
+  let arrival = { cached: 0, active: 0 }
+  const beforeDecode = (): void => {
+    if (!on.engine.prefixes?.size) {
+      on.runs.beforeRun = beforeDecode
+      return
+    }
+    arrival = { cached: on.engine.prefixes.size, active: on.engine.activeCount }
+    second = on.generate([{ role: 'user', content: prompt }], 60)
+  }
+  on.runs.beforeRun = beforeDecode
   const long = on.generate([{ role: 'user', content: prompt }], 60)
-  await new Promise(resolve => setTimeout(resolve, 50))
-  const second = await on.generate([{ role: 'user', content: prompt }], 60)
-  t.ok(second.cached >= 16, `reused ${second.cached} tokens while the first was still running`)
-  t.same({ ...second, cached: 0 }, { ...expected, cached: 0 })
-  t.same({ ...(await long), cached: 0 }, { ...expected, cached: 0 })
+  const first = await long
+  t.ok(second, 'the second request arrived during one of the first\'s runs')
+  t.same(arrival, { cached: 1, active: 1 }, 'it arrived with the first\'s prompt cached and the first still running')
+  const got = await second!
+  t.ok(got.cached >= 16, `reused ${got.cached} tokens while the first was still running`)
+  t.same({ ...got, cached: 0 }, { ...expected, cached: 0 })
+  t.same({ ...first, cached: 0 }, { ...expected, cached: 0 })
 })
 
 t.test('a cached prefix longer than the new prompt: only what the prompt has, never its last token', async t => {
