@@ -1,6 +1,10 @@
 // The limit stores, one suite for both: in-process, and Redis (two
-// connections standing in for two replicas). Real time with a shortened
-// window where a test watches entries leave it.
+// connections standing in for two replicas). A test that watches entries leave
+// a shortened window waits through the store's clock: the in-process store's
+// is moved on by the test, Redis keeps its own (TIME), so there the wait is
+// real. Bounds on the times a store reports come from what it reports (peeks
+// just before and after) and from how long the test waited at least, never
+// from how soon a timer fired.
 
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
@@ -13,29 +17,42 @@ import { throwawayRedis } from '../helpers/services.ts'
 /** Two handles on one store: for Redis, two connections (two replicas); in-process there is only one. */
 type Pair = [LimitStore, LimitStore]
 
-async function stores (t: Test, kind: 'memory' | 'redis', windowMs?: number): Promise<Pair | undefined> {
+/** The store's clock: `now()` reads it, `wait(ms)` lets at least `ms` pass on it. */
+interface Clock { now: () => number; wait: (ms: number) => Promise<void> }
+
+async function stores (t: Test, kind: 'memory' | 'redis', windowMs?: number): Promise<{ pair: Pair; clock: Clock } | undefined> {
   if (kind === 'memory') {
-    const store = new MemoryLimitStore({ windowMs })
-    return [store, store]
+    // Real time moved on by the test's waits: nothing depends on when a timer fires.
+    let offset = 0
+    const clock = { now: () => Date.now() + offset, wait: async (ms: number) => { offset += ms } }
+    const store = new MemoryLimitStore({ windowMs, now: clock.now })
+    return { pair: [store, store], clock }
   }
   const redis = await throwawayRedis(t)
   if (!redis) return undefined
   const second = new Redis(redis.url)
   t.teardown(() => second.quit())
-  return [
-    new RedisLimitStore(redis.redis, { prefix: redis.prefix, windowMs }),
-    new RedisLimitStore(second, { prefix: redis.prefix, windowMs }),
-  ]
+  return {
+    pair: [
+      new RedisLimitStore(redis.redis, { prefix: redis.prefix, windowMs }),
+      new RedisLimitStore(second, { prefix: redis.prefix, windowMs }),
+    ],
+    // Redis's TIME, on this machine's clock; a timer never fires before its time.
+    clock: { now: Date.now, wait: async (ms: number) => { await sleep(ms) } },
+  }
 }
 
-function onEachStore (title: string, body: (t: Test, pair: Pair) => Promise<void>, windowMs?: number): void {
+function onEachStore (title: string, body: (t: Test, pair: Pair, clock: Clock) => Promise<void>, windowMs?: number): void {
   for (const kind of ['memory', 'redis'] as const) {
     t.test(`${title} [${kind}]`, async t => {
-      const pair = await stores(t, kind, windowMs)
-      if (pair) await body(t, pair)
+      const store = await stores(t, kind, windowMs)
+      if (store) await body(t, store.pair, store.clock)
     })
   }
 }
+
+/** A short window, long enough that the Redis tests' entries outlast a stalled machine by a second. */
+const WINDOW = 2000
 
 const NONE: Rules = { requestsPerMinute: null, tokensPerMinute: null, callsPerMonth: null }
 const farMonth = (): MonthRef => ({ id: '2099-01', endMs: Date.now() + 3_600_000 })
@@ -58,22 +75,28 @@ onEachStore('requests per minute: exactly N of 3N concurrent requests, over two 
   t.ok(usage.requestsResetMs > 55_000 && usage.requestsResetMs <= 60_000)
 })
 
-onEachStore('a refusal says when the next slot frees; it frees then', async (t, [a, b]) => {
+onEachStore('a refusal says when the next slot frees; it frees then', async (t, [a, b], clock) => {
   t.equal((await a.admit(ask({ requestsPerMinute: 2 }))).outcome, 'admitted')
-  await sleep(300)
+  await clock.wait(WINDOW / 2)
   t.equal((await b.admit(ask({ requestsPerMinute: 2 }))).outcome, 'admitted')
+  // The first request's time left in the window, read just before and just after the refusal.
+  const before = await a.peek(1, farMonth())
   const refused = await a.admit(ask({ requestsPerMinute: 2 }))
+  const after = await a.peek(1, farMonth())
   if (refused.outcome !== 'refused') throw new Error('expected a refusal')
-  t.ok(refused.retryAfterMs > 500 && refused.retryAfterMs <= 700, `~700 ms until the first request leaves (${refused.retryAfterMs})`)
+  t.equal(before.requests, 2, 'both requests are in the window')
+  t.ok(before.requestsResetMs <= WINDOW * 3 / 4, `the first is the older, by the ${WINDOW / 2} ms waited (it leaves in ${before.requestsResetMs} ms)`)
+  t.ok(after.requestsResetMs <= refused.retryAfterMs && refused.retryAfterMs <= before.requestsResetMs,
+    `retry when the first leaves: ${after.requestsResetMs} <= ${refused.retryAfterMs} <= ${before.requestsResetMs} ms`)
   t.equal(refused.usage.requests, 2)
-  await sleep(refused.retryAfterMs + 20)
+  await clock.wait(refused.retryAfterMs + 20)
   t.equal((await b.admit(ask({ requestsPerMinute: 2 }))).outcome, 'admitted', 'admitted once it left')
-  await sleep(1100)
+  await clock.wait(WINDOW + 20)
   const idle = await a.peek(1, farMonth())
   t.same([idle.requests, idle.tokens, idle.requestsResetMs], [0, 0, 0], 'an idle window is empty')
-}, 1000)
+}, WINDOW)
 
-onEachStore('tokens per minute: reservations, settlement with the real count, retry time', async (t, [a, b]) => {
+onEachStore('tokens per minute: reservations, settlement with the real count, retry time', async (t, [a, b], clock) => {
   const rules = { tokensPerMinute: 100 }
   t.equal((await a.admit(ask(rules, { requestId: 'A', tokens: 60 }))).outcome, 'admitted')
   const early = await b.admit(ask(rules, { requestId: 'B', tokens: 50 }))
@@ -81,36 +104,45 @@ onEachStore('tokens per minute: reservations, settlement with the real count, re
 
   await a.settle({ accountId: 1, requestId: 'A', tokens: 20, refundCall: false, month: farMonth() })
   t.equal((await a.peek(1, farMonth())).tokens, 20, 'the real count replaced the reservation')
-  await sleep(200)
+  await clock.wait(WINDOW / 2)
   const admitted = await b.admit(ask(rules, { requestId: 'B', tokens: 50 }))
   t.match(admitted, { outcome: 'admitted', usage: { tokens: 70, requests: 2 } })
 
+  const before = await a.peek(1, farMonth())
   const refused = await a.admit(ask(rules, { requestId: 'C', tokens: 40 }))
+  const after = await a.peek(1, farMonth())
   if (refused.outcome !== 'refused') throw new Error('expected a refusal')
   t.equal(refused.limit, 'tokens')
-  // Only A has to leave (70 - 20 + 40 <= 100), and A is ~200 ms older than B.
-  t.ok(refused.retryAfterMs > 600 && refused.retryAfterMs <= 800, `retry when A leaves (${refused.retryAfterMs} ms)`)
-  await sleep(refused.retryAfterMs + 20)
-  t.match(await a.admit(ask(rules, { requestId: 'C', tokens: 40 })), { outcome: 'admitted', usage: { tokens: 90 } })
-}, 1000)
+  t.equal(before.tokens, 70, 'A and B are in the window')
+  // Only A has to leave (70 - 20 + 40 <= 100), and A is the oldest: the window's reset is A's.
+  t.ok(after.tokensResetMs <= refused.retryAfterMs && refused.retryAfterMs <= before.tokensResetMs,
+    `retry when A leaves: ${after.tokensResetMs} <= ${refused.retryAfterMs} <= ${before.tokensResetMs} ms`)
+  t.ok(before.tokensResetMs <= WINDOW * 3 / 4, `A is older than B, by the ${WINDOW / 2} ms waited`)
+  await clock.wait(refused.retryAfterMs + 20)
+  t.match(await a.admit(ask(rules, { requestId: 'C', tokens: 40 })), { outcome: 'admitted', usage: { tokens: 90 } }, 'A left, B is still in')
+}, WINDOW)
 
-onEachStore('settling a request that has left the window changes nothing', async (t, [a]) => {
+onEachStore('settling a request that has left the window changes nothing', async (t, [a], clock) => {
   await a.admit(ask({ tokensPerMinute: 100 }, { requestId: 'old', tokens: 30 }))
-  await sleep(450)
+  await clock.wait(450)
   await a.settle({ accountId: 1, requestId: 'old', tokens: 99, refundCall: false, month: farMonth() })
   t.equal((await a.peek(1, farMonth())).tokens, 0)
 }, 400)
 
-onEachStore('monthly allowance: seeded from the records, counted, refused until the month ends, refunded', async (t, [a, b]) => {
+onEachStore('monthly allowance: seeded from the records, counted, refused until the month ends, refunded', async (t, [a, b], clock) => {
   const month: MonthRef = { id: '2099-02', endMs: Date.now() + 90_000 }
   const rules = { callsPerMonth: 3 }
   t.same(await a.admit(ask(rules, { month })), { outcome: 'needs-seed' }, 'no counter yet: asks for the records\' count')
   t.match(await a.admit(ask(rules, { month, monthSeed: 1 })), { outcome: 'admitted', usage: { calls: 2 } })
   t.match(await b.admit(ask(rules, { month, monthSeed: 0 })), { outcome: 'admitted', usage: { calls: 3 } }, 'a later seed does not reset a live counter')
+  const sent = clock.now()
   const refused = await a.admit(ask(rules, { month }))
+  const answered = clock.now()
   if (refused.outcome !== 'refused') throw new Error('expected a refusal')
   t.equal(refused.limit, 'allowance')
-  t.ok(refused.retryAfterMs > 85_000 && refused.retryAfterMs <= 90_000, `retry when the month ends (${refused.retryAfterMs} ms)`)
+  // The store's clock read between the two readings here (Redis's in whole milliseconds).
+  t.ok(month.endMs - answered - 1 <= refused.retryAfterMs && refused.retryAfterMs <= month.endMs - sent + 1,
+    `retry when the month ends (${refused.retryAfterMs} ms, sent ${month.endMs - sent} ms before it)`)
   t.equal((await a.peek(1, month)).calls, 3)
 
   await b.settle({ accountId: 1, requestId: 'x', tokens: 0, refundCall: true, month })
