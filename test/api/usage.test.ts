@@ -28,15 +28,21 @@ async function rows (test: TestApp) {
   return test.db.selectFrom('usage_records').selectAll().orderBy('id').execute()
 }
 
+/** A limit store clock that stands still: every entry is a whole minute from leaving. */
+const stillClock = () => {
+  const now = Date.now()
+  return () => now
+}
+
 t.test('x-ratelimit-* on successes, on other endpoints and on refusals; 429 after N requests with Retry-After', async t => {
-  const test = await buildTestApp(t, { tier: 'free', tiers: TIERS })
+  const test = await buildTestApp(t, { tier: 'free', tiers: TIERS, limitsNow: stillClock() })
   const { app, auth } = test
   const first = await app.inject({ method: 'POST', url: CHAT, headers: auth, payload: chatBody({ max_tokens: 10 }) })
   t.equal(first.statusCode, 200)
   t.match(first.headers, {
     'x-ratelimit-limit-requests': '3',
     'x-ratelimit-remaining-requests': '2',
-    'x-ratelimit-reset-requests': /^(60s|59(\.\d+)?s|1m0s)$/,
+    'x-ratelimit-reset-requests': '1m0s',
     'x-ratelimit-limit-tokens': '1000',
     // Reserved 4 (prompt estimate) + 10 (max_tokens), settled with the real 4 + 4.
     'x-ratelimit-remaining-tokens': '986',
@@ -52,7 +58,7 @@ t.test('x-ratelimit-* on successes, on other endpoints and on refusals; 429 afte
   t.equal(refused.statusCode, 429)
   t.match(refused.json(), { error: { type: 'rate_limit_error', code: 'rate_limit_exceeded', param: null } })
   const retryAfter = Number(refused.headers['retry-after'])
-  t.ok(retryAfter >= 58 && retryAfter <= 60, `Retry-After ${retryAfter} s: until the first of the 3 leaves the minute`)
+  t.equal(retryAfter, 60, 'Retry-After: until the first of the 3 leaves the minute')
   t.equal(refused.headers['x-ratelimit-remaining-requests'], '0')
   t.equal((await rows(test)).length, 3, 'the refused request has no usage row')
 })
@@ -101,22 +107,26 @@ t.test('monthly allowance: the boundary call succeeds, the next gets 429 allowan
 })
 
 t.test('tokens per minute: reservations from max_tokens hold while requests run; the boundary passes, the next waits for the tokens to free', async t => {
-  const slow = new ScriptedBackend({ words: ['a', 'b'], firstDelayMs: 400 })
-  const test = await buildTestApp(t, { tier: 'tokens', tiers: TIERS, backends: [slow] })
+  // The replies wait at the gate until the test opens it: both are running while the third arrives.
+  let open!: () => void
+  const gate = new Promise<void>(resolve => { open = resolve })
+  const slow = new ScriptedBackend({ words: ['a', 'b'], firstGate: gate })
+  const test = await buildTestApp(t, { tier: 'tokens', tiers: TIERS, backends: [slow], limitsNow: stillClock() })
   const { app, auth } = test
   // 40 characters: a prompt estimate of 10, plus max_tokens 20: each request reserves 30 of the 60.
   const body = chatBody({ messages: [{ role: 'user', content: 'x'.repeat(40) }], max_tokens: 20 })
   const a = app.inject({ method: 'POST', url: CHAT, headers: auth, payload: body })
-  await new Promise(resolve => setTimeout(resolve, 50))
+  await slow.whenRunning(1)
   const b = app.inject({ method: 'POST', url: CHAT, headers: auth, payload: body })
-  await new Promise(resolve => setTimeout(resolve, 100))
+  await slow.whenRunning(2)
   const c = await app.inject({ method: 'POST', url: CHAT, headers: auth, payload: body })
+  t.equal(slow.running, 2, 'both earlier requests were still running')
   t.equal(c.statusCode, 429, 'a third reservation of 30 does not fit beside two running ones')
   t.match(c.json(), { error: { code: 'rate_limit_exceeded', message: /60 tokens per minute \(this request reserves 30\)/ } })
   t.equal(c.headers['x-ratelimit-remaining-tokens'], '0')
-  const retryAfter = Number(c.headers['retry-after'])
-  t.ok(retryAfter >= 59 && retryAfter <= 60, `Retry-After ${retryAfter} s: when the first reservation leaves the minute`)
+  t.equal(c.headers['retry-after'], '60', 'Retry-After: when the first reservation leaves the minute')
 
+  open()
   const [ra, rb] = await Promise.all([a, b])
   t.equal(ra.statusCode, 200)
   t.equal(rb.statusCode, 200, 'the boundary request (exactly 60 reserved) passed')

@@ -48,6 +48,8 @@ export async function buildTestApp (t: Test, opts: {
   tiers?: string
   /** Told of every route the app registers. */
   onRoute?: AppOptions['onRoute']
+  /** The limit store's clock (Date.now when absent): a test that checks reset times fixes it. */
+  limitsNow?: () => number
 } = {}): Promise<TestApp> {
   const dir = t.testdir()
   // Refused requests are not metered unless a test asks: many tests send one bad request after another.
@@ -61,7 +63,7 @@ export async function buildTestApp (t: Test, opts: {
   const metrics = new Metrics()
   const usage = new UsageRecords(db)
   const tiers = opts.tiers === undefined ? Tiers.fromFile(config.tiersFile) : Tiers.parse(opts.tiers)
-  const limiter = new Limiter({ tiers, store: new MemoryLimitStore(), usage })
+  const limiter = new Limiter({ tiers, store: new MemoryLimitStore({ now: opts.limitsNow }), usage })
   const app = await buildApp({ config, accounts, models, metrics, limiter, logger: false, onRoute: opts.onRoute })
   t.teardown(async () => {
     await app.close()

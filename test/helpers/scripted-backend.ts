@@ -33,12 +33,14 @@ export class ScriptedBackend implements Backend {
   readonly #opts: ScriptedOptions
   /** What the last generate() call received. */
   lastRequest?: GenerateRequest
-  /** Deltas emitted by the current/last generation. */
+  /** Deltas emitted by the generation that started last. */
   emitted = 0
   /** Set when a generation ended because its signal aborted. */
   cancelled = false
   /** Generations currently running. */
   running = 0
+  #generation = 0
+  readonly #runningWaiters: Array<{ count: number; resolve: () => void }> = []
 
   constructor (opts: ScriptedOptions = {}) {
     this.id = opts.id ?? 'scripted'
@@ -50,6 +52,12 @@ export class ScriptedBackend implements Backend {
     return this.#state
   }
 
+  /** Resolves once `count` generations run at once: the requests got that far (admitted, metered, shaped). */
+  whenRunning (count: number): Promise<void> {
+    if (this.running >= count) return Promise.resolve()
+    return new Promise(resolve => this.#runningWaiters.push({ count, resolve }))
+  }
+
   async load (): Promise<void> {
     await this.#opts.loadGate
     this.#state = { state: 'ready' }
@@ -58,9 +66,16 @@ export class ScriptedBackend implements Backend {
   async * generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent> {
     this.lastRequest = request
     this.emitted = 0
+    // Counted per generation: replies running at once each report their own.
+    let emitted = 0
+    const generation = ++this.#generation
     this.cancelled = false
     if (this.#opts.refuse) throw this.#opts.refuse
     this.running++
+    for (const waiter of this.#runningWaiters.filter(w => w.count <= this.running)) {
+      this.#runningWaiters.splice(this.#runningWaiters.indexOf(waiter), 1)
+      waiter.resolve()
+    }
     try {
       const promptTokens = request.messages.reduce((n, m) => n + m.content.split(/\s+/).filter(Boolean).length, 0)
       const pieces = [
@@ -76,17 +91,18 @@ export class ScriptedBackend implements Backend {
           reason = 'cancelled'
           break
         }
-        if (request.maxTokens !== undefined && this.emitted >= request.maxTokens) {
+        if (request.maxTokens !== undefined && emitted >= request.maxTokens) {
           reason = 'length'
           break
         }
-        if (this.#opts.failAfter && this.emitted >= this.#opts.failAfter.deltas) throw this.#opts.failAfter.error
-        this.emitted++
+        if (this.#opts.failAfter && emitted >= this.#opts.failAfter.deltas) throw this.#opts.failAfter.error
+        emitted++
+        if (this.#generation === generation) this.emitted = emitted
         yield { type: 'delta', ...piece }
       }
       if (signal.aborted) reason = 'cancelled'
       this.cancelled = reason === 'cancelled'
-      yield { type: 'finish', reason, usage: { prompt_tokens: promptTokens, completion_tokens: this.emitted, total_tokens: promptTokens + this.emitted } }
+      yield { type: 'finish', reason, usage: { prompt_tokens: promptTokens, completion_tokens: emitted, total_tokens: promptTokens + emitted } }
     } finally {
       this.running--
     }
