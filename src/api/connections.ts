@@ -160,6 +160,9 @@ export function frameworkErrors (error: Error & { code?: string }, request: Fast
   const known = Object.hasOwn(messages, error.code ?? '') ? messages[error.code!] : undefined
   const apiError = known ? new ApiError(known[0], known[1]) : new ApiError('internal_error', 'The server had an error while processing the request.')
   request.log.info({ code: apiError.code }, apiError.message)
-  // Sent before the app's hooks are in place: the baseline header by hand.
-  void sendApiError(reply.header('x-content-type-options', 'nosniff'), apiError)
+  // Sent before the app's hooks are in place: the baseline header by hand. A
+  // client that sends a URL nothing can route is not one whose next request on
+  // this connection should be trusted to be framed right: it is closed, as
+  // after every other malformed request.
+  void sendApiError(reply.header('x-content-type-options', 'nosniff').header('connection', 'close'), apiError)
 }
