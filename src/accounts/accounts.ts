@@ -24,6 +24,12 @@ export interface ApiKeyInfo {
   revokedAt: string | null
 }
 
+/** What `revokeByKeyOrPrefix` did: the key it found names itself by prefix and account. */
+export type Revocation =
+  | { outcome: 'revoked'; prefix: string; email: string }
+  | { outcome: 'already'; prefix: string; email: string; revokedAt: string }
+  | { outcome: 'unknown'; by: 'key' | 'prefix' }
+
 export type Authentication =
   | { ok: true; account: Account; keyId: number; keyPrefix: string }
   | { ok: false; reason: 'malformed' | 'unknown' | 'revoked' }
@@ -223,6 +229,28 @@ export class Accounts {
     if (opts.accountId !== undefined) query = query.where('account_id', '=', opts.accountId)
     const result = await query.executeTakeFirst()
     return Number(result.numUpdatedRows) > 0
+  }
+
+  /**
+   * The operator's revocation (`chatd keys revoke`): by a whole key, as an
+   * operator pastes a leaked one (found by its prefix, then matched by its
+   * hash, so a key that merely starts like another revokes nothing), or by
+   * its display prefix. Says which key it was, and whether it was already
+   * revoked, so "nothing revoked" is never mistaken for "safe".
+   */
+  async revokeByKeyOrPrefix (text: string): Promise<Revocation> {
+    const whole = isWellFormedApiKey(text)
+    const row = await this.#db.selectFrom('api_keys')
+      .innerJoin('accounts', 'accounts.id', 'api_keys.account_id')
+      .select(['api_keys.id', 'api_keys.prefix', 'api_keys.hash', 'api_keys.revoked_at', 'accounts.email'])
+      .where('api_keys.prefix', '=', whole ? apiKeyPrefix(text) : text)
+      .executeTakeFirst()
+    if (!row || (whole && !sameHash(row.hash, hashApiKey(text)))) return { outcome: 'unknown', by: whole ? 'key' : 'prefix' }
+    const key = { prefix: row.prefix, email: row.email }
+    if (row.revoked_at !== null) return { outcome: 'already', ...key, revokedAt: row.revoked_at }
+    const result = await this.#db.updateTable('api_keys').set({ revoked_at: now() }).where('id', '=', row.id).where('revoked_at', 'is', null).executeTakeFirst()
+    // Another revocation may have come first; either way the key is revoked now.
+    return Number(result.numUpdatedRows) > 0 ? { outcome: 'revoked', ...key } : { outcome: 'already', ...key, revokedAt: 'just now' }
   }
 
   /** Checks a presented key. The lookup is by prefix; the decision is a constant-time hash comparison. */
