@@ -131,7 +131,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
     const config = loadConfig(process.env, { dotenv: true })
     const tier = values.tier === undefined ? undefined : knownTier(config, values.tier as string)
     const account = await withAccounts(config, accounts =>
-      accounts.create({ email, tier, isAdmin: values.admin === true }))
+      accounts.create({ email, tier, isAdmin: values.admin === true, operator: true }))
     out(`created account ${account.email} (tier ${account.tier}${account.isAdmin ? ', admin' : ''})`)
   },
 

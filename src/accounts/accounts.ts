@@ -5,6 +5,7 @@
 import type { Db } from '../store/database.ts'
 import type { AccountRow, ApiKeyRow } from '../store/schema.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, isWellFormedApiKey, sameHash } from './api-key-format.ts'
+import { emailSkeletonKey, mixesScripts } from '../unicode/email-identity.ts'
 import { hashPassword, passwordProblem, verifyPassword } from './passwords.ts'
 
 export interface Account {
@@ -35,13 +36,19 @@ export type Authentication =
   | { ok: false; reason: 'malformed' | 'unknown' | 'revoked' }
 
 export class AccountError extends Error {
-  constructor (message: string) {
-    super(message)
+  constructor (message: string, opts?: ErrorOptions) {
+    super(message, opts)
     this.name = 'AccountError'
   }
 }
 
-export function toAccount (row: AccountRow): Account {
+/** The refusal of an address confusable with an existing account's; `existing` only for the operator. */
+function lookalikeMessage (existing: string | undefined): string {
+  return 'this email address looks like that of an existing account (the same letters from another script, or accents added); choose another' +
+    (existing === undefined ? '' : `: it looks like ${existing}`)
+}
+
+export function toAccount (row: Pick<AccountRow, 'id' | 'email' | 'tier' | 'is_admin' | 'created_at'>): Account {
   return { id: row.id, email: row.email, tier: row.tier, isAdmin: Boolean(row.is_admin), createdAt: row.created_at }
 }
 
@@ -91,7 +98,14 @@ export function emailProblem (email: string): string | undefined {
   if ([...email].length > MAX_EMAIL_LENGTH) return `an email address has at most ${MAX_EMAIL_LENGTH} characters`
   if (INVISIBLE.test(email)) return 'an email address cannot hold spaces, control characters or invisible characters'
   if (!/^[^@]+@[^@]+$/.test(email)) return 'not an email address'
+  if (mixesScripts(email)) return 'an email address cannot mix scripts within its name or a part of its domain (such as a Cyrillic or Greek letter among Latin ones)'
   return undefined
+}
+
+/** Whether a database error is a unique constraint refusing a row (SQLite or PostgreSQL). */
+function isUniqueViolation (err: unknown): boolean {
+  const e = err as { code?: string; errcode?: string; message?: string }
+  return e.code === '23505' || e.errcode === '23505' || /UNIQUE constraint failed/.test(e.message ?? '')
 }
 
 export class Accounts {
@@ -111,17 +125,31 @@ export class Accounts {
     return Number(n)
   }
 
-  async create (opts: { email: string; tier?: string; isAdmin?: boolean }): Promise<Account> {
+  /**
+   * `operator`: the caller is the operator (the CLI), who may be told which
+   * existing account a refused look-alike resembles; registration is not.
+   */
+  async create (opts: { email: string; tier?: string; isAdmin?: boolean; operator?: boolean }): Promise<Account> {
     const email = normalizeEmail(opts.email)
     // The message never repeats what was typed: it may be a password in the wrong field.
     const problem = emailProblem(email)
     if (problem) throw new AccountError(problem)
     if (await this.findByEmail(email)) throw new AccountError(`an account with email ${email} already exists`)
-    const row = await this.#db.insertInto('accounts')
-      .values({ email, tier: opts.tier ?? 'free', is_admin: opts.isAdmin ?? false, password_hash: null, created_at: now() })
-      .returningAll()
-      .executeTakeFirstOrThrow()
-    return toAccount(row)
+    // An address that looks like an existing account's (UTS #39 skeleton): one indexed lookup.
+    const skeleton = emailSkeletonKey(email)
+    const lookalike = await this.#db.selectFrom('accounts').select('email').where('email_skeleton', '=', skeleton).executeTakeFirst()
+    if (lookalike) throw new AccountError(lookalikeMessage(opts.operator ? lookalike.email : undefined))
+    try {
+      const row = await this.#db.insertInto('accounts')
+        .values({ email, email_skeleton: skeleton, tier: opts.tier ?? 'free', is_admin: opts.isAdmin ?? false, password_hash: null, created_at: now() })
+        .returningAll()
+        .executeTakeFirstOrThrow()
+      return toAccount(row)
+    } catch (err) {
+      // Made at the same moment by another request (or replica): the unique columns decide.
+      if (isUniqueViolation(err)) throw new AccountError(lookalikeMessage(undefined), { cause: err })
+      throw err
+    }
   }
 
   /** Registration from the dashboard: an account with a password, on the default tier. */
