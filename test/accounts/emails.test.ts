@@ -3,7 +3,10 @@
 // characters are refused, as is an address over 254 characters. Accounts made
 // before keep working: migration 004 rewrites their emails to the normalised
 // form where that clashes with nothing, and the old form is still found where
-// it does (on SQLite and PostgreSQL).
+// it does (on SQLite and PostgreSQL). Look-alikes are refused: an address that
+// mixes scripts within a part, or whose confusable skeleton (UTS #39, accents
+// dropped) an existing account holds (kept hashed in a unique column, filled
+// in for old accounts by migration 005).
 
 import { join } from 'node:path'
 import { Migrator, sql, type Kysely } from 'kysely'

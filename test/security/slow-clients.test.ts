@@ -2,8 +2,9 @@
 // receive deadlines (src/api/connections.ts): a body that never finishes, a
 // header trickled a byte at a time, a connection that sends nothing, all get
 // 408 in the API's error shape and a closed socket; an idle keep-alive
-// connection is closed; past the connection caps a connection is closed at
-// once. A streamed reply that takes longer than the whole-request deadline
+// connection is closed; past the connection caps a connection gets 503 with
+// Retry-After and a closed socket, never a reset, and what it may still cost
+// (time, bytes, sockets at once) is bounded. A streamed reply that takes longer than the whole-request deadline
 // still completes: the deadline covers receiving the request, not answering.
 //
 // Raw sockets (net.connect), a bounded number of them; every wait ends on an
