@@ -4,8 +4,9 @@
 // 408 in the API's error shape and a closed socket; an idle keep-alive
 // connection is closed; past the connection caps a connection gets 503 with
 // Retry-After and a closed socket, never a reset, and what it may still cost
-// (time, bytes, sockets at once) is bounded. A streamed reply that takes longer than the whole-request deadline
-// still completes: the deadline covers receiving the request, not answering.
+// (time, bytes, sockets at once) is bounded. A streamed reply that takes
+// longer than the whole-request deadline still completes: the deadline covers
+// receiving the request, not answering.
 //
 // Raw sockets (net.connect), a bounded number of them; every wait ends on an
 // event the server causes (its answer, its closing the socket), and the
