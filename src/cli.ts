@@ -9,13 +9,14 @@
 //   chatd accounts list
 //   chatd keys create --email E [--name N]     prints only the key
 //   chatd keys list --email E
-//   chatd keys revoke <prefix>
+//   chatd keys revoke <key or prefix>
 //   chatd pull [<model id>...]                 download local models' files (src/pull/)
 //   chatd convert ...                          build an ONNX model directory (see --help)
 //   chatd install-cuda                         download onnxruntime-node's CUDA 12 provider
 
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util'
 import { AccountError, Accounts } from './accounts/accounts.ts'
+import { apiKeyPrefix } from './accounts/api-key-format.ts'
 import { Tiers } from './accounts/tiers.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/models-file.ts'
@@ -30,7 +31,7 @@ const USAGE = `Usage: chatd <command>
   accounts list                                  list the accounts with their tiers
   keys create --email E [--name N]               create an API key; prints only the key
   keys list --email E                            list an account's keys (prefixes only)
-  keys revoke <prefix>                           revoke a key by its sk-chatd-XXXXXX prefix
+  keys revoke <key or prefix>                    revoke a key: the whole key, or its sk-chatd-XXXXXX prefix
   pull [<model id>...] [--if-missing]            download local models' files from the Hugging Face Hub
        [--keep-checkpoint]                       (HF_ENDPOINT, HF_TOKEN); all of them when none is named;
                                                  --if-missing: skip complete ones without asking the hub;
@@ -130,7 +131,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
     const config = loadConfig(process.env, { dotenv: true })
     const tier = values.tier === undefined ? undefined : knownTier(config, values.tier as string)
     const account = await withAccounts(config, accounts =>
-      accounts.create({ email, tier, isAdmin: values.admin === true }))
+      accounts.create({ email, tier, isAdmin: values.admin === true, operator: true }))
     out(`created account ${account.email} (tier ${account.tier}${account.isAdmin ? ', admin' : ''})`)
   },
 
@@ -194,10 +195,24 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
 
   async 'keys revoke' (args, out) {
     const { positionals } = parse(args, {}, 1)
-    const prefix = required(positionals[0], '<prefix>')
-    const revoked = await withAccounts(loadConfig(process.env, { dotenv: true }), accounts => accounts.revokeKey(prefix))
-    if (!revoked) throw new AccountError(`no active key with prefix ${prefix}`)
-    out(`revoked ${prefix}`)
+    // A whole key (as leaked) or its display prefix; the message never repeats a whole key.
+    const given = required(positionals[0], '<key or prefix>').trim()
+    const done = await withAccounts(loadConfig(process.env, { dotenv: true }), accounts => accounts.revokeByKeyOrPrefix(given))
+    switch (done.outcome) {
+      case 'revoked':
+        out(`revoked ${done.prefix} (account ${done.email})`)
+        return
+      case 'already':
+        out(`${done.prefix} (account ${done.email}) was already revoked (${done.revokedAt}); it authenticates nothing`)
+        return
+      default:
+        if (done.by === 'prefix' && given.length > apiKeyPrefix(given).length) {
+          throw new AccountError('that is neither a whole key (sk-chatd- and 32 letters or digits) nor a prefix (sk-chatd- and 6); nothing revoked')
+        }
+        throw new AccountError(done.by === 'key'
+          ? `no key matches the key given (prefix ${apiKeyPrefix(given)}); nothing revoked`
+          : `no key with prefix ${given}; nothing revoked (give the sk-chatd-XXXXXX prefix that keys list shows, or the whole key)`)
+    }
   },
 
   async pull (args, out) {

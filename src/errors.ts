@@ -43,8 +43,13 @@ export class ApiError extends Error {
   readonly param: string | null
   /** Extra response headers, e.g. Retry-After for 429/503. */
   readonly headers: Record<string, string>
+  /**
+   * The message with the server's inside (paths, commands to run), for the
+   * log and admin accounts; `message` is what every other caller reads.
+   */
+  readonly operatorMessage?: string
 
-  constructor (code: ErrorCode, message: string, opts: { param?: string | null; headers?: Record<string, string> } = {}) {
+  constructor (code: ErrorCode, message: string, opts: { param?: string | null; headers?: Record<string, string>; operatorMessage?: string } = {}) {
     super(message)
     this.name = 'ApiError'
     this.code = code
@@ -52,10 +57,13 @@ export class ApiError extends Error {
     this.type = ERROR_TABLE[code].type
     this.param = opts.param ?? null
     this.headers = opts.headers ?? {}
+    if (opts.operatorMessage !== undefined) this.operatorMessage = opts.operatorMessage
   }
 
-  toBody (): ErrorBody {
-    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } }
+  /** The error body; `forOperator` (an admin account) gets the operator's message where there is one. */
+  toBody (opts: { forOperator?: boolean } = {}): ErrorBody {
+    const message = opts.forOperator ? this.operatorMessage ?? this.message : this.message
+    return { error: { message, type: this.type, param: this.param, code: this.code } }
   }
 }
 

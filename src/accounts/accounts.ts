@@ -5,6 +5,7 @@
 import type { Db } from '../store/database.ts'
 import type { AccountRow, ApiKeyRow } from '../store/schema.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, isWellFormedApiKey, sameHash } from './api-key-format.ts'
+import { emailSkeletonKey, mixesScripts } from '../unicode/email-identity.ts'
 import { hashPassword, passwordProblem, verifyPassword } from './passwords.ts'
 
 export interface Account {
@@ -24,18 +25,30 @@ export interface ApiKeyInfo {
   revokedAt: string | null
 }
 
+/** What `revokeByKeyOrPrefix` did: the key it found names itself by prefix and account. */
+export type Revocation =
+  | { outcome: 'revoked'; prefix: string; email: string }
+  | { outcome: 'already'; prefix: string; email: string; revokedAt: string }
+  | { outcome: 'unknown'; by: 'key' | 'prefix' }
+
 export type Authentication =
   | { ok: true; account: Account; keyId: number; keyPrefix: string }
   | { ok: false; reason: 'malformed' | 'unknown' | 'revoked' }
 
 export class AccountError extends Error {
-  constructor (message: string) {
-    super(message)
+  constructor (message: string, opts?: ErrorOptions) {
+    super(message, opts)
     this.name = 'AccountError'
   }
 }
 
-export function toAccount (row: AccountRow): Account {
+/** The refusal of an address confusable with an existing account's; `existing` only for the operator. */
+function lookalikeMessage (existing: string | undefined): string {
+  return 'this email address looks like that of an existing account (the same letters from another script, or accents added); choose another' +
+    (existing === undefined ? '' : `: it looks like ${existing}`)
+}
+
+export function toAccount (row: Pick<AccountRow, 'id' | 'email' | 'tier' | 'is_admin' | 'created_at'>): Account {
   return { id: row.id, email: row.email, tier: row.tier, isAdmin: Boolean(row.is_admin), createdAt: row.created_at }
 }
 
@@ -85,7 +98,14 @@ export function emailProblem (email: string): string | undefined {
   if ([...email].length > MAX_EMAIL_LENGTH) return `an email address has at most ${MAX_EMAIL_LENGTH} characters`
   if (INVISIBLE.test(email)) return 'an email address cannot hold spaces, control characters or invisible characters'
   if (!/^[^@]+@[^@]+$/.test(email)) return 'not an email address'
+  if (mixesScripts(email)) return 'an email address cannot mix scripts within its name or a part of its domain (such as a Cyrillic or Greek letter among Latin ones)'
   return undefined
+}
+
+/** Whether a database error is a unique constraint refusing a row (SQLite or PostgreSQL). */
+function isUniqueViolation (err: unknown): boolean {
+  const e = err as { code?: string; errcode?: string; message?: string }
+  return e.code === '23505' || e.errcode === '23505' || /UNIQUE constraint failed/.test(e.message ?? '')
 }
 
 export class Accounts {
@@ -105,17 +125,31 @@ export class Accounts {
     return Number(n)
   }
 
-  async create (opts: { email: string; tier?: string; isAdmin?: boolean }): Promise<Account> {
+  /**
+   * `operator`: the caller is the operator (the CLI), who may be told which
+   * existing account a refused look-alike resembles; registration is not.
+   */
+  async create (opts: { email: string; tier?: string; isAdmin?: boolean; operator?: boolean }): Promise<Account> {
     const email = normalizeEmail(opts.email)
     // The message never repeats what was typed: it may be a password in the wrong field.
     const problem = emailProblem(email)
     if (problem) throw new AccountError(problem)
     if (await this.findByEmail(email)) throw new AccountError(`an account with email ${email} already exists`)
-    const row = await this.#db.insertInto('accounts')
-      .values({ email, tier: opts.tier ?? 'free', is_admin: opts.isAdmin ?? false, password_hash: null, created_at: now() })
-      .returningAll()
-      .executeTakeFirstOrThrow()
-    return toAccount(row)
+    // An address that looks like an existing account's (UTS #39 skeleton): one indexed lookup.
+    const skeleton = emailSkeletonKey(email)
+    const lookalike = await this.#db.selectFrom('accounts').select('email').where('email_skeleton', '=', skeleton).executeTakeFirst()
+    if (lookalike) throw new AccountError(lookalikeMessage(opts.operator ? lookalike.email : undefined))
+    try {
+      const row = await this.#db.insertInto('accounts')
+        .values({ email, email_skeleton: skeleton, tier: opts.tier ?? 'free', is_admin: opts.isAdmin ?? false, password_hash: null, created_at: now() })
+        .returningAll()
+        .executeTakeFirstOrThrow()
+      return toAccount(row)
+    } catch (err) {
+      // Made at the same moment by another request (or replica): the unique columns decide.
+      if (isUniqueViolation(err)) throw new AccountError(lookalikeMessage(undefined), { cause: err })
+      throw err
+    }
   }
 
   /** Registration from the dashboard: an account with a password, on the default tier. */
@@ -223,6 +257,28 @@ export class Accounts {
     if (opts.accountId !== undefined) query = query.where('account_id', '=', opts.accountId)
     const result = await query.executeTakeFirst()
     return Number(result.numUpdatedRows) > 0
+  }
+
+  /**
+   * The operator's revocation (`chatd keys revoke`): by a whole key, as an
+   * operator pastes a leaked one (found by its prefix, then matched by its
+   * hash, so a key that merely starts like another revokes nothing), or by
+   * its display prefix. Says which key it was, and whether it was already
+   * revoked, so "nothing revoked" is never mistaken for "safe".
+   */
+  async revokeByKeyOrPrefix (text: string): Promise<Revocation> {
+    const whole = isWellFormedApiKey(text)
+    const row = await this.#db.selectFrom('api_keys')
+      .innerJoin('accounts', 'accounts.id', 'api_keys.account_id')
+      .select(['api_keys.id', 'api_keys.prefix', 'api_keys.hash', 'api_keys.revoked_at', 'accounts.email'])
+      .where('api_keys.prefix', '=', whole ? apiKeyPrefix(text) : text)
+      .executeTakeFirst()
+    if (!row || (whole && !sameHash(row.hash, hashApiKey(text)))) return { outcome: 'unknown', by: whole ? 'key' : 'prefix' }
+    const key = { prefix: row.prefix, email: row.email }
+    if (row.revoked_at !== null) return { outcome: 'already', ...key, revokedAt: row.revoked_at }
+    const result = await this.#db.updateTable('api_keys').set({ revoked_at: now() }).where('id', '=', row.id).where('revoked_at', 'is', null).executeTakeFirst()
+    // Another revocation may have come first; either way the key is revoked now.
+    return Number(result.numUpdatedRows) > 0 ? { outcome: 'revoked', ...key } : { outcome: 'already', ...key, revokedAt: 'just now' }
   }
 
   /** Checks a presented key. The lookup is by prefix; the decision is a constant-time hash comparison. */

@@ -14,6 +14,15 @@
 // let a 30 s deadline stretch to a minute), so the interval follows the
 // shortest deadline here.
 //
+// A connection past MAX_CONNECTIONS or MAX_CONNECTIONS_PER_ADDRESS is not just
+// dropped (clients and SDKs retry a reset blindly): it is answered 503
+// server_overloaded with Retry-After, in the API's error shape, before the
+// HTTP parser sees it, and closed. Closing a socket with unread data in it
+// makes the kernel send a reset, which can overtake the answer, so what the
+// client still sends is read and dropped for a moment: bounded in time, in
+// bytes, and in how many refused connections may drain at once (past that a
+// flood is closed unanswered, as Node itself does past server.maxConnections).
+//
 // Node reports an expired deadline, and a request that is not HTTP at all, as
 // a 'clientError'; Fastify's own handler answers those with its own body, this
 // one with the API's error shape (and only while no response has started on
@@ -65,6 +74,25 @@ export function rawErrorResponse (error: ApiError): string {
     `${extra}Connection: close\r\n\r\n${body}`
 }
 
+/** How long and how much a refused connection is read before it is closed, and how many may be at once. */
+export interface RefusalDrain {
+  /** The longest a refused connection stays open (ms). */
+  ms: number
+  /** The most bytes read from it before it is closed. */
+  bytes: number
+  /** The most refused connections draining at once; more are closed unanswered. */
+  sockets: number
+}
+
+export const DEFAULT_REFUSAL_DRAIN: RefusalDrain = { ms: 2000, bytes: 64 * 1024, sockets: 1024 }
+
+/** The answer to a connection over a cap, written to the socket before any HTTP is parsed. */
+function overCapAnswer (which: 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS'): string {
+  return rawErrorResponse(new ApiError('server_overloaded',
+    `Too many open connections${which === 'MAX_CONNECTIONS_PER_ADDRESS' ? ' from your address' : ''} (${which}); retry shortly.`,
+    { headers: { 'retry-after': '1' } }))
+}
+
 /**
  * Connection caps and the clientError answer for one app's server. Made before
  * the app, because Fastify takes the clientError handler as an option; then
@@ -76,17 +104,77 @@ export class ConnectionGuard {
   readonly #onRefused: (code: string) => void
   /** The response in progress on each connection, to tell whether an error may still be answered. */
   readonly #responses = new WeakMap<Socket, ServerResponse>()
+  readonly #drain: RefusalDrain
   #log: FastifyInstance['log'] | undefined
+  /** Connections admitted and still open, in all and per address. */
+  #open = 0
+  readonly #openFrom = new Map<string, number>()
+  /** Refused connections still being answered and drained. */
+  #draining = 0
 
   /**
    * `perAddress`: whether MAX_CONNECTIONS_PER_ADDRESS applies (not behind a
    * proxy, where every connection comes from the proxy's address).
    * `onRefused` is told the code of every connection refused or ended here.
+   * `drain` bounds what a refused connection may still cost.
    */
-  constructor (limits: ConnectionLimits, opts: { perAddress: boolean; onRefused?: (code: string) => void }) {
+  constructor (limits: ConnectionLimits, opts: { perAddress: boolean; onRefused?: (code: string) => void; drain?: Partial<RefusalDrain> }) {
     this.#limits = limits
     this.#perAddress = opts.perAddress
     this.#onRefused = opts.onRefused ?? (() => {})
+    this.#drain = { ...DEFAULT_REFUSAL_DRAIN, ...opts.drain }
+  }
+
+  /** Refused connections being drained now. */
+  get draining (): number {
+    return this.#draining
+  }
+
+  /** Which cap a new connection from `address` is over, if any. */
+  #overCap (address: string | undefined): 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS' | undefined {
+    const limits = this.#limits
+    if (limits.maxConnections > 0 && this.#open >= limits.maxConnections) return 'MAX_CONNECTIONS'
+    if (this.#perAddress && limits.maxConnectionsPerAddress > 0 && address !== undefined &&
+      (this.#openFrom.get(address) ?? 0) >= limits.maxConnectionsPerAddress) return 'MAX_CONNECTIONS_PER_ADDRESS'
+    return undefined
+  }
+
+  /** Counts an admitted connection until it closes. */
+  #admit (socket: Socket): void {
+    const address = socket.remoteAddress
+    this.#open++
+    if (address !== undefined) this.#openFrom.set(address, (this.#openFrom.get(address) ?? 0) + 1)
+    socket.once('close', () => {
+      this.#open--
+      if (address === undefined) return
+      const left = (this.#openFrom.get(address) ?? 1) - 1
+      if (left <= 0) this.#openFrom.delete(address)
+      else this.#openFrom.set(address, left)
+    })
+  }
+
+  /** Answers a connection over a cap with 503, then reads and drops what it sends until it closes or a bound is reached. */
+  #refuse (socket: Socket, which: 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS'): void {
+    this.#onRefused('too_many_connections')
+    socket.on('error', () => {})
+    if (this.#draining >= this.#drain.sockets) {
+      socket.destroy()
+      return
+    }
+    this.#draining++
+    const timer = setTimeout(() => socket.destroy(), this.#drain.ms)
+    socket.once('close', () => {
+      clearTimeout(timer)
+      this.#draining--
+    })
+    let read = 0
+    socket.on('data', (chunk: Buffer) => {
+      read += chunk.length
+      if (read > this.#drain.bytes) socket.destroy()
+    })
+    // The client has sent all it will: close once the answer is flushed.
+    socket.once('end', () => socket.destroySoon())
+    socket.end(overCapAnswer(which))
   }
 
   /** Fastify's clientErrorHandler option. */
@@ -112,8 +200,19 @@ export class ConnectionGuard {
   attach (app: FastifyInstance): void {
     this.#log = app.log
     const server = app.server
-    const limits = this.#limits
-    if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections
+    // The HTTP server's own connection handling (its parser) runs only for
+    // connections under the caps; the others are answered here instead.
+    const httpListeners = server.listeners('connection') as Array<(socket: Socket) => void>
+    server.removeAllListeners('connection')
+    server.on('connection', (socket: Socket) => {
+      const over = this.#overCap(socket.remoteAddress)
+      if (over) {
+        this.#refuse(socket, over)
+        return
+      }
+      this.#admit(socket)
+      for (const listener of httpListeners) listener.call(server, socket)
+    })
 
     // A response sent before its request's body has arrived (a refusal in
     // onRequest: no key, too many refusals) closes the connection instead of
@@ -127,27 +226,6 @@ export class ConnectionGuard {
       this.#responses.set(req.socket, res)
       res.once('close', () => { if (this.#responses.get(req.socket) === res) this.#responses.delete(req.socket) })
     })
-
-    if (this.#perAddress && limits.maxConnectionsPerAddress > 0) {
-      const open = new Map<string, number>()
-      server.on('connection', (socket: Socket) => {
-        const address = socket.remoteAddress
-        if (address === undefined) return
-        const count = (open.get(address) ?? 0) + 1
-        if (count > limits.maxConnectionsPerAddress) {
-          // Closed before anything is read, as Node does past server.maxConnections.
-          this.#onRefused('too_many_connections')
-          socket.destroy()
-          return
-        }
-        open.set(address, count)
-        socket.once('close', () => {
-          const left = (open.get(address) ?? 1) - 1
-          if (left <= 0) open.delete(address)
-          else open.set(address, left)
-        })
-      })
-    }
   }
 }
 
@@ -160,6 +238,9 @@ export function frameworkErrors (error: Error & { code?: string }, request: Fast
   const known = Object.hasOwn(messages, error.code ?? '') ? messages[error.code!] : undefined
   const apiError = known ? new ApiError(known[0], known[1]) : new ApiError('internal_error', 'The server had an error while processing the request.')
   request.log.info({ code: apiError.code }, apiError.message)
-  // Sent before the app's hooks are in place: the baseline header by hand.
-  void sendApiError(reply.header('x-content-type-options', 'nosniff'), apiError)
+  // Sent before the app's hooks are in place: the baseline header by hand. A
+  // client that sends a URL nothing can route is not one whose next request on
+  // this connection should be trusted to be framed right: it is closed, as
+  // after every other malformed request.
+  void sendApiError(reply.header('x-content-type-options', 'nosniff').header('connection', 'close'), apiError)
 }

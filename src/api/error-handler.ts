@@ -107,7 +107,9 @@ export function toApiError (err: FastifyError | Error): ApiError {
 }
 
 export function sendApiError (reply: FastifyReply, error: ApiError): FastifyReply {
-  return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody())
+  // The server's inside (paths, operator commands) only to an admin account.
+  const forOperator = reply.request.account?.isAdmin === true
+  return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody({ forOperator }))
 }
 
 export function installErrorHandling (app: FastifyInstance, metrics: Metrics): void {
@@ -116,7 +118,7 @@ export function installErrorHandling (app: FastifyInstance, metrics: Metrics): v
     // Unexpected failures get the stack; refusals the API expects (overloaded,
     // model unavailable, bad input) are one line.
     if (apiError.code === 'internal_error' && !(err instanceof ApiError)) request.log.error({ err }, 'request failed')
-    else if (apiError.status >= 500) request.log.warn({ code: apiError.code, cause: err instanceof ApiError ? undefined : err.message }, apiError.message)
+    else if (apiError.status >= 500) request.log.warn({ code: apiError.code, cause: err instanceof ApiError ? undefined : err.message }, apiError.operatorMessage ?? apiError.message)
     // A refusal's message may echo what the client sent (a model id): logged without anything secret-looking.
     else request.log.info({ code: apiError.code, param: apiError.param }, redactSecretLooking(apiError.message))
     metrics.errors.inc({ code: apiError.code })

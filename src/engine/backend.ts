@@ -118,7 +118,12 @@ export function isDownloading (backend: Backend): backend is DownloadingBackend 
 export type BackendState =
   | { state: 'loading' }
   | { state: 'ready' }
-  | { state: 'unavailable'; reason: string; hint?: string }
+  /**
+   * `reason` and `hint` are the operator's (they may name paths on the server
+   * and commands to run): logs, the CLI and admin accounts see them.
+   * `summary` is what every key holder is told; absent, a generic line.
+   */
+  | { state: 'unavailable'; reason: string; hint?: string; summary?: string }
 
 export interface Backend {
   readonly id: string

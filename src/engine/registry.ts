@@ -9,28 +9,35 @@ import { createHash } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { Config } from '../config.ts'
-import { ApiError } from '../errors.ts'
 import { isDownloading, type Backend, type BackendState, type DownloadState, type GenerateEvent } from './backend.ts'
 import { missingFilesHint, modelPath, ModelsFileError, parseModelsFile, type ModelEntry, type OnnxModelEntry, type OpenAiModelEntry, type ReasoningMode } from './models-file.ts'
+import { unavailableError, type UnavailableState } from './unavailable.ts'
 import { UpstreamBackend } from './upstream/backend.ts'
+
+export { unavailableError }
 
 // ---------------------------------------------------------------------------
 // Backends that cannot serve
 
-/** Stands in for a model that cannot be used; every request gets 503 model_unavailable with the hint. */
+/**
+ * Stands in for a model that cannot be used; every request gets 503
+ * model_unavailable: the summary for key holders, the reason and hint for admins.
+ */
 export class UnavailableBackend implements Backend {
   readonly id: string
   readonly #reason: string
   readonly #hint?: string
+  readonly #summary?: string
 
-  constructor (id: string, reason: string, hint?: string) {
+  constructor (id: string, reason: string, hint?: string, summary?: string) {
     this.id = id
     this.#reason = reason
     this.#hint = hint
+    this.#summary = summary
   }
 
   state (): BackendState {
-    return { state: 'unavailable', reason: this.#reason, hint: this.#hint }
+    return { state: 'unavailable', reason: this.#reason, hint: this.#hint, ...(this.#summary ? { summary: this.#summary } : {}) }
   }
 
   async load (): Promise<void> {
@@ -38,16 +45,14 @@ export class UnavailableBackend implements Backend {
   }
 
   async * generate (): AsyncIterable<GenerateEvent> {
-    throw unavailableError(this.id, this.state() as Extract<BackendState, { state: 'unavailable' }>)
+    throw unavailableError(this.id, this.state() as UnavailableState)
   }
 
   async close (): Promise<void> {}
 }
 
-export function unavailableError (id: string, state: Extract<BackendState, { state: 'unavailable' }>): ApiError {
-  const hint = state.hint ? ` (${state.hint})` : ''
-  return new ApiError('model_unavailable', `The model '${id}' is unavailable: ${state.reason}${hint}`, { param: 'model' })
-}
+/** What key holders are told about a local model whose files are missing. */
+export const FILES_MISSING_SUMMARY = 'its files are not on this server yet'
 
 // ---------------------------------------------------------------------------
 // Factories: one per backend kind
@@ -65,7 +70,7 @@ export type BackendFactory<E extends ModelEntry = ModelEntry> = (entry: E, ctx: 
 export const createOnnx: BackendFactory<OnnxModelEntry> = async (entry, ctx) => {
   const path = modelPath(entry, ctx.baseDir)
   if (!existsSync(path)) {
-    return new UnavailableBackend(entry.id, `model files not found at ${path}`, missingFilesHint(entry, path))
+    return new UnavailableBackend(entry.id, `model files not found at ${path}`, missingFilesHint(entry, path), FILES_MISSING_SUMMARY)
   }
   return openOnnx(entry, path, ctx)
 }
@@ -76,7 +81,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
   try {
     engine = await import('./onnx/backend.ts')
   } catch (err) {
-    return new UnavailableBackend(entry.id, `the local ONNX engine could not be loaded: ${(err as Error).message}`)
+    return new UnavailableBackend(entry.id, `the local ONNX engine could not be loaded: ${(err as Error).message}`, undefined, 'this server cannot run local models')
   }
   const threads = entry.threads ?? ctx.config.onnxThreads
   return engine.createOnnxBackend({
@@ -155,6 +160,8 @@ export function fingerprintOf (description: unknown): string {
   return 'fp_' + createHash('sha256').update(VERSION + JSON.stringify(description)).digest('hex').slice(0, 12)
 }
 
+const LOAD_FAILED_SUMMARY = 'it failed to load'
+
 export class ModelRegistry {
   readonly #models = new Map<string, RegisteredModel>()
   /** Why load() failed, for backends that do not report it through state(). */
@@ -195,7 +202,7 @@ export class ModelRegistry {
     for (const { entry, missingVariables } of parsed) {
       let backend: Backend
       if (missingVariables.length > 0) {
-        backend = new UnavailableBackend(entry.id, `environment variable${missingVariables.length > 1 ? 's' : ''} ${missingVariables.join(', ')} not set`, `set ${missingVariables.join(', ')} in the environment or .env`)
+        backend = new UnavailableBackend(entry.id, `environment variable${missingVariables.length > 1 ? 's' : ''} ${missingVariables.join(', ')} not set`, `set ${missingVariables.join(', ')} in the environment or .env`, 'its configuration on this server is incomplete')
       } else {
         try {
           backend = entry.backend === 'onnx' ? await factories.onnx(entry, ctx) : await factories.openai(entry, ctx)
@@ -230,7 +237,8 @@ export class ModelRegistry {
     if (!model) return { state: 'unavailable', reason: 'unknown model' }
     const loadError = this.#loadErrors.get(id)
     const state = model.backend.state()
-    if (loadError !== undefined && state.state !== 'unavailable') return { state: 'unavailable', reason: loadError }
+    if (loadError !== undefined && state.state !== 'unavailable') return { state: 'unavailable', reason: loadError, summary: LOAD_FAILED_SUMMARY }
+    if (loadError !== undefined && state.state === 'unavailable' && state.summary === undefined) return { ...state, summary: LOAD_FAILED_SUMMARY }
     return state
   }
 

@@ -2,11 +2,11 @@
 // them (CHATD_AUTO_PULL). Until the download completes, requests get 503
 // model_unavailable with the progress, and readiness waits; then the real
 // backend is built and loaded and every call goes to it. When the hub cannot
-// be reached the model stays unavailable, and the message gives the exact
-// pull command to run by hand.
+// be reached the model stays unavailable, and the log (and an admin account's
+// message) gives the exact pull command to run by hand.
 
 import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, ResponseFormat } from '../engine/backend.ts'
-import { ApiError } from '../errors.ts'
+import { unavailableError, type UnavailableState } from '../engine/unavailable.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
 
@@ -72,12 +72,14 @@ export class PullingBackend implements DownloadingBackend {
   state (): BackendState {
     if (this.#inner) return this.#inner.state()
     if (this.#failure !== undefined) {
-      return { state: 'unavailable', reason: `its files could not be downloaded: ${this.#failure}`, hint: `run: ${this.#opts.pullCommand}` }
+      return { state: 'unavailable', reason: `its files could not be downloaded: ${this.#failure}`, hint: `run: ${this.#opts.pullCommand}`, summary: 'its files could not be downloaded' }
     }
+    const hint = 'it loads by itself when the download completes; GET /readyz shows the progress'
     return {
       state: 'unavailable',
       reason: `its files are being downloaded from ${this.#opts.source}: ${this.#tracker.describe()}`,
-      hint: 'it loads by itself when the download completes; GET /readyz shows the progress',
+      hint,
+      summary: `its files are being downloaded: ${this.#tracker.describe()}; ${hint}`,
     }
   }
 
@@ -116,11 +118,7 @@ export class PullingBackend implements DownloadingBackend {
       yield * this.#inner.generate(request, signal)
       return
     }
-    const state = this.state() as Extract<BackendState, { state: 'unavailable' }>
-    throw new ApiError('model_unavailable', `The model '${this.id}' is unavailable: ${state.reason} (${state.hint})`, {
-      param: 'model',
-      headers: this.#failure === undefined ? { 'retry-after': '30' } : {},
-    })
+    throw unavailableError(this.id, this.state() as UnavailableState, { headers: this.#failure === undefined ? { 'retry-after': '30' } : {} })
   }
 
   /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */

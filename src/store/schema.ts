@@ -12,6 +12,12 @@ export interface AccountsTable {
   /** Argon2id PHC string for dashboard log-in; null for accounts made without a password (CLI, first start). */
   password_hash: string | null
   created_at: string
+  /**
+   * SHA-256 (hex) of the email's confusable skeleton (unicode/email-identity.ts),
+   * unique: no two accounts look alike. Null on an old account whose look-alike
+   * was there first (migration 005).
+   */
+  email_skeleton: string | null
 }
 
 export interface ApiKeysTable {

@@ -3,17 +3,23 @@
 // characters are refused, as is an address over 254 characters. Accounts made
 // before keep working: migration 004 rewrites their emails to the normalised
 // form where that clashes with nothing, and the old form is still found where
-// it does (on SQLite and PostgreSQL).
+// it does (on SQLite and PostgreSQL). Look-alikes are refused: an address that
+// mixes scripts within a part, or whose confusable skeleton (UTS #39, accents
+// dropped) an existing account holds (kept hashed in a unique column, filled
+// in for old accounts by migration 005).
 
-import { Migrator, type Kysely } from 'kysely'
+import { join } from 'node:path'
+import { Migrator, sql, type Kysely } from 'kysely'
 import t from 'tap'
 import { Accounts, MAX_EMAIL_LENGTH, normalizeEmail } from '../../src/accounts/accounts.ts'
 import { hashPassword } from '../../src/accounts/passwords.ts'
+import { run } from '../../src/cli.ts'
 import { showInvisible } from '../../src/dashboard/routes/admin.ts'
 import { migrateToLatest, openDatabase } from '../../src/store/database.ts'
 import { migrations } from '../../src/store/migrations/index.ts'
+import { emailSkeletonKey } from '../../src/unicode/email-identity.ts'
 import { buildTestApp } from '../helpers/app.ts'
-import { testDatabase } from '../helpers/databases.ts'
+import { onEachDatabase, testDatabase } from '../helpers/databases.ts'
 import { Browser } from '../dashboard/jar.ts'
 import { loggedIn } from '../security/people.ts'
 
@@ -117,5 +123,110 @@ for (const kind of ['sqlite', 'postgres'] as const) {
     t.equal((await accounts.verifyLogin('\uff43arol@example.com', 'old password'))?.id, rows[2].id, 'the account left as it was is still found by its old form')
     t.equal((await accounts.verifyLogin('dave\u200b@example.com', 'old password'))?.id, rows[3].id, 'an old email with an invisible character still logs in')
     await t.rejects(accounts.create({ email: 'BOB@example.com' }), /already exists/, 'and nobody can take its place')
+  })
+}
+
+t.test('look-alikes from other scripts, and with accents, cannot register beside the admin', async t => {
+  const { app, accounts } = await buildTestApp(t, { env: { LOGIN_ATTEMPTS_PER_MINUTE: '100' } })
+  await accounts.create({ email: 'admin@localhost', isAdmin: true })
+  await accounts.create({ email: 'scope@example.com' })
+  const register = async (email: string) => {
+    const res = await new Browser(app).post('/api/register', { email, password: 'a fine password', confirm: 'a fine password' }, { csrfFrom: '/api/register' })
+    return { status: res.statusCode, body: res.body }
+  }
+  for (const [label, email] of [
+    ['a Cyrillic а for the Latin a', '\u0430dmin@localhost'],
+    ['a Greek ο in the domain', 'admin@l\u03bfcalhost'],
+    ['a Cyrillic letter in a new name', 'p\u0430ypal@example.com'],
+  ]) {
+    const res = await register(email)
+    t.equal(res.status, 400, `${label}: refused`)
+    t.match(res.body, /<p class="error" role="alert">an email address cannot mix scripts within its name or a part of its domain/, `${label}: saying why, as a form error`)
+  }
+  for (const [label, email] of [
+    ['a combining acute accent', 'a\u0301dmin@localhost'],
+    ['a precomposed á', '\u00e1dmin@localhost'],
+    ['rn for m', 'adrnin@localhost'],
+    ['a whole Cyrillic name that reads like a Latin one', '\u0455\u0441\u043e\u0440\u0435@example.com'],
+    ['a dotless ı', 'admın@localhost'],
+  ]) {
+    const res = await register(email)
+    t.equal(res.status, 400, `${label}: refused`)
+    t.match(res.body, 'this email address looks like that of an existing account', `${label}: saying why`)
+    t.notMatch(res.body, /it looks like (admin|scope)@/, `${label}: without naming the account it looks like`)
+  }
+  // Other scripts are welcome on their own: each part in one script.
+  for (const email of ['\u0438\u0432\u0430\u043d@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444', 'ivan@\u043f\u0440\u0438\u043c\u0435\u0440.\u0440\u0444', '\u5c71\u7530\u305f\u308d\u3046@example.jp', 'jos\u00e9@example.com']) {
+    t.equal((await register(email)).status, 303, `${email}: registered`)
+  }
+  t.equal((await register('jose@example.com')).status, 400, 'then jose, without the accent, is a look-alike of josé')
+  t.same((await accounts.list()).map(a => a.email).slice(0, 3), ['user@example.com', 'admin@localhost', 'scope@example.com'])
+  t.equal((await accounts.list()).length, 7, 'no look-alike account was made')
+})
+
+t.test('the CLI refuses look-alikes, naming the account to the operator', async t => {
+  const dir = t.testdir()
+  process.env.DATABASE_URL = `sqlite://${join(dir, 'chatd.db')}`
+  t.teardown(() => { delete process.env.DATABASE_URL })
+  const cli = async (args: string[]) => {
+    let out = ''
+    let err = ''
+    const code = await run(args, line => { out += line + '\n' }, line => { err += line + '\n' })
+    return { code, out, err }
+  }
+  t.match(await cli(['accounts', 'create', '--email', 'admin@localhost', '--admin']), { code: 0 })
+  t.match(await cli(['accounts', 'create', '--email', '\u0430dmin@localhost']), { code: 1, err: /cannot mix scripts/ })
+  t.match(await cli(['accounts', 'create', '--email', 'a\u0301dmin@localhost']), { code: 1, err: /looks like that of an existing account .*: it looks like admin@localhost/ })
+  t.match(await cli(['accounts', 'list']), { out: /^EMAIL\tTIER\tROLE\tCREATED\nadmin@localhost\t[^\n]*\n$/ })
+})
+
+onEachDatabase(t, 'the skeleton is stored, unique and indexed; two look-alikes made at once: one account', async (t, db, kind) => {
+  const accounts = new Accounts(db)
+  const made = await accounts.create({ email: 'bob@example.com' })
+  const row = await db.selectFrom('accounts').select(['email_skeleton']).where('id', '=', made.id).executeTakeFirstOrThrow()
+  t.equal(row.email_skeleton, emailSkeletonKey('bob@example.com'), 'the skeleton is stored with the account')
+  t.equal(emailSkeletonKey('b\u00f6b@example.com'), row.email_skeleton, 'bob and böb share it')
+  await t.rejects(accounts.create({ email: 'b\u00f6b@example.com' }), { name: 'AccountError', message: /looks like that of an existing account/ })
+
+  const index = kind === 'sqlite'
+    ? await sql<{ sql: string }>`select sql from sqlite_master where type = 'index' and name = 'accounts_email_skeleton'`.execute(db)
+    : await sql<{ sql: string }>`select indexdef as sql from pg_indexes where indexname = 'accounts_email_skeleton'`.execute(db)
+  t.match(index.rows[0]?.sql, /UNIQUE INDEX.*email_skeleton/i, 'a unique index: the check is one indexed lookup')
+
+  // Both pass the lookup before either is written; the unique index lets one in.
+  const results = await Promise.allSettled([accounts.create({ email: 'carol@example.com' }), accounts.create({ email: 'c\u00e0rol@example.com' })])
+  t.equal(results.filter(r => r.status === 'fulfilled').length, 1, 'one account made')
+  const refused = results.find(r => r.status === 'rejected') as PromiseRejectedResult
+  t.match(refused.reason, { name: 'AccountError', message: /looks like that of an existing account/ }, 'the other refused with the same message')
+})
+
+for (const kind of ['sqlite', 'postgres'] as const) {
+  t.test(`migration 005 fills in the skeletons of existing accounts, oldest first [${kind}]`, async t => {
+    const where = await testDatabase(t, kind)
+    if (where === undefined) return
+    const db = openDatabase(where)
+    t.teardown(() => db.destroy())
+    const migrator = new Migrator({ db, provider: { getMigrations: async () => migrations } })
+    const { error } = await migrator.migrateTo('004-normalized-emails')
+    if (error) throw error
+    const legacy = db as Kysely<any>
+    const now = new Date().toISOString()
+    const hash = await hashPassword('old password')
+    // The admin, a look-alike registered before the check existed, and someone else.
+    for (const email of ['admin@localhost', '\u0430dmin@localhost', 'dave@example.com']) {
+      await legacy.insertInto('accounts').values({ email, password_hash: hash, created_at: now }).execute()
+    }
+    await migrateToLatest(db)
+
+    const rows = await db.selectFrom('accounts').select(['email', 'email_skeleton']).orderBy('id').execute()
+    t.same(rows, [
+      { email: 'admin@localhost', email_skeleton: emailSkeletonKey('admin@localhost') },
+      { email: '\u0430dmin@localhost', email_skeleton: null },
+      { email: 'dave@example.com', email_skeleton: emailSkeletonKey('dave@example.com') },
+    ], 'the oldest holds its skeleton; the later look-alike keeps none; nothing merged or dropped')
+    const accounts = new Accounts(db)
+    t.ok(await accounts.verifyLogin('\u0430dmin@localhost', 'old password'), 'the old look-alike still logs in')
+    await t.rejects(accounts.create({ email: 'a\u0301dmin@localhost' }), /looks like that of an existing account/, 'and no new look-alike of the admin can be made')
+    await t.rejects(accounts.create({ email: 'dav\u00e9@example.com' }), /looks like that of an existing account/)
   })
 }

@@ -44,8 +44,9 @@ t.test('accounts and keys commands', async t => {
   t.match(lines[2], new RegExp(`^${second.slice(0, 15)}\t-\t`))
   t.notMatch(listed.out, key.slice(15), 'the list never shows a key')
 
-  t.match(await cli(['keys', 'revoke', key.slice(0, 15)]), { code: 0, out: `revoked ${key.slice(0, 15)}\n` })
-  t.match(await cli(['keys', 'revoke', key.slice(0, 15)]), { code: 1, err: /no active key with prefix/ })
+  t.match(await cli(['keys', 'revoke', key.slice(0, 15)]), { code: 0, out: `revoked ${key.slice(0, 15)} (account dev@example.com)\n` })
+  t.match(await cli(['keys', 'revoke', key.slice(0, 15)]), { code: 0, out: new RegExp(`^${key.slice(0, 15)} \\(account dev@example\\.com\\) was already revoked \\(\\d{4}-.*\\); it authenticates nothing\n$`) }, 'revoking twice says the key is revoked, not that there is none')
+  t.match(await cli(['keys', 'revoke', 'sk-chatd-nope00']), { code: 1, err: /no key with prefix sk-chatd-nope00; nothing revoked/ })
   t.match((await cli(['keys', 'list', '--email', 'dev@example.com'])).out, /\trevoked \d{4}-/)
 
   const db = await openMigratedDatabase({ kind: 'sqlite', path: dbPath })
@@ -56,6 +57,34 @@ t.test('accounts and keys commands', async t => {
 
   t.match(await cli(['keys', 'list', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
   t.match(await cli(['keys', 'create', '--email', 'nobody@example.com']), { code: 1, err: /no account with email/ })
+})
+
+t.test('keys revoke takes the whole key an operator pastes, and names the key it revoked', async t => {
+  const dbPath = join(t.testdir(), 'chatd.db')
+  process.env.DATABASE_URL = `sqlite://${dbPath}`
+  t.teardown(() => { delete process.env.DATABASE_URL })
+  await cli(['accounts', 'create', '--email', 'dev@example.com'])
+  await cli(['accounts', 'create', '--email', 'ops@example.com'])
+  const leaked = (await cli(['keys', 'create', '--email', 'dev@example.com'])).out.trim()
+  const other = (await cli(['keys', 'create', '--email', 'ops@example.com'])).out.trim()
+
+  // A key of the right shape and the leaked key's prefix, but not the key: nothing is revoked.
+  const lookalike = leaked.slice(0, 15) + [...leaked.slice(15)].map(c => c === 'a' ? 'b' : 'a').join('')
+  const wrong = await cli(['keys', 'revoke', lookalike])
+  t.match(wrong, { code: 1, err: `no key matches the key given (prefix ${leaked.slice(0, 15)}); nothing revoked` })
+  t.notMatch(wrong.err, lookalike.slice(15), 'the message does not repeat the key')
+
+  const revoked = await cli(['keys', 'revoke', leaked])
+  t.match(revoked, { code: 0, out: `revoked ${leaked.slice(0, 15)} (account dev@example.com)\n` }, 'the whole key is revoked, named by its prefix')
+  t.notMatch(revoked.out, leaked.slice(15), 'the answer does not repeat the key')
+  t.match(await cli(['keys', 'revoke', ` ${leaked}\n`]), { code: 0, out: /was already revoked/ }, 'pasted with white space around it, and a second time')
+  t.match(await cli(['keys', 'revoke', leaked + 'x']), { code: 1, err: /neither a whole key .* nor a prefix/ })
+
+  const db = await openMigratedDatabase({ kind: 'sqlite', path: dbPath })
+  t.teardown(() => db.destroy())
+  const accounts = new Accounts(db)
+  t.same(await accounts.authenticate(leaked), { ok: false, reason: 'revoked' }, 'the leaked key authenticates nothing')
+  t.match(await accounts.authenticate(other), { ok: true }, 'another account\'s key is untouched')
 })
 
 t.test('the key commands README\'s quick start shows work, in order, after a first start', async t => {
@@ -79,12 +108,12 @@ t.test('the key commands README\'s quick start shows work, in order, after a fir
 
 t.test('usage errors', async t => {
   t.match(await cli([]), { code: 2, out: '', err: /no command given[\s\S]*Usage: chatd <command>/ }, 'no command is a usage error: exit 2, as docs/accounts-and-limits.md says')
-  t.match(await cli(['--help']), { code: 0, out: /keys revoke <prefix>/ })
+  t.match(await cli(['--help']), { code: 0, out: /keys revoke <key or prefix>/ })
   t.match(await cli(['frobnicate']), { code: 2, err: /unknown command: frobnicate/ })
   t.match(await cli(['keys', 'create']), { code: 2, err: /--email is required/ })
   t.match(await cli(['keys', 'create', '--email']), { code: 2, err: /--email/ })
   t.match(await cli(['keys', 'create', '--email', 'a@b.c', '--bogus']), { code: 2, err: /Unknown option '--bogus'/ })
-  t.match(await cli(['keys', 'revoke']), { code: 2, err: /<prefix> is required/ })
+  t.match(await cli(['keys', 'revoke']), { code: 2, err: /<key or prefix> is required/ })
   t.match(await cli(['keys', 'revoke', 'a', 'b']), { code: 2, err: /unexpected argument: b/ })
 })
 

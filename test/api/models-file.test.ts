@@ -81,9 +81,10 @@ t.test('fromFile: missing files, unset variables and a bad upstream baseUrl are 
     state: 'unavailable',
     reason: `model files not found at ${join(dir, 'not-downloaded')}`,
     hint: `put the model directory (Hugging Face / onnx-community layout: config.json, generation_config.json, tokenizer.json, tokenizer_config.json, onnx/model_q4.onnx) at ${join(dir, 'not-downloaded')}, or add "hubRepo" (the Hugging Face repository it comes from) to its entry in models.json and run: npx chatd pull absent`,
+    summary: 'its files are not on this server yet',
   })
   t.notMatch(registry.state('absent'), { hint: /^run: npx chatd pull/ }, 'not told to run a pull that refuses')
-  t.same(registry.state('upstream'), { state: 'unavailable', reason: 'environment variable UPSTREAM_BASE_URL not set', hint: 'set UPSTREAM_BASE_URL in the environment or .env' })
+  t.same(registry.state('upstream'), { state: 'unavailable', reason: 'environment variable UPSTREAM_BASE_URL not set', hint: 'set UPSTREAM_BASE_URL in the environment or .env', summary: 'its configuration on this server is incomplete' })
   t.same(registry.state('upstream2'), { state: 'ready' }, 'an upstream is ready at once; whether it answers is found out per request')
   t.equal(registry.get('upstream2')?.thinkingBudget, 512)
   t.equal(registry.get('local')?.thinkingBudget, 0)

@@ -1,15 +1,18 @@
 // GET /api/v1/models(/{id}), /healthz, /readyz, /metrics and /docs; what a
 // loading or unavailable model answers.
 
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
-import { UnavailableBackend } from '../../src/engine/registry.ts'
+import { loadConfig } from '../../src/config.ts'
+import { FILES_MISSING_SUMMARY, ModelRegistry, UnavailableBackend } from '../../src/engine/registry.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
 t.test('model list in the OpenAI shape, with status', async t => {
   let open!: () => void
   const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
-  const missing = new UnavailableBackend('big', 'model files not found at /x', 'run: npx chatd pull big')
+  const missing = new UnavailableBackend('big', 'model files not found at /x', 'run: npx chatd pull big', FILES_MISSING_SUMMARY)
   const { app, auth } = await buildTestApp(t, { backends: [new ScriptedBackend(), loading, missing] })
 
   const list = await app.inject({ url: '/api/v1/models', headers: auth })
@@ -22,7 +25,7 @@ t.test('model list in the OpenAI shape, with status', async t => {
     t.equal(m.owned_by, 'chatd')
     t.ok(Number.isInteger(m.created))
   }
-  t.equal(body.data[2].status_reason, 'model files not found at /x (run: npx chatd pull big)')
+  t.equal(body.data[2].status_reason, 'its files are not on this server yet')
 
   const one = await app.inject({ url: '/api/v1/models/scripted', headers: auth })
   t.same(one.json(), body.data[0])
@@ -51,7 +54,7 @@ t.test('the model list marks models the caller\'s tier may not use', async t => 
 t.test('unknown, loading and unavailable models on the chat endpoint', async t => {
   let open!: () => void
   const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
-  const missing = new UnavailableBackend('big', 'model files not found at /x', 'run: npx chatd pull big')
+  const missing = new UnavailableBackend('big', 'model files not found at /x', 'run: npx chatd pull big', FILES_MISSING_SUMMARY)
   const { app, auth, models } = await buildTestApp(t, { backends: [new ScriptedBackend(), loading, missing] })
   const ask = (model: string) => app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model }) })
 
@@ -68,7 +71,7 @@ t.test('unknown, loading and unavailable models on the chat endpoint', async t =
 
   const gone = await ask('big')
   t.equal(gone.statusCode, 503)
-  t.same(gone.json().error, { message: "The model 'big' is unavailable: model files not found at /x (run: npx chatd pull big)", type: 'server_error', param: 'model', code: 'model_unavailable' })
+  t.same(gone.json().error, { message: "The model 'big' is unavailable: its files are not on this server yet.", type: 'server_error', param: 'model', code: 'model_unavailable' })
 
   t.equal((await ask('scripted')).statusCode, 200, 'the other models keep working')
 
@@ -76,6 +79,50 @@ t.test('unknown, loading and unavailable models on the chat endpoint', async t =
   open()
   await loaded
   t.equal((await ask('slow')).statusCode, 200, 'answers once loaded')
+})
+
+t.test('an ordinary key is told why a model is unavailable without the server\'s paths or commands; an admin key gets them', async t => {
+  const dir = t.testdir()
+  const modelsFile = join(dir, 'models.json')
+  writeFileSync(modelsFile, JSON.stringify({
+    models: [
+      { id: 'absent', backend: 'onnx', path: 'models/absent', hubRepo: 'org/absent' },
+      { id: 'bare', backend: 'onnx', path: join(dir, 'elsewhere', 'bare') },
+      { id: 'upstream', backend: 'openai', baseUrl: '${SECRET_UPSTREAM_URL}', upstreamModel: 'm' },
+    ],
+  }))
+  const config = loadConfig({ DATABASE_URL: 'sqlite://unused.db' })
+  const registry = await ModelRegistry.fromFile(modelsFile, { config, env: {} })
+  const { app, auth, accounts } = await buildTestApp(t, { backends: registry.list().map(m => m.backend) })
+  const admin = await accounts.create({ email: 'ops@example.com', isAdmin: true })
+  const adminAuth = { authorization: `Bearer ${(await accounts.createKey(admin.id)).key}` }
+
+  const views = async (headers: Record<string, string>) => [
+    (await app.inject({ url: '/api/v1/models', headers })).body,
+    ...await Promise.all(['absent', 'bare', 'upstream'].map(async id => (await app.inject({ url: `/api/v1/models/${id}`, headers })).body)),
+    ...await Promise.all(['absent', 'bare', 'upstream'].flatMap(model => [false, true].map(async stream =>
+      (await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers, payload: chatBody({ model, stream }) })).body))),
+  ]
+  for (const body of await views(auth)) {
+    t.notMatch(body, dir, 'no server path for an ordinary key')
+    t.notMatch(body, /(^|[\s'"(])\/[\w.-]+\//, 'no absolute path of any kind')
+    t.notMatch(body, /npx|chatd pull|hubRepo|models\.json|SECRET_UPSTREAM_URL|\.env/, 'no operator command, file or setting')
+  }
+  const list = (await app.inject({ url: '/api/v1/models', headers: auth })).json().data
+  t.same(list.map((m: { id: string; status_reason: string }) => [m.id, m.status_reason]), [
+    ['absent', 'its files are not on this server yet'],
+    ['bare', 'its files are not on this server yet'],
+    ['upstream', 'its configuration on this server is incomplete'],
+  ], 'a short reason each')
+  const refused = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'absent' }) })
+  t.same(refused.json().error, { message: "The model 'absent' is unavailable: its files are not on this server yet.", type: 'server_error', param: 'model', code: 'model_unavailable' })
+
+  const forAdmin = (await app.inject({ url: '/api/v1/models', headers: adminAuth })).json().data
+  t.equal(forAdmin[0].status_reason, `model files not found at ${join(dir, 'models', 'absent')} (run: npx chatd pull absent)`, 'the admin sees where and what to run')
+  t.match(forAdmin[1].status_reason, `at ${join(dir, 'elsewhere', 'bare')}`)
+  t.equal(forAdmin[2].status_reason, 'environment variable SECRET_UPSTREAM_URL not set (set SECRET_UPSTREAM_URL in the environment or .env)')
+  const adminRefused = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: adminAuth, payload: chatBody({ model: 'absent' }) })
+  t.equal(adminRefused.json().error.message, `The model 'absent' is unavailable: model files not found at ${join(dir, 'models', 'absent')} (run: npx chatd pull absent)`)
 })
 
 t.test('healthz and readyz', async t => {
@@ -122,13 +169,13 @@ t.test('a model whose load fails becomes unavailable', async t => {
   const broken = new ScriptedBackend({ id: 'broken', loadGate: failedLoad })
   const { app, auth, models } = await buildTestApp(t, { backends: [broken] })
   await models.loadAll()
-  t.same(models.state('broken'), { state: 'unavailable', reason: 'loading failed: bad weights' })
+  t.same(models.state('broken'), { state: 'unavailable', reason: 'loading failed: bad weights', summary: 'it failed to load' })
   const readyz = await app.inject({ url: '/readyz' })
   t.equal(readyz.statusCode, 503, 'no model can answer: not ready')
   t.same(readyz.json(), { status: 'unavailable', models: { broken: 'unavailable' } })
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'broken' }) })
   t.equal(res.statusCode, 503)
-  t.match(res.json().error.message, /bad weights/)
+  t.equal(res.json().error.message, "The model 'broken' is unavailable: it failed to load.", 'an ordinary key: the short reason')
 })
 
 t.test('metrics', async t => {

@@ -104,7 +104,7 @@ t.test('an unreachable hub: the model is unavailable, and the error names the hu
   const { app, logs, chat } = await serve(t, hub.url)
   await until('the download to fail', async () => (await app.inject({ url: '/readyz' })).json().downloads?.stories?.state === 'failed' ? true : undefined)
   const readyz = await app.inject({ url: '/readyz' })
-  t.match(readyz.json().downloads.stories, { state: 'failed', error: new RegExp(`^could not reach the Hugging Face Hub at ${hub.url}: .*ECONNREFUSED`), hint: 'npx chatd pull stories' })
+  t.same(readyz.json().downloads.stories, { state: 'failed', error: 'its files could not be downloaded; the server log says why and the command to retry' }, '/readyz needs no key: it says that the download failed, not where from or what to run')
   const res = await chat()
   t.equal(res.statusCode, 503)
   t.match(res.json().error, {
@@ -124,7 +124,6 @@ t.test('an unreachable hub: the model is unavailable, and the error names the hu
       once(text, 'ECONNREFUSED', `${line.msg}: ${where}`)
     }
   }
-  once(readyz.json().downloads.stories.error, 'ECONNREFUSED', '/readyz downloads.stories.error')
 })
 
 t.test('CHATD_AUTO_PULL=0: nothing is fetched, the model says how to pull it', async t => {

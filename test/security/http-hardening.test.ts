@@ -61,6 +61,22 @@ t.test('malformed HTTP is answered in the API\'s error shape', async t => {
     t.equal(res.headers['x-content-type-options'], 'nosniff', `${label}: nosniff`)
     t.notMatch(res.body, url.slice(15), `${label}: the URL is not repeated back`)
   }
+
+  // Over a real socket, asking to keep the connection alive and sending a second
+  // request behind the first: the answer says the connection is closed, it is
+  // closed, and the second request is never answered.
+  for (const [label, url] of [
+    ['broken percent-encoding', '/api/v1/models/%E0%A4%A'],
+    ['a lone percent sign', '/api/v1/models/%'],
+    ['a path segment longer than the router takes', `/api/v1/models/${'m'.repeat(200)}`],
+  ]) {
+    const raw = await rawExchange(port, `GET ${url} HTTP/1.1\r\nHost: chatd\r\nConnection: keep-alive\r\n\r\nGET /healthz HTTP/1.1\r\nHost: chatd\r\n\r\n`)
+    const res = errorOf(raw)
+    t.equal(res.status, 400, `${label} on a socket: 400`)
+    t.match(res.error, { code: 'malformed_request' }, `${label} on a socket: malformed_request`)
+    t.match(res.head, /\r\nconnection: close/i, `${label} on a socket: Connection: close`)
+    t.equal(raw.match(/HTTP\/1\.1 /g)?.length, 1, `${label} on a socket: the connection was closed after the one answer`)
+  }
 })
 
 t.test('HSTS only when the request came over HTTPS, and only a trusted proxy can say so', async t => {

@@ -2,9 +2,11 @@
 // receive deadlines (src/api/connections.ts): a body that never finishes, a
 // header trickled a byte at a time, a connection that sends nothing, all get
 // 408 in the API's error shape and a closed socket; an idle keep-alive
-// connection is closed; past the connection caps a connection is closed at
-// once. A streamed reply that takes longer than the whole-request deadline
-// still completes: the deadline covers receiving the request, not answering.
+// connection is closed; past the connection caps a connection gets 503 with
+// Retry-After and a closed socket, never a reset, and what it may still cost
+// (time, bytes, sockets at once) is bounded. A streamed reply that takes
+// longer than the whole-request deadline still completes: the deadline covers
+// receiving the request, not answering.
 //
 // Raw sockets (net.connect), a bounded number of them; every wait ends on an
 // event the server causes (its answer, its closing the socket), and the
@@ -12,7 +14,10 @@
 
 import http from 'node:http'
 import net from 'node:net'
+import Fastify from 'fastify'
 import t, { type Test } from 'tap'
+import { ConnectionGuard, type RefusalDrain } from '../../src/api/connections.ts'
+import { DEFAULT_CONNECTION_LIMITS } from '../../src/config.ts'
 import { buildTestApp, chatBody, type TestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
@@ -31,12 +36,16 @@ interface Outcome {
   error?: string
 }
 
-/** Opens a connection, lets `act` write to it, and resolves with what came back once the socket has closed. */
-function rawClient (port: number, act: (socket: net.Socket) => void): Promise<Outcome> {
+/**
+ * Opens a connection, lets `act` write to it, and resolves with what came back
+ * once the socket has closed. `halfOpen`: the client does not end its side
+ * when the server ends its own (a client that never closes).
+ */
+function rawClient (port: number, act: (socket: net.Socket) => void, opts: { halfOpen?: boolean } = {}): Promise<Outcome> {
   return new Promise(resolve => {
     let data = ''
     let error: string | undefined
-    const socket = net.connect(port, '127.0.0.1', () => act(socket))
+    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: opts.halfOpen ?? false }, () => act(socket))
     socket.setEncoding('utf8')
     socket.on('data', chunk => { data += chunk })
     socket.on('error', err => { error = (err as NodeJS.ErrnoException).code ?? err.message })
@@ -171,8 +180,17 @@ t.test('connection caps: per client address, and per server', { timeout: 60_000 
         })
         held.push(socket)
       }
-      const fourth = await rawClient(port, socket => socket.write('GET /healthz HTTP/1.1\r\nHost: chatd\r\n\r\n'))
-      t.equal(fourth.data, '', 'the fourth connection is closed without an answer')
+      const fourth = await rawClient(port, socket => {
+        socket.write('GET /healthz HTTP/1.1\r\nHost: chatd\r\n\r\n')
+        // As an HTTP client does once it has a Connection: close answer.
+        socket.once('data', () => socket.end())
+      })
+      const refused = parseResponse(fourth.data)
+      t.equal(refused.status, 503, 'the fourth connection is answered 503')
+      t.match(refused.headers, /\r\nRetry-After: 1\r\n/i, 'with Retry-After')
+      t.match(refused.headers, /\r\nConnection: close/i, 'and Connection: close')
+      t.same(refused.body, { error: { message: `Too many open connections${label === 'MAX_CONNECTIONS' ? '' : ' from your address'} (${label}); retry shortly.`, type: 'server_error', param: null, code: 'server_overloaded' } }, 'in the API\'s error shape')
+      t.equal(fourth.error, undefined, 'not reset')
       t.ok(fourth.closed)
 
       // One of the three goes; a new connection is served again (the server may take a moment to see the close).
@@ -188,6 +206,120 @@ t.test('connection caps: per client address, and per server', { timeout: 60_000 
       for (const socket of held) socket.destroy()
     })
   }
+})
+
+t.test('a burst past the per-address cap: every client gets an answer, none a reset', { timeout: 60_000 }, async t => {
+  const { app, metrics } = await buildTestApp(t, { env: { MAX_CONNECTIONS_PER_ADDRESS: '8', MAX_CONNECTIONS: '0' } })
+  const port = await listening(app)
+  // A keep-alive agent, as SDKs use: answered connections stay open, so the
+  // burst's connections are all open at once and the cap is really reached.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 100 })
+  t.teardown(() => agent.destroy())
+  const outcomes = await Promise.all(Array.from({ length: 30 }, () => new Promise<{ status?: number; retryAfter?: string; body?: unknown; error?: string }>(resolve => {
+    const req = http.get({ port, host: '127.0.0.1', path: '/healthz', agent }, res => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', chunk => { text += chunk })
+      res.on('end', () => resolve({ status: res.statusCode, retryAfter: res.headers['retry-after'], body: JSON.parse(text) }))
+      res.on('error', err => resolve({ error: (err as NodeJS.ErrnoException).code ?? err.message }))
+    })
+    req.on('error', err => resolve({ error: (err as NodeJS.ErrnoException).code ?? err.message }))
+  })))
+  t.same(outcomes.filter(o => o.error !== undefined), [], 'no client got a connection reset or any other error')
+  const served = outcomes.filter(o => o.status === 200)
+  const refused = outcomes.filter(o => o.status === 503)
+  t.equal(served.length + refused.length, 30, 'each got 200 or 503')
+  t.equal(served.length, 8, 'as many served as the cap')
+  for (const o of refused) {
+    t.equal(o.retryAfter, '1', '503 with Retry-After')
+    t.match(o.body, { error: { type: 'server_error', code: 'server_overloaded', param: null } })
+  }
+  const counted = (await metrics.registry.getSingleMetricAsString('chatd_errors_total')).match(/code="too_many_connections"\} (\d+)/)
+  t.equal(Number(counted?.[1]), 22, 'each refusal counted in chatd_errors_total')
+})
+
+t.test('draining a refused connection is bounded: in time, in bytes, and in how many at once', { timeout: 60_000 }, async t => {
+  const limits = { ...DEFAULT_CONNECTION_LIMITS, maxConnections: 1, maxConnectionsPerAddress: 0 }
+  const serve = async (drain: Partial<RefusalDrain>): Promise<{ port: number; guard: ConnectionGuard }> => {
+    const guard = new ConnectionGuard(limits, { perAddress: false, drain })
+    const app = Fastify({ clientErrorHandler: guard.clientError })
+    guard.attach(app)
+    app.get('/healthz', async () => ({ ok: true }))
+    t.teardown(() => app.close())
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as net.AddressInfo).port, guard }
+  }
+  /** The one connection the cap admits, held open while the test runs. */
+  const hold = async (port: number): Promise<void> => {
+    const socket = net.connect(port, '127.0.0.1')
+    t.teardown(() => socket.destroy())
+    await new Promise<void>(resolve => {
+      socket.once('connect', () => socket.write('GET /healthz HTTP/1.1\r\nHost: chatd\r\n\r\n'))
+      socket.once('data', () => resolve())
+    })
+  }
+
+  await t.test('a refused client that trickles bytes and never closes is closed by the server', async t => {
+    const { port, guard } = await serve({ ms: 200 })
+    await hold(port)
+    let sent = 0
+    const trickle = await rawClient(port, socket => {
+      const timer = setInterval(() => { if (socket.writable) { socket.write('a'); sent++ } }, 20)
+      socket.once('close', () => clearInterval(timer))
+    }, { halfOpen: true })
+    t.equal(parseResponse(trickle.data).status, 503, 'answered')
+    t.ok(trickle.closed, 'then closed by the server, though the client never closed its side')
+    t.ok(sent < 10_000, 'cut off by the server, not by running out')
+    t.equal(guard.draining, 0, 'nothing left draining')
+  })
+
+  await t.test('a refused client that keeps sending is closed after the byte bound', async t => {
+    const { port } = await serve({ ms: 600_000, bytes: 64 * 1024 })
+    await hold(port)
+    let written = 0
+    const flood = await rawClient(port, socket => {
+      const chunk = Buffer.alloc(16 * 1024, 'a')
+      const more = (): void => {
+        while (socket.writable && written < 64 * 2 ** 20) {
+          written += chunk.length
+          if (!socket.write(chunk)) return
+        }
+      }
+      socket.on('drain', more)
+      more()
+    }, { halfOpen: true })
+    t.equal(parseResponse(flood.data.slice(0, flood.data.indexOf('}}') + 2)).status, 503, 'answered')
+    t.ok(written < 64 * 2 ** 20, `closed by the server long before the client ran out (${written} bytes written)`)
+  })
+
+  await t.test('past the number of connections that may drain at once, the rest are closed unanswered', async t => {
+    const { port, guard } = await serve({ ms: 600_000, sockets: 2 })
+    await hold(port)
+    const answered: net.Socket[] = []
+    for (let i = 0; i < 2; i++) {
+      // Half open: they keep their side open after the answer, so they stay draining.
+      const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+      t.teardown(() => socket.destroy())
+      await new Promise(resolve => socket.once('data', resolve))
+      answered.push(socket)
+    }
+    t.equal(guard.draining, 2, 'two refused connections draining')
+    for (let i = 0; i < 3; i++) {
+      const extra = await rawClient(port, () => {})
+      t.equal(extra.data, '', 'a third one is closed without an answer')
+      t.equal(guard.draining, 2, 'and never more than two drain at once')
+    }
+    const gone = answered.map(socket => new Promise(resolve => socket.once('close', resolve)))
+    for (const socket of answered) socket.end()
+    await Promise.all(gone)
+    let after = await rawClient(port, socket => socket.once('data', () => socket.end()))
+    // The server may take a moment to see the two close.
+    for (let attempt = 0; attempt < 50 && after.data === ''; attempt++) {
+      await new Promise(resolve => setTimeout(resolve, 20))
+      after = await rawClient(port, socket => socket.once('data', () => socket.end()))
+    }
+    t.equal(parseResponse(after.data).status, 503, 'once they have closed, a refused connection is answered again')
+  })
 })
 
 t.test('behind a proxy (TRUST_PROXY set) the per-address cap is not applied', { timeout: 60_000 }, async t => {

@@ -3,8 +3,9 @@
 // answer; 503 otherwise, so a load balancer keeps traffic away from a server
 // that is still loading weights or cannot serve any model at all (every one
 // unavailable: files missing, download failed, variables unset). While the
-// server fetches a model's files, `downloads` says how far it has got.
-// Neither needs a key.
+// server fetches a model's files, `downloads` says how far it has got, or
+// that it failed (why, with the hub's address and the command to retry, is
+// in the log: neither route needs a key, so nothing of the server's inside).
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
@@ -23,7 +24,7 @@ const Download = Type.Union([
     bytesPerSecond: Type.Integer(),
     etaSeconds: Type.Optional(Type.Integer()),
   }),
-  Type.Object({ state: Type.Literal('failed'), error: Type.String(), hint: Type.String() }),
+  Type.Object({ state: Type.Literal('failed'), error: Type.String({ description: 'In short; the server log has the reason and the command to retry.' }) }),
 ])
 
 const Readiness = Type.Object({
@@ -31,6 +32,8 @@ const Readiness = Type.Object({
   models: Type.Record(Type.String(), Type.Enum(['ready', 'loading', 'unavailable']), { description: 'Every configured model by id, with its state (GET /api/v1/models says why one is unavailable).' }),
   downloads: Type.Optional(Type.Record(Type.String(), Download, { description: 'Model files being downloaded at start, by model id; absent when there are none.' })),
 })
+
+const FAILED_DOWNLOAD = 'its files could not be downloaded; the server log says why and the command to retry'
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> = async (app, { models }) => {
   app.get('/healthz', {
@@ -42,7 +45,8 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ models: ModelRegistry }> 
   }, async (_request, reply) => {
     const states = Object.fromEntries(models.list().map(m => [m.id, models.state(m.id).state]))
     const status = models.readiness()
-    const downloads = models.downloads()
+    const downloads = Object.fromEntries(Object.entries(models.downloads()).map(([id, download]) =>
+      [id, download.state === 'failed' ? { state: 'failed' as const, error: FAILED_DOWNLOAD } : download]))
     return reply.code(status === 'ready' ? 200 : 503).send({ status, models: states, ...(Object.keys(downloads).length > 0 ? { downloads } : {}) })
   })
 }

@@ -2,11 +2,14 @@
 // `status` field so clients can tell a loading or unavailable model apart, and
 // `allowed`, whether the caller's tier may use it. Every configured model is
 // listed (the list is the same for everyone, as OpenAI clients expect); extra
-// fields are ignored by clients that do not know them.
+// fields are ignored by clients that do not know them. Why a model is
+// unavailable is told in short to every account; the server's inside (a path,
+// the command that fixes it) only to admin accounts, as in the log.
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
 import type { ModelRegistry, RegisteredModel } from '../../engine/registry.ts'
+import { operatorReason, publicReason } from '../../engine/unavailable.ts'
 import { ApiError } from '../../errors.ts'
 import type { Limiter } from '../../limits/limiter.ts'
 import { errorResponses } from '../error-schema.ts'
@@ -18,10 +21,10 @@ export interface ModelsRouteOptions {
   limiter?: Pick<Limiter, 'tiers' | 'tierOf'>
 }
 
-function describe (models: ModelRegistry, model: RegisteredModel, allowed: boolean): Model {
+function describe (models: ModelRegistry, model: RegisteredModel, allowed: boolean, operator: boolean): Model {
   const state = models.state(model.id)
   const described: Model = { id: model.id, object: 'model', created: model.created, owned_by: 'chatd', status: state.state, allowed }
-  if (state.state === 'unavailable') described.status_reason = state.hint ? `${state.reason} (${state.hint})` : state.reason
+  if (state.state === 'unavailable') described.status_reason = operator ? operatorReason(state) : publicReason(state)
   const contextLength = model.backend.contextLength
   if (contextLength !== undefined) described.context_length = contextLength
   return described
@@ -45,7 +48,8 @@ export const modelsRoute: FastifyPluginAsyncTypebox<ModelsRouteOptions> = async 
     },
   }, async request => {
     const allowed = allowedFor(request)
-    return { object: 'list' as const, data: models.list().map(m => describe(models, m, allowed(m.id))) }
+    const operator = request.account?.isAdmin === true
+    return { object: 'list' as const, data: models.list().map(m => describe(models, m, allowed(m.id), operator)) }
   })
 
   app.get('/models/:id', {
@@ -59,6 +63,6 @@ export const modelsRoute: FastifyPluginAsyncTypebox<ModelsRouteOptions> = async 
   }, async (request) => {
     const model = models.get(request.params.id)
     if (!model) throw new ApiError('model_not_found', `The model '${request.params.id}' does not exist.`, { param: 'id' })
-    return describe(models, model, allowedFor(request)(model.id))
+    return describe(models, model, allowedFor(request)(model.id), request.account?.isAdmin === true)
   })
 }

@@ -6,7 +6,7 @@ export const Model = Type.Object({
   created: Type.Integer({ description: 'Unix seconds; when this server registered the model.' }),
   owned_by: Type.String(),
   status: Type.Enum(['ready', 'loading', 'unavailable'], { description: 'chatd extra: whether the model can answer now.' }),
-  status_reason: Type.Optional(Type.String({ description: 'chatd extra: why the model is unavailable, and how to fix it.' })),
+  status_reason: Type.Optional(Type.String({ description: 'chatd extra: why the model is unavailable, in short; for an admin account, with the server\'s details (where the files should be, the command that fixes it).' })),
   context_length: Type.Optional(Type.Integer({ description: 'chatd extra: the most tokens (prompt plus reply) one request may use, once the model has loaded (local models) or when models.json gives it (upstream).' })),
   allowed: Type.Boolean({ description: 'chatd extra: whether the caller\'s tier may use the model; false: its requests get 403 model_not_allowed.' }),
 })

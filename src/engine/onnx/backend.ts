@@ -131,7 +131,7 @@ export class OnnxBackend implements Backend {
       worker.once('message', onFirst)
       worker.once('error', err => {
         this.#current = { state: 'unavailable', reason: `engine worker failed: ${err.message}` }
-        this.#failAll(new ApiError('model_unavailable', `model ${this.id} stopped: ${err.message}`))
+        this.#failAll(new ApiError('model_unavailable', `The model '${this.id}' stopped.`, { operatorMessage: `model ${this.id} stopped: ${err.message}` }))
         reject(err)
       })
       worker.once('exit', code => {
@@ -147,8 +147,10 @@ export class OnnxBackend implements Backend {
     const worker = this.#worker
     if (this.#current.state !== 'ready' || !worker) {
       const why = this.#current.state === 'unavailable' ? this.#current.reason : 'it is still loading'
-      throw new ApiError('model_unavailable', `model ${this.id} is not available: ${why}`, {
+      // The reason may name files on the server: the operator's message only.
+      throw new ApiError('model_unavailable', `The model '${this.id}' is not available${this.#current.state === 'loading' ? ': it is still loading' : ''}.`, {
         headers: this.#current.state === 'loading' ? { 'retry-after': '5' } : {},
+        operatorMessage: `model ${this.id} is not available: ${why}`,
       })
     }
     const id = randomUUID()

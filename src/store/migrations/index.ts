@@ -7,10 +7,12 @@ import { accountsAndKeys } from './001-accounts-and-keys.ts'
 import { sessionsUsageSettings } from './002-sessions-usage-settings.ts'
 import { usageRequestId } from './003-usage-request-id.ts'
 import { normalizedEmails } from './004-normalized-emails.ts'
+import { emailSkeletons } from './005-email-skeletons.ts'
 
 export const migrations: Record<string, Migration> = {
   '001-accounts-and-keys': accountsAndKeys,
   '002-sessions-usage-settings': sessionsUsageSettings,
   '003-usage-request-id': usageRequestId,
   '004-normalized-emails': normalizedEmails,
+  '005-email-skeletons': emailSkeletons,
 }
