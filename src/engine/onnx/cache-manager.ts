@@ -108,17 +108,20 @@ export class CacheManager {
   }
 
   /**
-   * Keeps the first `length` positions of row `row` of `cache` as `scope`'s cache of `tokens`
-   * (and the shared prefix's part where the scope has none yet), then frees entries, fairly, until
-   * the `running` sequences' reservations fit again.
+   * Keeps the first `tokens.length` positions of row `row` of `cache` as `scope`'s cache of
+   * `tokens`, then frees the scope's own entries until the `running` sequences' reservations fit
+   * again (the new one last). Where `tokens` start with the shared prefix and it is not cached,
+   * its part is kept in the shared scope too, if that fits beside them.
    */
   remember (scope: string, tokens: readonly number[], cache: RowCache, row: number, running: Reservation[]): void {
+    this.#cache.insert(keyOf(scope), tokens, this.#layout.gather([{ cache, row, length: tokens.length }]))
+    // Before this entry they fitted, so the scope's own entries make room; the fallback only guards that.
+    if (!this.makeRoom(scope, running)) this.makeRoom(scope, running, { anyScope: true })
     const shared = this.sharedIds.length
-    if (this.#startsShared(tokens) && this.#cache.lookup(SHARED_KEY, this.sharedIds, shared)?.length !== shared) {
+    if (!this.#startsShared(tokens) || this.#cache.lookup(SHARED_KEY, this.sharedIds, shared)?.length === shared) return
+    if (this.#budget.fits(running.map(r => r.positions), this.keptPositions + shared + SLOT_SLACK)) {
       this.#cache.insert(SHARED_KEY, this.sharedIds, this.#layout.gather([{ cache, row, length: shared }]))
     }
-    this.#cache.insert(keyOf(scope), tokens, this.#layout.gather([{ cache, row, length: tokens.length }]))
-    this.makeRoom(scope, running, { anyScope: true })
   }
 
   /**

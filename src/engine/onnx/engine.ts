@@ -359,22 +359,22 @@ export class LocalEngine {
     return this.#waiting.splice(0, count)
   }
 
-  /** The reservations of the sequences holding caches: prefilling or decoding. */
-  #running (): Reservation[] {
-    return [...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows)].map(reserveOf)
+  /** The reservations of the sequences holding caches: prefilling or decoding, and `joining` a batch. */
+  #running (joining: Sequence[] = []): Reservation[] {
+    return [...new Set([...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows), ...joining])].map(reserveOf)
   }
 
   /**
    * Keeps a copy of a sequence's cache for later requests of its scope with the same start (row
    * `row` of `cache`), then lets go of entries until running sequences' reservations fit again.
    */
-  #remember (seq: Sequence, cache: RowCache, row: number): void {
+  #remember (seq: Sequence, cache: RowCache, row: number, joining: Sequence[] = []): void {
     // With a prompt graph, generated tokens' entries came from the main graph, while a later prompt
     // holding them would compute them on the prompt graph: only the prompt is kept, so a reused
     // prefix holds exactly what computing it afresh would.
     const kept = this.session.hasPromptGraph ? Math.min(seq.cachedTokens, seq.promptIds.length) : seq.cachedTokens
     if (!this.prefixes || kept === 0) return
-    this.prefixes.remember(seq.cacheScope, seq.cachedIds.slice(0, kept), cache, row, this.#running())
+    this.prefixes.remember(seq.cacheScope, seq.cachedIds.slice(0, kept), cache, row, this.#running(joining))
   }
 
   * #allSequences (): Iterable<Sequence> {
@@ -463,8 +463,10 @@ export class LocalEngine {
     group.remove(new Set([...ready.keys(), ...failed.keys()]))
     if (group.size === 0) this.#prefill = null
     for (const [seq, err] of failed) this.#fail([seq], err)
+    // Rows that left the group to decode still hold their reservations while the others' prompts are kept.
+    const joining = [...ready].filter(([, result]) => !result.finish).map(([seq]) => seq)
     for (const [seq, result] of ready) {
-      if (seq.cache) this.#remember(seq, seq.cache, 0)
+      if (seq.cache) this.#remember(seq, seq.cache, 0, joining)
       this.#emit(seq, result)
       if (result.finish) {
         if (seq.cache) this.cacheLayout.free(seq.cache)
