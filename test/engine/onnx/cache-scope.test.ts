@@ -17,8 +17,9 @@ const engineFor = (dir: string, settings: Partial<EngineSettings> = {}) => inThr
 
 /** Account A's secret, in a prompt well past the cache's 16-token minimum. */
 const secret = (pin: string): ChatMessage[] => [{ role: 'user', content: `Once upon a time there was a little dog named Max. His secret number was ${pin} and he told nobody.` }]
-/** B's probes: A's prompt cut before the PIN, each guess, and A's exact prompt. */
+/** B's probes: A's exact prompt, A's prompt cut before the PIN, a wrong guess, and the right one again. */
 const PROBES = [
+  secret('4821'),
   [{ role: 'user', content: 'Once upon a time there was a little dog named Max. His secret number was' }],
   secret('1234'),
   secret('4821'),
@@ -33,20 +34,24 @@ for (const [form, source] of [
     const cold = await engineFor(dir, { prefixCache: false })
     const expected = []
     for (const probe of PROBES) expected.push(await cold.generate(probe, 12))
+    // What B sees on a server where A never was: the cold replies, and cached_tokens from B's own probes only.
+    const withoutA = await engineFor(dir)
+    const alone = []
+    for (const probe of PROBES) alone.push(await withoutA.generate(probe, 12, 'B'))
     const on = await engineFor(dir)
     const a = await on.generate(secret('4821'), 12, 'A')
     t.equal(a.cached, 0)
     for (const [i, probe] of PROBES.entries()) {
       const b = await on.generate(probe, 12, 'B')
-      t.equal(b.cached, 0, `B's probe ${i + 1}: cached_tokens 0`)
-      t.same(b, expected[i], `B's probe ${i + 1}: the cold engine's reply`)
+      t.same(b, alone[i], `B's probe ${i + 1}: exactly what B sees where A never was (cached_tokens ${b.cached})`)
+      t.same({ ...b, cached: 0 }, { ...expected[i], cached: 0 }, `B's probe ${i + 1}: the cold engine's reply`)
     }
-    const again = await on.generate(secret('4821'), 12, 'A')
+    t.equal(alone[0].cached, 0, 'B sending A\'s exact prompt first: cached_tokens 0')
     const promptTokens = on.engine.encodePrompt({ messages: secret('4821') }).length
+    t.equal(alone[3].cached, promptTokens - 1, 'B reuses what B itself computed')
+    const again = await on.generate(secret('4821'), 12, 'A')
     t.equal(again.cached, promptTokens - 1, 'A\'s repeat reuses its own prompt')
     t.same({ ...again, cached: 0 }, { ...a, cached: 0 })
-    const bAgain = await on.generate(PROBES[2], 12, 'B')
-    t.equal(bAgain.cached, promptTokens - 1, 'B reuses what B computed')
   })
 }
 
