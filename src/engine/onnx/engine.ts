@@ -291,14 +291,11 @@ export class LocalEngine {
     } catch {
       return
     }
-    const scope = pending.scope
     const computed = await computeAhead(ids, {
       layout: this.cacheLayout,
       prefixes,
-      scope,
+      scope: pending.scope,
       chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
-      // Other scopes' entries give way only as far as fair share allows (cache-manager.ts).
-      makeRoom: (positions, keep) => prefixes.makeRoom(scope, [{ scope, positions: KvBudget.reserveOf(positions, 0) }], { keep }),
       interrupted: () => this.#waiting.length > 0 || this.#closing,
       feed: async (cache, tokens) => {
         const out = await this.cacheLayout.run(cache, [tokens], 1, true)
@@ -328,7 +325,7 @@ export class LocalEngine {
   /**
    * Takes the waiting sequences, from the front of the queue, that may start now: at most `limit`,
    * and only while every cache-holding sequence's reservation still fits the budget beside the
-   * cached prefixes, which give way (least recently used first) when a sequence needs their room.
+   * cached prefixes, which give way, in fair-share order (cache-manager.ts), when a sequence needs their room.
    * The queue is never reordered, so a long request is not starved by short ones behind it. Each
    * sequence that starts takes the longest cached prefix of its prompt into a cache of its own.
    */

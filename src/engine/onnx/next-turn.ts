@@ -16,7 +16,8 @@
 // the conversation's cache scope (its account): only that scope's requests
 // reuse it.
 import type { ChatMessage } from '../backend.ts'
-import type { CacheManager, PrefixEntry } from './cache-manager.ts'
+import type { CacheManager } from './cache-manager.ts'
+import { KvBudget } from './kv-budget.ts'
 import type { CacheLayout, RowCache } from './kv-cache.ts'
 
 /** Conversations waiting to be computed ahead; older ones give way to newer. */
@@ -76,8 +77,6 @@ export interface AheadRun {
   prefixes: CacheManager
   /** The conversation's cache scope: it reuses and keeps only that scope's entries. */
   scope: string
-  /** Frees cached prefixes (other than the one being extended) until `positions` more fit; false when they cannot. */
-  makeRoom: (positions: number, keep?: PrefixEntry) => boolean
   /** True once real work is waiting: the run stops after its current chunk. */
   interrupted: () => boolean
   /** Most tokens one run may take (AHEAD_CHUNK, or less where the graph's logits bound it). */
@@ -94,7 +93,8 @@ export interface AheadRun {
 export async function computeAhead (ids: number[], run: AheadRun): Promise<number> {
   const match = run.prefixes.lookup(run.scope, ids, ids.length)
   if (match && match.length >= ids.length) return 0
-  if (!run.makeRoom(ids.length, match?.entry)) return 0
+  // Room from the scope's own entries, or others' beyond their fair share; never the one extended.
+  if (!run.prefixes.makeRoom(run.scope, [{ scope: run.scope, positions: KvBudget.reserveOf(ids.length, 0) }], { keep: match?.entry })) return 0
   let cache = match ? run.prefixes.take(match) : run.layout.empty(1)
   const start = cache.lengths[0]
   let cached = start
