@@ -95,6 +95,7 @@ t.test('cache_salt: hostile values get 400 invalid_parameter naming it; the scop
     t.same(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type'], `${name}: the API's error shape`)
     t.equal(body.error.code, 'invalid_parameter', `${name}: code`)
     t.equal(body.error.param, 'cache_salt', `${name}: param`)
+    t.equal(body.error.message, `Invalid value for 'cache_salt': must be a string of 1 to ${CACHE_SALT_MAX} printable ASCII characters.`, `${name}: says what is allowed`)
   }
   const scopeOf = async (extra: Record<string, unknown>): Promise<string | undefined> => {
     const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody(extra) })
