@@ -105,6 +105,7 @@ export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx)
     apiKey: entry.apiKey,
     upstreamModel: entry.upstreamModel,
     passTopK: entry.passTopK,
+    passCacheSalt: entry.passCacheSalt,
     startsInReasoning: entry.startsInReasoning,
     contextLength: entry.contextLength,
     settings: ctx.config.upstream,
