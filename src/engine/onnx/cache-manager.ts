@@ -23,7 +23,7 @@
 // used first): otherwise a request larger than its share could never start.
 import { KvBudget, SLOT_SLACK } from './kv-budget.ts'
 import type { CacheLayout, RowCache } from './kv-cache.ts'
-import { PrefixCache, type PrefixEntry, type PrefixMatch } from './prefix-cache.ts'
+import { BLOCK, PrefixCache, type PrefixEntry, type PrefixMatch } from './prefix-cache.ts'
 
 export type { PrefixEntry, PrefixMatch }
 
@@ -53,14 +53,14 @@ export class CacheManager {
   readonly #layout: CacheLayout
   readonly #budget: KvBudget
   readonly #cache: PrefixCache
-  /** The shared prefix's token ids; empty when there is none. */
+  /** The shared prefix's token ids; empty when there is none (or it is shorter than a block, too short to reuse). */
   readonly sharedIds: readonly number[]
 
   constructor (layout: CacheLayout, budget: KvBudget, sharedIds: readonly number[] = []) {
     this.#layout = layout
     this.#budget = budget
     this.#cache = new PrefixCache(layout)
-    this.sharedIds = sharedIds
+    this.sharedIds = sharedIds.length >= BLOCK ? sharedIds : []
   }
 
   /** Entries kept. */

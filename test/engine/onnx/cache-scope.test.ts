@@ -25,10 +25,12 @@ const PROBES = [
   secret('4821'),
 ] satisfies ChatMessage[][]
 
-for (const [form, source] of [
+const FORMS = [
   ['chatd\'s own graphs', () => storiesModelDir()],
   ['the onnx-community (optimum) form', () => STORIES_OPTIMUM],
-] as const) {
+] as const
+
+for (const [form, source] of FORMS) {
   t.test(`${form}: account B reuses nothing of account A's prompt, and its replies are those of a cold engine; A reuses its own`, async t => {
     const dir = source()
     const cold = await engineFor(dir, { prefixCache: false })
@@ -68,34 +70,36 @@ t.test('cache_salt\'s scopes: another salt of the same account reuses nothing; t
   t.ok(s1Again.cached >= 16, `salt s1 again: reused ${s1Again.cached} tokens`)
 })
 
-t.test('a next turn computed ahead for account A is reused by A alone', async t => {
-  const dir = withChatTemplate(t.testdir({}), storiesModelDir())
-  const story = secret('4821')
-  const cold = await engineFor(dir, { prefixCache: false })
-  const reply = await cold.generate(story, 24)
-  const followUp: ChatMessage[] = [...story, { role: 'assistant', content: reply.text }, { role: 'user', content: 'What did Max do next?' }]
-  const expected = await cold.generate(followUp, 12)
+for (const [form, source] of FORMS) {
+  t.test(`${form}: a next turn computed ahead for account A is reused by A alone`, async t => {
+    const dir = withChatTemplate(t.testdir({}), source())
+    const story = secret('4821')
+    const cold = await engineFor(dir, { prefixCache: false })
+    const reply = await cold.generate(story, 24)
+    const followUp: ChatMessage[] = [...story, { role: 'assistant', content: reply.text }, { role: 'user', content: 'What did Max do next?' }]
+    const expected = await cold.generate(followUp, 12)
 
-  const on = await engineFor(dir)
-  t.same(await on.generate(story, 24, 'A'), reply)
-  const next = nextTurnStart(story, reply.text)
-  const ahead = nextTurnIds(next, turn => on.engine.encodePrompt({ messages: turn })).length
-  on.engine.prepareNextTurn(next, 'A')
-  await on.engine.idle()
-  t.ok(on.engine.tokensComputedAhead > 0, 'A\'s next turn was computed ahead')
-  const b = await on.generate(followUp, 12, 'B')
-  t.equal(b.cached, 0, 'B sending A\'s next turn: cached_tokens 0')
-  t.same(b, expected, 'B: the cold engine\'s reply')
-  const a = await on.generate(followUp, 12, 'A')
-  t.equal(a.cached, ahead, `A's next turn reused all ${ahead} tokens computed ahead`)
-  t.same({ ...a, cached: 0 }, { ...expected, cached: 0 })
-})
+    const on = await engineFor(dir)
+    t.same(await on.generate(story, 24, 'A'), reply)
+    const next = nextTurnStart(story, reply.text)
+    const ahead = nextTurnIds(next, turn => on.engine.encodePrompt({ messages: turn })).length
+    on.engine.prepareNextTurn(next, 'A')
+    await on.engine.idle()
+    t.ok(on.engine.tokensComputedAhead > 0, 'A\'s next turn was computed ahead')
+    const b = await on.generate(followUp, 12, 'B')
+    t.equal(b.cached, 0, 'B sending A\'s next turn: cached_tokens 0')
+    t.same(b, expected, 'B: the cold engine\'s reply')
+    const a = await on.generate(followUp, 12, 'A')
+    t.equal(a.cached, ahead, `A's next turn reused all ${ahead} tokens computed ahead`)
+    t.same({ ...a, cached: 0 }, { ...expected, cached: 0 })
+  })
+}
 
 const SYSTEM = 'You tell short stories for children about animals, friends, the park, the sea and the sun.'
 
-for (const placement of ['system', 'user'] as const) {
-  t.test(`the operator's shared prefix (${placement} placement): another account reuses exactly up to its end, nothing beyond`, async t => {
-    const dir = storiesModelDir()
+for (const [form, source, placement] of [...FORMS.map(([f, s]) => [f, s, 'system'] as const), [FORMS[0][0], FORMS[0][1], 'user'] as const]) {
+  t.test(`${form}: the operator's shared prefix (${placement} placement): another account reuses exactly up to its end, nothing beyond`, async t => {
+    const dir = source()
     const ask = (question: string): ChatMessage[] => placement === 'system'
       ? [{ role: 'system', content: SYSTEM }, { role: 'user', content: question }]
       : [{ role: 'user', content: `${SYSTEM}\n\n${question}` }]
