@@ -327,7 +327,7 @@ export class LocalEngine {
    * and only while every cache-holding sequence's reservation still fits the budget beside the
    * cached prefixes, which give way, in fair-share order (cache-manager.ts), when a sequence needs their room.
    * The queue is never reordered, so a long request is not starved by short ones behind it. Each
-   * sequence that starts takes the longest cached prefix of its prompt into a cache of its own.
+   * sequence that starts takes the longest cached prefix of its prompt, in its own cache scope, into a cache of its own.
    */
   #admit (limit: number): Sequence[] {
     const reserves = this.#running()
