@@ -66,7 +66,7 @@ const GROUPS: Group[] = [
   {
     title: 'Models',
     env: 'models',
-    variables: ['MODELS_FILE', 'ONNX_DEVICE', 'ONNX_THREADS', 'MAX_BATCH', 'KV_CACHE_MB', 'PREFIX_CACHE', 'PREFILL_CHUNK', 'MIXED_BATCHES', 'PROMPT_GRAPH', 'QUEUE_SIZE'],
+    variables: ['MODELS_FILE', 'ONNX_DEVICE', 'ONNX_THREADS', 'MAX_BATCH', 'KV_CACHE_MB', 'PREFIX_CACHE', 'PREFIX_CACHE_SHARED_PREFIX', 'PREFILL_CHUNK', 'MIXED_BATCHES', 'PROMPT_GRAPH', 'QUEUE_SIZE'],
   },
   {
     title: 'Upstream models',

@@ -6,7 +6,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { redactSecretLooking } from '../logging.ts'
-import { WORDCOUNT_MAX } from './chat/schema.ts'
+import { CACHE_SALT_MAX, WORDCOUNT_MAX } from './chat/schema.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import type { Metrics } from './metrics/metrics.ts'
@@ -39,6 +39,7 @@ const UNION_FIELD_MESSAGES: Record<string, string> = {
   response_format: 'must be {"type":"text"}, {"type":"json_object"} or {"type":"json_schema","json_schema":{"name":…,"schema":{…}}}',
   top_logprobs: 'must be an integer from 0 to 20',
   logprobs: 'must be a boolean',
+  cache_salt: `must be a string of 1 to ${CACHE_SALT_MAX} printable ASCII characters`,
 }
 
 function lastName (param: string): string {

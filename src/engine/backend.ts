@@ -34,6 +34,12 @@ export interface GenerateRequest {
    * 0 or absent: no cap). Only read with a JSON `responseFormat`.
    */
   thinkingBudget?: number
+  /**
+   * Whose prefix cache the request may reuse and add to: an opaque string the server derives from
+   * the authenticated account (and the request's cache_salt), never one a client sets. Requests
+   * reuse only cache computed for the same scope. Absent: one scope for every such request.
+   */
+  cacheScope?: string
 }
 
 /** `response_format` as the client sent it (validated); `text` means no constraint. */
@@ -156,8 +162,9 @@ export interface Backend {
    * A reply has finished: `messages` is its conversation as the next turn's request will start
    * (the request's messages, then the reply as an assistant message). A backend with a prefix
    * cache may compute it ahead, while idle, so the next turn computes only its new message.
+   * It is kept for `cacheScope`'s requests alone (the finished request's own scope).
    * Absent where there is nothing to gain (upstream).
    */
-  prepareNextTurn? (messages: ChatMessage[]): void
+  prepareNextTurn? (messages: ChatMessage[], cacheScope?: string): void
   close (): Promise<void>
 }

@@ -62,6 +62,8 @@ const OpenAiEntry = Type.Object({
   reasoning: Type.Optional(ReasoningMode),
   /** Send top_k upstream (vLLM, llama.cpp, Ollama accept it; OpenAI's API rejects it). Default false. */
   passTopK: Type.Optional(Type.Boolean()),
+  /** Send the request's cache scope (per account and cache_salt) as `cache_salt` (vLLM); relay the upstream's cached_tokens only then. Default false. */
+  passCacheSalt: Type.Optional(Type.Boolean()),
   /** The upstream's template leaves the prompt inside an open <think> (R1 served without a reasoning parser). Default false. */
   startsInReasoning: Type.Optional(Type.Boolean()),
   /** The upstream model's context window in tokens, when known (caps wordcount's token budget). */

@@ -58,7 +58,7 @@ export const FILES_MISSING_SUMMARY = 'its files are not on this server yet'
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'mixedBatches' | 'promptGraph'>>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheSharedPrefix' | 'mixedBatches' | 'promptGraph'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
     & Partial<Pick<Config, 'upstream' | 'env'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
@@ -95,6 +95,8 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     contextLength: entry.contextLength,
     kvCacheBytes: ctx.config.kvCacheBytes,
     prefixCache: ctx.config.prefixCache,
+    // Placed as prompt shaping places a system prompt for this model, so its tokens are the ones requests start with.
+    ...(ctx.config.prefixCacheSharedPrefix ? { sharedPrefix: { text: ctx.config.prefixCacheSharedPrefix, placement: entry.systemPrompt ?? 'system' } } : {}),
     mixedBatches: ctx.config.mixedBatches,
     promptGraph: ctx.config.promptGraph,
   })
@@ -108,6 +110,7 @@ export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx)
     apiKey: entry.apiKey,
     upstreamModel: entry.upstreamModel,
     passTopK: entry.passTopK,
+    passCacheSalt: entry.passCacheSalt,
     startsInReasoning: entry.startsInReasoning,
     contextLength: entry.contextLength,
     settings: ctx.config.upstream,

@@ -131,8 +131,8 @@ export class PullingBackend implements DownloadingBackend {
   }
 
   /** Passed on once the files are in (the default model is served through this wrapper). */
-  prepareNextTurn (messages: ChatMessage[]): void {
-    this.#inner?.prepareNextTurn?.(messages)
+  prepareNextTurn (messages: ChatMessage[], cacheScope?: string): void {
+    this.#inner?.prepareNextTurn?.(messages, cacheScope)
   }
 
   async close (): Promise<void> {

@@ -4,6 +4,7 @@
 // backend with the spec's defaults and exactly the client's conversation.
 
 import t from 'tap'
+import { cacheScope } from '../../src/api/chat/cache-scope.ts'
 import { ChatCompletionRequest } from '../../src/api/chat/schema.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
@@ -118,7 +119,7 @@ t.test('googleSearchStatus without a search provider is refused, not ignored', a
 
 t.test('defaults reach the backend and the conversation is passed as sent', async t => {
   const backend = new ScriptedBackend()
-  const { app, auth } = await buildTestApp(t, { backends: [backend] })
+  const { app, auth, account } = await buildTestApp(t, { backends: [backend] })
   const messages = [
     { role: 'system', content: 'Be brief.' },
     { role: 'user', content: 'Hi' },
@@ -127,7 +128,7 @@ t.test('defaults reach the backend and the conversation is passed as sent', asyn
   ]
   const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', messages } })
   t.equal(res.statusCode, 200)
-  t.same(backend.lastRequest, { messages, maxTokens: undefined, temperature: 1, topP: 1, topK: 0, seed: undefined, stop: [] })
+  t.same(backend.lastRequest, { messages, maxTokens: undefined, temperature: 1, topP: 1, topK: 0, seed: undefined, stop: [], cacheScope: cacheScope(account.id) })
 
   // Non-default controls become one instruction after the client's system
   // message (test/prompt/controls.test.ts has every combination).
@@ -141,12 +142,12 @@ t.test('defaults reach the backend and the conversation is passed as sent', asyn
 
 t.test('accepted extras', async t => {
   const backend = new ScriptedBackend()
-  const { app, auth } = await buildTestApp(t, { backends: [backend] })
+  const { app, auth, account } = await buildTestApp(t, { backends: [backend] })
   const send = (patch: Record<string, unknown>) => app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody(patch) })
 
   let res = await send({ temperature: 0, top_p: 0.5, top_k: 40, seed: 7, max_tokens: 10, stop: 'END', n: 1, presence_penalty: 0.5, frequency_penalty: -0.5, user: 'u1', unknown_field: { anything: true } })
   t.equal(res.statusCode, 200, res.body)
-  t.same(backend.lastRequest, { messages: [{ role: 'user', content: 'Tell me a story' }], maxTokens: 10, temperature: 0, topP: 0.5, topK: 40, seed: 7, stop: ['END'] })
+  t.same(backend.lastRequest, { messages: [{ role: 'user', content: 'Tell me a story' }], maxTokens: 10, temperature: 0, topP: 0.5, topK: 40, seed: 7, stop: ['END'], cacheScope: cacheScope(account.id) })
 
   res = await send({ max_tokens: 10, max_completion_tokens: 3, stop: ['a', 'b', 'c', 'd'] })
   t.equal(res.statusCode, 200)

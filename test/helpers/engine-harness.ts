@@ -52,10 +52,11 @@ export async function inThreadEngine (t: Test, dir: string, settings: Partial<En
     return forward(input)
   }
   let n = 0
-  const generate = (messages: ChatMessage[], maxTokens: number): Promise<Outcome> => {
+  /** Greedy; `scope` is the request's cache scope (an account, as the server sets it). */
+  const generate = (messages: ChatMessage[], maxTokens: number, scope?: string): Promise<Outcome> => {
     const id = `r${n++}`
     const result = new Promise<Outcome>(resolve => done.set(id, resolve))
-    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens } satisfies GenerateRequest, id)
+    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens, ...(scope !== undefined ? { cacheScope: scope } : {}) } satisfies GenerateRequest, id)
     return result
   }
   t.teardown(() => engine.close())

@@ -40,7 +40,7 @@ async function start (name: string, models: unknown[], adminKey: string): Promis
 // Started one after the other: the relay needs the upstream's port.
 const upstream = await start('upstream', [{ id: 'stories260k', backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu' }], UPSTREAM_KEY)
 const relay = await start('relay', [
-  { id: 'relay', backend: 'openai', baseUrl: `http://127.0.0.1:${upstream.port}/api/v1`, apiKey: UPSTREAM_KEY, upstreamModel: 'stories260k', passTopK: true },
+  { id: 'relay', backend: 'openai', baseUrl: `http://127.0.0.1:${upstream.port}/api/v1`, apiKey: UPSTREAM_KEY, upstreamModel: 'stories260k', passTopK: true, passCacheSalt: true },
 ], KEY)
 
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]

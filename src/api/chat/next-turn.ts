@@ -7,13 +7,14 @@ import { nextTurnStart } from '../../prompt/shape.ts'
 /**
  * Passes `events` through; once the reply finishes (not cancelled), hands the backend the shaped
  * conversation as the next turn will start: the request's messages, then the reply's content as
- * the client received it, shaped as an earlier assistant turn.
+ * the client received it, shaped as an earlier assistant turn. It is computed for the request's
+ * cache scope: only that account (and cache_salt) reuses it.
  */
 export async function * withNextTurn (events: AsyncIterable<GenerateEvent>, backend: Backend, request: GenerateRequest): AsyncIterable<GenerateEvent> {
   let content = ''
   for await (const event of events) {
     if (event.type === 'delta') content += event.content ?? ''
-    else if (event.reason !== 'cancelled') backend.prepareNextTurn?.(nextTurnStart(request.messages, content))
+    else if (event.reason !== 'cancelled') backend.prepareNextTurn?.(nextTurnStart(request.messages, content), request.cacheScope)
     yield event
   }
 }

@@ -14,6 +14,7 @@ import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
+import { cacheScope } from './cache-scope.ts'
 import { chunkMaker, collect, completionBody, hasLogprobs, newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, responseFormatOf, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
@@ -107,6 +108,8 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
         thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, systemPrompt: model.systemPrompt, search: searched,
       })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
+      // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
+      generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
       const release = admission.acquire(model.id)
       try {
         const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)

@@ -49,6 +49,9 @@ const ResponseFormat = Type.Object({
   })),
 })
 
+/** The longest `cache_salt`. */
+export const CACHE_SALT_MAX = 256
+
 /** Short, free-form names such as "English" or "Formal"; long enough for any real name, short enough to keep out prompt stuffing. */
 const ShortName = (def: string, description: string) => Type.Optional(Type.String({ minLength: 1, maxLength: 64, default: def, description }))
 
@@ -88,6 +91,9 @@ export const ChatCompletionRequest = Type.Object({
   logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'Return the log-probability of each generated token.' })),
   top_logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: TOP_LOGPROBS_MAX }), Type.Null()], {
     description: `0 to ${TOP_LOGPROBS_MAX}: how many of the most likely tokens to list at each position; needs logprobs: true.`,
+  })),
+  cache_salt: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: CACHE_SALT_MAX, pattern: '^[\\x20-\\x7e]+$' }), Type.Null()], {
+    description: `1 to ${CACHE_SALT_MAX} printable ASCII characters: requests reuse the prefix cache only of requests of the same account with the same salt (none is a salt of its own).`,
   })),
   response_format: Type.Optional(Type.Union([ResponseFormat, Type.Null()], {
     description: '{"type":"text"} (default), {"type":"json_object"} or {"type":"json_schema","json_schema":{"name","schema","strict"}}: the answer is constrained to JSON (matching the schema).',

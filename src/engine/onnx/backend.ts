@@ -10,6 +10,7 @@ import { pullCommand } from '../models-file.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
+import type { SharedPrefix } from './shared-prefix.ts'
 
 export interface OnnxBackendOptions {
   id: string
@@ -27,6 +28,8 @@ export interface OnnxBackendOptions {
   kvCacheBytes?: number
   /** PREFIX_CACHE; default true. */
   prefixCache?: boolean
+  /** PREFIX_CACHE_SHARED_PREFIX and where the model takes it; none when absent. */
+  sharedPrefix?: SharedPrefix
   /** MIXED_BATCHES; default true. */
   mixedBatches?: boolean
   /** PROMPT_GRAPH; default true. */
@@ -79,6 +82,7 @@ export class OnnxBackend implements Backend {
       contextLength: opts.contextLength,
       kvCacheBytes: opts.kvCacheBytes,
       prefixCache: opts.prefixCache,
+      sharedPrefix: opts.sharedPrefix,
       mixedBatches: opts.mixedBatches,
       promptGraph: opts.promptGraph,
     }
@@ -178,9 +182,9 @@ export class OnnxBackend implements Backend {
     }
   }
 
-  /** Hands the worker a finished reply's conversation to compute ahead while it is idle (next-turn.ts). */
-  prepareNextTurn (messages: ChatMessage[]): void {
-    if (this.#current.state === 'ready') this.#post({ type: 'next_turn', messages })
+  /** Hands the worker a finished reply's conversation to compute ahead while it is idle (next-turn.ts), for `cacheScope` alone. */
+  prepareNextTurn (messages: ChatMessage[], cacheScope?: string): void {
+    if (this.#current.state === 'ready') this.#post({ type: 'next_turn', messages, ...(cacheScope !== undefined ? { cacheScope } : {}) })
   }
 
   /** Has the worker compile the format's grammar (cached there for the request); a schema it cannot use is a 400. */

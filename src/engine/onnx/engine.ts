@@ -30,10 +30,11 @@ import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { Grammars } from './grammar.ts'
 import { TokenTable } from './token-bytes.ts'
-import { defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from './kv-budget.ts'
+import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
-import { PrefixCache } from './prefix-cache.ts'
-import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds } from './next-turn.ts'
+import { CacheManager, type Reservation } from './cache-manager.ts'
+import { sharedPrefixIds, type SharedPrefix } from './shared-prefix.ts'
+import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds, type PendingTurn } from './next-turn.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
@@ -59,6 +60,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   kvCacheBytes?: number
   /** Keep sequences' caches for later requests that start the same way (PREFIX_CACHE); default true. */
   prefixCache?: boolean
+  /** A system prompt whose cache every cache scope may reuse (PREFIX_CACHE_SHARED_PREFIX); none when absent. */
+  sharedPrefix?: SharedPrefix
   /** Feed newcomers' prompts inside the decode steps of the others (MIXED_BATCHES), where the graph packs rows; default true. */
   mixedBatches?: boolean
   /** Run prompts on the model's int8 prompt graph where it has one, on the CPU (PROMPT_GRAPH); default true. */
@@ -79,9 +82,9 @@ const ALL_POSITION_LOGITS_BYTES = 64 << 20
  */
 const ADMISSION_WINDOW_MS = 10
 
-/** Cache positions a sequence may come to hold. */
-function reserveOf (seq: Sequence): number {
-  return KvBudget.reserveOf(seq.promptIds.length, seq.maxNewTokens)
+/** Cache positions a sequence may come to hold, and for which cache scope. */
+function reserveOf (seq: Sequence): Reservation {
+  return { scope: seq.cacheScope, positions: KvBudget.reserveOf(seq.promptIds.length, seq.maxNewTokens) }
 }
 
 export class LocalEngine {
@@ -105,8 +108,8 @@ export class LocalEngine {
   readonly kvBudget: KvBudget
   /** Prompt plus generated tokens of one sequence; see contextLength. */
   readonly #contextLimit: number
-  /** Caches kept for later requests with the same start; null when turned off. */
-  readonly prefixes: PrefixCache | null
+  /** Caches kept for later requests of the same cache scope with the same start (cache-manager.ts); null when turned off. */
+  readonly prefixes: CacheManager | null
   /** Each token's bytes and text (logprobs, grammars); built on first use. */
   readonly tokens: TokenTable
   /** JSON response_format grammars over this model's vocabulary. */
@@ -114,13 +117,13 @@ export class LocalEngine {
   /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
   readonly #mixes: boolean
   /** Conversations whose next turn is computed ahead when the engine is idle (next-turn.ts). */
-  readonly #nextTurns = new NextTurns<ChatMessage[]>()
+  readonly #nextTurns = new NextTurns<PendingTurn>()
   /** Prompt positions computed ahead for conversations' next turns, in all. */
   tokensComputedAhead = 0
   #closing = false
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
-    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; mixedBatches?: boolean }) {
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -131,7 +134,9 @@ export class LocalEngine {
     this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
-    this.prefixes = limits.prefixCache === false ? null : new PrefixCache(this.cacheLayout)
+    this.prefixes = limits.prefixCache === false
+      ? null
+      : new CacheManager(this.cacheLayout, this.kvBudget, limits.sharedPrefix ? sharedPrefixIds(limits.sharedPrefix, messages => this.encodePrompt({ messages })) : [])
     // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
     this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph
     this.tokens = new TokenTable(tokenizer)
@@ -154,7 +159,7 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
-    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, mixedBatches: opts.mixedBatches })
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix })
   }
 
   /**
@@ -259,12 +264,13 @@ export class LocalEngine {
   /**
    * Takes a finished reply's conversation as the next request will start with it (the messages,
    * then the reply as an assistant message) and computes it into the prefix cache once nothing
-   * else is waiting (next-turn.ts). Does nothing without a prefix cache, or for a conversation
-   * that cannot be rendered or would fill the context.
+   * else is waiting (next-turn.ts), for `cacheScope`'s requests alone (the request's own scope).
+   * Does nothing without a prefix cache, or for a conversation that cannot be rendered or would
+   * fill the context.
    */
-  prepareNextTurn (messages: ChatMessage[]): void {
+  prepareNextTurn (messages: ChatMessage[], cacheScope = ''): void {
     if (!this.prefixes || this.#closing) return
-    this.#nextTurns.add(messages)
+    this.#nextTurns.add({ messages, scope: cacheScope })
     if (!this.#looping) void this.#loop()
   }
 
@@ -275,27 +281,21 @@ export class LocalEngine {
 
   /** Computes the newest pending conversation's next turn ahead; stops at a chunk's end when a request arrives. */
   async #computeNextTurn (): Promise<void> {
-    const messages = this.#nextTurns.take()
+    const pending = this.#nextTurns.take()
     const prefixes = this.prefixes
-    if (!messages || !prefixes) return
+    if (!pending || !prefixes) return
     // Rendered here, while idle, rather than when the reply ends, between other sequences' steps.
     let ids: number[]
     try {
-      ids = nextTurnIds(messages, turn => this.renderPrompt({ messages: turn }, this.contextLength - 1).ids)
+      ids = nextTurnIds(pending.messages, turn => this.renderPrompt({ messages: turn }, this.contextLength - 1).ids)
     } catch {
       return
     }
     const computed = await computeAhead(ids, {
       layout: this.cacheLayout,
       prefixes,
+      scope: pending.scope,
       chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
-      makeRoom: (positions, keep) => {
-        const reserve = [KvBudget.reserveOf(positions, 0)]
-        // What cannot fit even with every other entry gone evicts none of them.
-        if (!this.kvBudget.fits(reserve, keep ? keep.tokens.length + SLOT_SLACK : 0)) return false
-        while (!this.kvBudget.fits(reserve, this.#prefixPositions) && prefixes.evictOldest(keep)) { /* room made */ }
-        return this.kvBudget.fits(reserve, this.#prefixPositions)
-      },
       interrupted: () => this.#waiting.length > 0 || this.#closing,
       feed: async (cache, tokens) => {
         const out = await this.cacheLayout.run(cache, [tokens], 1, true)
@@ -325,12 +325,12 @@ export class LocalEngine {
   /**
    * Takes the waiting sequences, from the front of the queue, that may start now: at most `limit`,
    * and only while every cache-holding sequence's reservation still fits the budget beside the
-   * cached prefixes, which give way (least recently used first) when a sequence needs their room.
+   * cached prefixes, which give way, in fair-share order (cache-manager.ts), when a sequence needs their room.
    * The queue is never reordered, so a long request is not starved by short ones behind it. Each
-   * sequence that starts takes the longest cached prefix of its prompt into a cache of its own.
+   * sequence that starts takes the longest cached prefix of its prompt, in its own cache scope, into a cache of its own.
    */
   #admit (limit: number): Sequence[] {
-    const reserves = [...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows)].map(reserveOf)
+    const reserves = this.#running()
     let count = 0
     while (count < limit && count < this.#waiting.length) {
       const seq = this.#waiting[count]
@@ -338,11 +338,14 @@ export class LocalEngine {
       // logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
       // token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
       // turn that into another token.
-      const match = seq.seeded ? null : this.prefixes?.lookup(seq.promptIds, seq.promptIds.length - 1) ?? null
+      const match = seq.seeded ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
+      // With nothing else running, nothing else will free room: any entry may give way (cache-manager.ts).
+      const alone = reserves.length === 0
       reserves.push(reserveOf(seq))
-      while (!this.kvBudget.fits(reserves, this.#prefixPositions) && this.prefixes?.evictOldest(match?.entry)) { /* room made */ }
-      if (!this.kvBudget.fits(reserves, this.#prefixPositions) && match) this.prefixes?.evictOldest()
-      if (!this.kvBudget.fits(reserves, this.#prefixPositions)) break
+      const fits = this.prefixes
+        ? this.prefixes.makeRoom(seq.cacheScope, reserves, { keep: match?.entry, orKeep: true, anyScope: alone })
+        : this.kvBudget.fits(reserves.map(r => r.positions))
+      if (!fits) break
       // Taken now: making room for the next sequence may evict this one's entry.
       if (match && this.prefixes?.holds(match.entry)) {
         seq.cache = this.prefixes.take(match)
@@ -353,24 +356,22 @@ export class LocalEngine {
     return this.#waiting.splice(0, count)
   }
 
-  /** Positions the prefix cache holds, each entry with its buffer's slack. */
-  get #prefixPositions (): number {
-    return this.prefixes ? this.prefixes.positions + this.prefixes.size * SLOT_SLACK : 0
+  /** The reservations of the sequences holding caches: prefilling or decoding, and `joining` a batch. */
+  #running (joining: Sequence[] = []): Reservation[] {
+    return [...new Set([...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows), ...joining])].map(reserveOf)
   }
 
   /**
-   * Keeps a copy of a sequence's cache for later requests with the same start (row `row` of
-   * `cache`), then lets go of the oldest entries until running sequences' reservations fit again.
+   * Keeps a copy of a sequence's cache for later requests of its scope with the same start (row
+   * `row` of `cache`), then lets go of entries until running sequences' reservations fit again.
    */
-  #remember (seq: Sequence, cache: RowCache, row: number): void {
+  #remember (seq: Sequence, cache: RowCache, row: number, joining: Sequence[] = []): void {
     // With a prompt graph, generated tokens' entries came from the main graph, while a later prompt
     // holding them would compute them on the prompt graph: only the prompt is kept, so a reused
     // prefix holds exactly what computing it afresh would.
     const kept = this.session.hasPromptGraph ? Math.min(seq.cachedTokens, seq.promptIds.length) : seq.cachedTokens
     if (!this.prefixes || kept === 0) return
-    this.prefixes.insert(seq.cachedIds.slice(0, kept), this.cacheLayout.gather([{ cache, row, length: kept }]))
-    const reserves = [...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows)].map(reserveOf)
-    while (!this.kvBudget.fits(reserves, this.#prefixPositions) && this.prefixes.evictOldest()) { /* room made */ }
+    this.prefixes.remember(seq.cacheScope, seq.cachedIds.slice(0, kept), cache, row, this.#running(joining))
   }
 
   * #allSequences (): Iterable<Sequence> {
@@ -459,8 +460,10 @@ export class LocalEngine {
     group.remove(new Set([...ready.keys(), ...failed.keys()]))
     if (group.size === 0) this.#prefill = null
     for (const [seq, err] of failed) this.#fail([seq], err)
+    // Rows that left the group to decode still hold their reservations while the others' prompts are kept.
+    const joining = [...ready].filter(([, result]) => !result.finish).map(([seq]) => seq)
     for (const [seq, result] of ready) {
-      if (seq.cache) this.#remember(seq, seq.cache, 0)
+      if (seq.cache) this.#remember(seq, seq.cache, 0, joining)
       this.#emit(seq, result)
       if (result.finish) {
         if (seq.cache) this.cacheLayout.free(seq.cache)

@@ -12,10 +12,13 @@
 // feeds those tokens on top of the cached prompt and keeps the result in the
 // prefix cache. The next turn then computes only its new message. Everything is
 // fed as prompt tokens, exactly as a request holding them would feed them, so
-// replies are the same with and without this.
+// replies are the same with and without this. What is computed ahead belongs to
+// the conversation's cache scope (its account): only that scope's requests
+// reuse it.
 import type { ChatMessage } from '../backend.ts'
+import type { CacheManager } from './cache-manager.ts'
+import { KvBudget } from './kv-budget.ts'
 import type { CacheLayout, RowCache } from './kv-cache.ts'
-import type { PrefixCache } from './prefix-cache.ts'
 
 /** Conversations waiting to be computed ahead; older ones give way to newer. */
 export const MAX_PENDING = 4
@@ -38,6 +41,12 @@ export function nextTurnIds (conversation: ChatMessage[], encode: (messages: Cha
   let shared = 0
   while (shared < a.length && shared < b.length && a[shared] === b[shared]) shared++
   return a.slice(0, shared)
+}
+
+/** A conversation to compute ahead, and the cache scope of the request it came from. */
+export interface PendingTurn {
+  messages: ChatMessage[]
+  scope: string
 }
 
 /** Conversations waiting to be computed ahead, oldest first; beyond MAX_PENDING the oldest is dropped. */
@@ -65,9 +74,9 @@ export class NextTurns<T> {
 
 export interface AheadRun {
   layout: CacheLayout
-  prefixes: PrefixCache
-  /** Frees cached prefixes (other than the one being extended) until `positions` more fit; false when they cannot. */
-  makeRoom: (positions: number, keep?: Parameters<PrefixCache['evictOldest']>[0]) => boolean
+  prefixes: CacheManager
+  /** The conversation's cache scope: it reuses and keeps only that scope's entries. */
+  scope: string
   /** True once real work is waiting: the run stops after its current chunk. */
   interrupted: () => boolean
   /** Most tokens one run may take (AHEAD_CHUNK, or less where the graph's logits bound it). */
@@ -82,9 +91,10 @@ export interface AheadRun {
  * the positions computed.
  */
 export async function computeAhead (ids: number[], run: AheadRun): Promise<number> {
-  const match = run.prefixes.lookup(ids, ids.length)
+  const match = run.prefixes.lookup(run.scope, ids, ids.length)
   if (match && match.length >= ids.length) return 0
-  if (!run.makeRoom(ids.length, match?.entry)) return 0
+  // Room from the scope's own entries, or others' beyond their fair share; never the one extended.
+  if (!run.prefixes.makeRoom(run.scope, [{ scope: run.scope, positions: KvBudget.reserveOf(ids.length, 0) }], { keep: match?.entry })) return 0
   let cache = match ? run.prefixes.take(match) : run.layout.empty(1)
   const start = cache.lengths[0]
   let cached = start
@@ -98,7 +108,7 @@ export async function computeAhead (ids: number[], run: AheadRun): Promise<numbe
   } catch {
     // A failed run leaves the cache it was given as it was: what the earlier chunks computed is kept.
   }
-  if (cached > start) run.prefixes.insert(ids.slice(0, cached), run.layout.gather([{ cache, row: 0, length: cached }]))
+  if (cached > start) run.prefixes.insert(run.scope, ids.slice(0, cached), run.layout.gather([{ cache, row: 0, length: cached }]))
   run.layout.free(cache)
   return cached - start
 }

@@ -5,15 +5,20 @@
 // it holds. Entries are found the way vLLM finds cached blocks: a hash chain
 // over fixed-size blocks of token ids (each block's key hashes the block and
 // the key before it, so one key names the whole prefix up to it), confirmed
-// token by token, then extended within the next partial block. The engine
-// keeps the entries within the KV cache budget it admits requests by, least
-// recently used out first.
+// token by token, then extended within the next partial block. Every entry
+// belongs to one scope (an account, or an account and its cache_salt): the
+// scope seeds the hash chain, and an entry is found only by a lookup in its
+// own scope, so nothing one account computed is reused, or measurable, by
+// another. Which entries give way when the KV cache budget runs short is the
+// cache manager's decision (cache-manager.ts).
 import type { CacheLayout, RowCache } from './kv-cache.ts'
 
 /** Tokens per hashed block; also the shortest prefix worth reusing (shorter ones cost a copy and save nothing). */
 export const BLOCK = 16
 
 export interface PrefixEntry {
+  /** Whose entry this is; only lookups in the same scope find it. */
+  readonly scope: string
   /** The token ids whose keys and values the cache holds, in order. */
   readonly tokens: readonly number[]
   /** One row holding exactly `tokens.length` positions. */
@@ -49,19 +54,24 @@ export class PrefixCache {
     return n
   }
 
+  /** Every entry, in no particular order. */
+  entries (): Iterable<PrefixEntry> {
+    return this.#entries
+  }
+
   /**
-   * The entry sharing the longest prefix with `tokens`, at most `limit` positions of it (a
-   * sequence must feed at least its last prompt token to get logits). Null when none shares one.
+   * The entry of `scope` sharing the longest prefix with `tokens`, at most `limit` positions of it
+   * (a sequence must feed at least its last prompt token to get logits). Null when none shares one.
    */
-  lookup (tokens: readonly number[], limit: number): PrefixMatch | null {
-    const keys = chainKeys(tokens)
+  lookup (scope: string, tokens: readonly number[], limit: number): PrefixMatch | null {
+    const keys = chainKeys(scope, tokens)
     let candidates: Set<PrefixEntry> | undefined
     let blocks = 0
     for (const key of keys) {
       const next = this.#byBlock.get(key)
       if (!next) break
-      // Hash collisions are possible; keep only entries whose tokens really match this block.
-      const matching = new Set([...next].filter(e => sameTokens(e.tokens, tokens, blocks * BLOCK, (blocks + 1) * BLOCK)))
+      // Hash collisions are possible; keep only entries of this scope whose tokens really match this block.
+      const matching = new Set([...next].filter(e => e.scope === scope && sameTokens(e.tokens, tokens, blocks * BLOCK, (blocks + 1) * BLOCK)))
       if (matching.size === 0) break
       candidates = matching
       blocks++
@@ -70,6 +80,7 @@ export class PrefixCache {
     const pool = candidates ?? this.#entries
     let best: PrefixMatch | null = null
     for (const entry of pool) {
+      if (entry.scope !== scope) continue
       let length = blocks * BLOCK
       const end = Math.min(entry.tokens.length, tokens.length)
       while (length < end && entry.tokens[length] === tokens[length]) length++
@@ -78,7 +89,6 @@ export class PrefixCache {
     if (!best) return null
     best.length = Math.min(best.length, limit)
     if (best.length < BLOCK) return null
-    best.entry.lastUsed = ++this.#clock
     return best
   }
 
@@ -88,12 +98,14 @@ export class PrefixCache {
   }
 
   /**
-   * Keeps `cache` (one row, taken over: the caller must not free it) as the cache of `tokens`.
-   * Entries whose tokens are a prefix of these are dropped: the new one serves them too.
+   * Keeps `cache` (one row, taken over: the caller must not free it) as `scope`'s cache of
+   * `tokens`. The scope's entries whose tokens are a prefix of these are dropped: the new one
+   * serves them too.
    */
-  insert (tokens: readonly number[], cache: RowCache): void {
+  insert (scope: string, tokens: readonly number[], cache: RowCache): void {
     for (const e of [...this.#entries]) {
-      if (e.tokens.length <= tokens.length && sameTokens(e.tokens, tokens, 0, e.tokens.length)) this.#remove(e)
+      if (e.scope !== scope) continue
+      if (e.tokens.length <= tokens.length && sameTokens(e.tokens, tokens, 0, e.tokens.length)) this.remove(e)
       else if (e.tokens.length > tokens.length && sameTokens(e.tokens, tokens, 0, tokens.length)) {
         // Already held by a longer entry.
         this.#layout.free(cache)
@@ -101,9 +113,9 @@ export class PrefixCache {
         return
       }
     }
-    const entry: PrefixEntry = { tokens: [...tokens], cache, lastUsed: ++this.#clock }
+    const entry: PrefixEntry = { scope, tokens: [...tokens], cache, lastUsed: ++this.#clock }
     this.#entries.add(entry)
-    for (const key of chainKeys(entry.tokens)) {
+    for (const key of chainKeys(scope, entry.tokens)) {
       let set = this.#byBlock.get(key)
       if (!set) this.#byBlock.set(key, set = new Set())
       set.add(entry)
@@ -115,22 +127,19 @@ export class PrefixCache {
     return this.#entries.has(entry)
   }
 
-  /** Frees the least recently used entry other than `keep`; false when there is none. */
-  evictOldest (keep?: PrefixEntry): boolean {
-    let oldest: PrefixEntry | undefined
-    for (const e of this.#entries) if (e !== keep && (!oldest || e.lastUsed < oldest.lastUsed)) oldest = e
-    if (!oldest) return false
-    this.#remove(oldest)
-    return true
+  /** Marks `entry` as just used (least recently used entries give way first). */
+  touch (entry: PrefixEntry): void {
+    entry.lastUsed = ++this.#clock
   }
 
   clear (): void {
-    for (const e of [...this.#entries]) this.#remove(e)
+    for (const e of [...this.#entries]) this.remove(e)
   }
 
-  #remove (entry: PrefixEntry): void {
+  /** Frees an entry. */
+  remove (entry: PrefixEntry): void {
     if (!this.#entries.delete(entry)) return
-    for (const key of chainKeys(entry.tokens)) {
+    for (const key of chainKeys(entry.scope, entry.tokens)) {
       const set = this.#byBlock.get(key)
       set?.delete(entry)
       if (set?.size === 0) this.#byBlock.delete(key)
@@ -139,10 +148,14 @@ export class PrefixCache {
   }
 }
 
-/** One key per whole block of `tokens`: FNV-1a over the block, seeded with the previous key. */
-function chainKeys (tokens: readonly number[]): number[] {
+/**
+ * One key per whole block of `tokens`: FNV-1a over the block, seeded with the previous key; the
+ * first block's seed is the scope's own hash, so each scope has a chain of its own.
+ */
+function chainKeys (scope: string, tokens: readonly number[]): number[] {
   const keys: number[] = []
   let key = 0x811c9dc5
+  for (let i = 0; i < scope.length; i++) key = Math.imul(key ^ scope.charCodeAt(i), 0x01000193) >>> 0
   for (let start = 0; start + BLOCK <= tokens.length; start += BLOCK) {
     for (let i = start; i < start + BLOCK; i++) {
       let id = tokens[i]

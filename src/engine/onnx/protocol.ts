@@ -3,6 +3,7 @@ import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, Respons
 import type { ErrorCode } from '../../errors.ts'
 import type { DeviceChoice } from './ort.ts'
 import type { ModelDtype } from './model-dir.ts'
+import type { SharedPrefix } from './shared-prefix.ts'
 
 export interface WorkerSettings {
   modelDir: string
@@ -19,6 +20,8 @@ export interface WorkerSettings {
   kvCacheBytes?: number
   /** PREFIX_CACHE; default true. */
   prefixCache?: boolean
+  /** PREFIX_CACHE_SHARED_PREFIX, placed as the model takes a system prompt; none when absent. */
+  sharedPrefix?: SharedPrefix
   /** MIXED_BATCHES; default true. */
   mixedBatches?: boolean
   /** PROMPT_GRAPH; default true. */
@@ -28,8 +31,8 @@ export interface WorkerSettings {
 export type ToWorker =
   | { type: 'generate'; id: string; request: GenerateRequest }
   | { type: 'cancel'; id: string }
-  /** A finished reply's conversation, as the next turn will start: compute it ahead when idle. */
-  | { type: 'next_turn'; messages: ChatMessage[] }
+  /** A finished reply's conversation, as the next turn will start: compute it ahead when idle, for `cacheScope` alone. */
+  | { type: 'next_turn'; messages: ChatMessage[]; cacheScope?: string }
   /** Compile a response_format's grammar now (before the request is admitted); answered by `compiled` or `error`. */
   | { type: 'compile'; id: string; format: ResponseFormat }
   | { type: 'close' }

@@ -56,6 +56,8 @@ export class Sequence {
   cancelled = false
   /** The request gave a seed: it must replay exactly. */
   readonly seeded: boolean
+  /** Whose prefix cache the sequence may reuse and leaves its cache in (GenerateRequest.cacheScope). */
+  readonly cacheScope: string
   readonly #request: GenerateRequest
   readonly #rng: Rng
   readonly #detokenizer: IncrementalDetokenizer
@@ -103,6 +105,7 @@ export class Sequence {
     this.#request = opts.request
     this.#rng = createRng(opts.request.seed)
     this.seeded = opts.request.seed !== undefined
+    this.cacheScope = opts.request.cacheScope ?? ''
     this.#detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
     const json = jsonFormatOf(opts.request.responseFormat) !== undefined && opts.constraint !== undefined
     // A constrained answer ends where its grammar ends: a stop string could cut the JSON short.

@@ -32,7 +32,7 @@ try {
         engine.cancel(message.id)
         break
       case 'next_turn':
-        engine.prepareNextTurn(message.messages)
+        engine.prepareNextTurn(message.messages, message.cacheScope)
         break
       case 'compile':
         engine.prepareResponseFormat(message.format).then(

@@ -30,10 +30,21 @@ export interface UpstreamBackendOptions {
   apiKey?: string
   upstreamModel: string
   passTopK?: boolean
+  /** Send the cache scope as `cache_salt` (vLLM); see UpstreamModel. */
+  passCacheSalt?: boolean
   /** The upstream's chat template leaves the prompt inside an open `<think>` (R1 served without a reasoning parser). */
   startsInReasoning?: boolean
   contextLength?: number
   settings?: UpstreamSettings
+}
+
+/**
+ * The usage without the upstream's cached_tokens: an upstream that keeps one prefix cache for all
+ * of chatd's accounts would count another account's prompts in it.
+ */
+function withoutCachedTokens (usage: Usage): Usage {
+  const { prompt_tokens_details: _shared, ...own } = usage
+  return own
 }
 
 /** An error body is read only this far; a non-streamed reply, a bit further. */
@@ -79,7 +90,7 @@ export class UpstreamBackend implements Backend {
       'user-agent': 'chatd',
       ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}),
     }
-    this.#model = { upstreamModel: opts.upstreamModel, passTopK: opts.passTopK ?? false }
+    this.#model = { upstreamModel: opts.upstreamModel, passTopK: opts.passTopK ?? false, passCacheSalt: opts.passCacheSalt ?? false }
     this.#startsInReasoning = opts.startsInReasoning ?? false
     this.#settings = opts.settings ?? DEFAULT_UPSTREAM_SETTINGS
     this.#agent = new Agent({
@@ -110,7 +121,7 @@ export class UpstreamBackend implements Backend {
     let whole = false
     let reportedUsage: Usage | undefined
     const usage = (): Usage => {
-      if (reportedUsage) return reportedUsage
+      if (reportedUsage) return this.#model.passCacheSalt ? reportedUsage : withoutCachedTokens(reportedUsage)
       const prompt = estimatePromptTokens(request.messages)
       const completion = whole ? estimateTokens(allText) : textDeltas
       return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }

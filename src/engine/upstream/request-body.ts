@@ -10,6 +10,11 @@ export interface UpstreamModel {
   upstreamModel: string
   /** Send top_k (vLLM, llama.cpp, Ollama and chatd accept it; OpenAI's API rejects it). */
   passTopK: boolean
+  /**
+   * Send the request's cache scope as `cache_salt` (vLLM), so the upstream's prefix cache is
+   * split by account as chatd's own is; without it, the upstream's cached_tokens are not relayed.
+   */
+  passCacheSalt?: boolean
 }
 
 export function upstreamBody (request: GenerateRequest, model: UpstreamModel): Record<string, unknown> {
@@ -22,6 +27,7 @@ export function upstreamBody (request: GenerateRequest, model: UpstreamModel): R
     top_p: request.topP,
   }
   if (model.passTopK && request.topK > 0) body.top_k = request.topK
+  if (model.passCacheSalt && request.cacheScope !== undefined) body.cache_salt = request.cacheScope
   if (request.maxTokens !== undefined) body.max_tokens = request.maxTokens
   if (request.seed !== undefined) body.seed = request.seed
   if (request.stop.length > 0) body.stop = request.stop
