@@ -20,6 +20,7 @@ import { Tiers } from './accounts/tiers.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/models-file.ts'
 import { openMigratedDatabase, type Db } from './store/database.ts'
+import { databaseOpenError } from './store/open-error.ts'
 
 const USAGE = `Usage: chatd <command>
 
@@ -74,7 +75,7 @@ class CommandError extends Error {}
 
 /** Opens the configured database for one command and closes it afterwards. */
 async function withAccounts<T> (config: Config, fn: (accounts: Accounts) => Promise<T>): Promise<T> {
-  const db: Db = await openMigratedDatabase(config.database)
+  const db: Db = await openMigratedDatabase(config.database).catch(err => { throw databaseOpenError(config.database, err) })
   try {
     return await fn(new Accounts(db))
   } finally {

@@ -16,6 +16,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/models-file.ts'
 import { createOnnx, ModelRegistry, type BackendFactories } from './engine/registry.ts'
 import { openMigratedDatabase } from './store/database.ts'
+import { databaseOpenError } from './store/open-error.ts'
 
 export interface StartOptions {
   /** Where the first start prints the admin key; stdout by default. */
@@ -43,7 +44,7 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
     db = await openMigratedDatabase(config.database, { timeoutMs: config.databaseTimeoutMs, onIdleError: err => noteIdleError(err) })
   } catch (err) {
     await models.close()
-    throw err
+    throw databaseOpenError(config.database, err)
   }
   let app: FastifyInstance | undefined
   try {
