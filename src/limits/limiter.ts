@@ -152,13 +152,12 @@ export class Limiter {
       throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
     }
 
-    const monthCounted = tier.callsPerMonth !== null
     return new Permit({ headers, maxTokens, cap }, async (tokens, failed) => {
       await fromStore(this.store.settle({
         accountId: account.id,
         requestId,
         tokens: tokens ?? reserve,
-        refundCall: failed && monthCounted,
+        refundCall: failed,
         month,
       }))
     })
