@@ -7,7 +7,7 @@
 
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import t, { type Test } from 'tap'
+import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { buildApp } from '../../src/app.ts'
 import { loadConfig } from '../../src/config.ts'
