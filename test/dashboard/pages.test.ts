@@ -286,3 +286,11 @@ t.test('the README\'s path to the dashboard: the first admin has no password, th
   t.equal(after.statusCode, 303)
   t.equal((await browser.get('/api')).statusCode, 200, 'logged in')
 })
+
+t.test('the dashboard says why "Calls this month" and the 30 days\' calls can differ', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS })
+  const browser = await registered(app)
+  const home = await browser.get('/api')
+  t.equal(home.statusCode, 200)
+  t.match(home.body, /<p class="muted" id="calls-differ">These are all calls, failed ones included, over 30 days \(UTC\)\. "Calls this month" above counts the calendar month's calls that reached the model: a failed call gives its call back/)
+})
