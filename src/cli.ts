@@ -38,7 +38,7 @@ const USAGE = `Usage: chatd <command>
                                                  a "checkpoint" source is converted here, and its download
                                                  removed afterwards unless --keep-checkpoint
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
-  convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
+  convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4, int8)
   install-cuda                                   download onnxruntime-node's CUDA 12 execution provider
                                                  (from api.nuget.org); fails unless it is then in place
 

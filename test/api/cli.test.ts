@@ -103,6 +103,9 @@ t.test('every command prints its help for --help and exits 0', async t => {
   t.match(await cli(['convert', '--out', 'x', '--help']), { code: 0, out: /Usage:/ })
   t.match(await cli(['keys', '--help']), { code: 0, out: /keys create[\s\S]*keys list[\s\S]*keys revoke/ })
   t.match(await cli(['keys']), { code: 2, err: /which keys command/ })
+  // Every dtype convert writes is named, int8 included, in its own help and in chatd's.
+  t.match((await cli(['convert', '--help'])).out, /--dtype fp32\|fp16\|int4\|int8/)
+  t.match((await cli(['--help'])).out, /convert --random CONFIG[^\n]*\(D: fp32, fp16, int4, int8\)/)
 })
 
 t.test('convert is wired to the model builder', async t => {
