@@ -80,7 +80,7 @@ export function replyBounds (ask: CompletionAsk, cap: number | null, tpm: number
 export class Permit {
   /** x-ratelimit-* as of this request's admission. */
   readonly headers: Record<string, string>
-  /** The max_tokens the backend gets: the request's, or the tier's cap when it sent none. */
+  /** The max_tokens the backend gets: the request's, or, when it sent none, the bound replyBounds() found where it is tighter than the context. */
   readonly maxTokens: number | undefined
   /** The most the reply may use, as reserved: max_tokens, or the bound replyBounds() found; null when nothing bounds it. */
   readonly replyLimit: number | null
