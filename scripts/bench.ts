@@ -68,35 +68,72 @@ import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 import { type LlamaCppPrepared, type LlamaCppReport, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
 import { startLlamaServer, type LlamaServer } from './llama-cpp/server.ts'
 
-const { values } = parseArgs({
-  options: {
-    json: { type: 'string' },
-    device: { type: 'string', default: 'cpu' },
-    threads: { type: 'string', default: '0' },
-    prompt: { type: 'string', default: '128' },
-    gen: { type: 'string', default: '128' },
-    concurrency: { type: 'string', default: '1,2,4,8' },
-    rounds: { type: 'string', default: '3' },
-    'llama-cpp': { type: 'boolean', default: true },
-    'block-size': { type: 'string', default: '32' },
-    'huge-pages': { type: 'boolean', default: true },
-    form: { type: 'string', default: 'chatd' },
-    'with-onnx-community': { type: 'boolean', default: false },
-    'model-dir': { type: 'string' },
-    dtype: { type: 'string', default: 'q4' },
-    conversation: { type: 'boolean', default: true },
-    turns: { type: 'string', default: '4' },
-    'turn-prompt': { type: 'string', default: '300' },
-    'turn-answer': { type: 'string', default: '128' },
-    'turn-gen': { type: 'string', default: '32' },
-    'turn-replies': { type: 'string', default: 'model' },
-    'turn-gap': { type: 'string', default: '2000' },
-    staggered: { type: 'boolean', default: true },
-    'staggered-gap': { type: 'string', default: '1000' },
-    'prompt-graph-compare': { type: 'boolean', default: true },
-  },
-  allowNegative: true,
-})
+const USAGE = `Usage: npm run bench -- [options]
+
+Measures chatd (the real server over HTTP, then the engine alone) and llama.cpp in the same run,
+on an int4 random model in the default model's shape; prints tables and writes bench-out/bench.json
+and bench-out/bench.svg. See docs/performance.md.
+
+  --rounds 3                     rounds, alternating llama.cpp and chatd; medians are reported
+  --json FILE                    where the results go (default bench-out/bench.json)
+  --device cpu|cuda              execution provider (default cpu)
+  --threads N                    onnxruntime threads (0: one per CPU)
+  --prompt 128 --gen 128         prompt and reply tokens of the throughput runs
+  --concurrency 1,2,4,8          concurrent streams measured
+  --no-llama-cpp                 skip llama.cpp
+  --block-size 32|64|128         int4 block size of the random model
+  --no-huge-pages                measure without glibc's huge-page tunable
+  --form chatd|onnx-community    the graph's form; --with-onnx-community measures both
+  --model-dir DIR [--dtype q4]   measure a local model directory instead (no llama.cpp ratios)
+  --no-conversation              skip the four-turn conversation
+  --turns 4 --turn-prompt 300 --turn-answer 128 --turn-gen 32 --turn-replies model|fixed --turn-gap 2000
+  --no-staggered                 skip staggered arrivals (--staggered-gap 1000)
+  --no-prompt-graph-compare      skip the run without the int8 prompt graph
+  -h, --help                     this text
+`
+
+let parsed
+try {
+  parsed = parseArgs({
+    options: {
+      json: { type: 'string' },
+      device: { type: 'string', default: 'cpu' },
+      threads: { type: 'string', default: '0' },
+      prompt: { type: 'string', default: '128' },
+      gen: { type: 'string', default: '128' },
+      concurrency: { type: 'string', default: '1,2,4,8' },
+      rounds: { type: 'string', default: '3' },
+      'llama-cpp': { type: 'boolean', default: true },
+      'block-size': { type: 'string', default: '32' },
+      'huge-pages': { type: 'boolean', default: true },
+      form: { type: 'string', default: 'chatd' },
+      'with-onnx-community': { type: 'boolean', default: false },
+      'model-dir': { type: 'string' },
+      dtype: { type: 'string', default: 'q4' },
+      conversation: { type: 'boolean', default: true },
+      turns: { type: 'string', default: '4' },
+      'turn-prompt': { type: 'string', default: '300' },
+      'turn-answer': { type: 'string', default: '128' },
+      'turn-gen': { type: 'string', default: '32' },
+      'turn-replies': { type: 'string', default: 'model' },
+      'turn-gap': { type: 'string', default: '2000' },
+      staggered: { type: 'boolean', default: true },
+      'staggered-gap': { type: 'string', default: '1000' },
+      'prompt-graph-compare': { type: 'boolean', default: true },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+    allowNegative: true,
+  })
+} catch (err) {
+  // An unknown or malformed option: say which, with the usage, and no stack trace.
+  process.stderr.write(`npm run bench: ${(err as Error).message}\n\n${USAGE}`)
+  process.exit(2)
+}
+const { values } = parsed
+if (values.help) {
+  process.stdout.write(USAGE)
+  process.exit(0)
+}
 if (values.form !== 'chatd' && values.form !== 'onnx-community') throw new Error(`--form must be chatd or onnx-community (got ${values.form})`)
 ensureHugePages(values['huge-pages'])
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')

@@ -114,8 +114,12 @@ const GROUPS: Group[] = [
 const ENV_HEADER = [
   'chatd reads its settings from environment variables; a .env file in the working directory is read too (real environment variables win). ' +
   'Every value is checked at start-up, and a bad one stops the server with a message naming it.',
-  'Generated from src/config.ts by `npm run docs:config` (edit the descriptions there); docs/configuration.md has the same in tables. ' +
-  'A line that is commented out shows an example for a variable that is unset by default.',
+  'Generated from src/config.ts by `npm run docs:config` (edit the descriptions there); docs/configuration.md has the same in tables.',
+  'Every line is commented out: a copy of this file changes nothing until you uncomment a line, so it is safe whoever reads it: ' +
+  'chatd (`npm start`), docker compose (which sets the container\'s own HOST and DATABASE_URL), and `docker run --env-file .env` ' +
+  '(whose image sets HOST=0.0.0.0, DATABASE_URL=sqlite:///data/chatd.db and MODELS_DIR=/models; an active HOST=127.0.0.1 would make ' +
+  'the container unreachable through -p, and a relative sqlite:// path would point into /app, which the image\'s user (uid 10001) cannot write). ' +
+  '`# NAME=value` shows the default; for a variable that is unset by default, an example.',
 ]
 
 interface Row {
@@ -141,7 +145,8 @@ function rows (group: Group, properties: Record<string, SchemaProperty>): Row[] 
       const example = p.examples?.[0]
       return { name: v, description: p.description, envLine: `# ${v}=${example === undefined ? '' : String(example)}` }
     }
-    return { name: v, description: p.description, shownDefault: String(p.default), envLine: `${v}=${String(p.default)}` }
+    // Commented out too: the default applies anyway, and an active line would override the image's own settings.
+    return { name: v, description: p.description, shownDefault: String(p.default), envLine: `# ${v}=${String(p.default)}` }
   })
 }
 

@@ -21,6 +21,7 @@ import { Tiers } from './accounts/tiers.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/models-file.ts'
 import { openMigratedDatabase, type Db } from './store/database.ts'
+import { databaseOpenError } from './store/open-error.ts'
 
 const USAGE = `Usage: chatd <command>
 
@@ -38,7 +39,7 @@ const USAGE = `Usage: chatd <command>
                                                  a "checkpoint" source is converted here, and its download
                                                  removed afterwards unless --keep-checkpoint
   convert --from DIR --out DIR [--dtype D]       build an ONNX model directory from a Llama/Qwen2
-  convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4)
+  convert --random CONFIG --out DIR [--seed N]   checkpoint, or seeded random weights (D: fp32, fp16, int4, int8)
   install-cuda                                   download onnxruntime-node's CUDA 12 execution provider
                                                  (from api.nuget.org); fails unless it is then in place
 
@@ -75,7 +76,7 @@ class CommandError extends Error {}
 
 /** Opens the configured database for one command and closes it afterwards. */
 async function withAccounts<T> (config: Config, fn: (accounts: Accounts) => Promise<T>): Promise<T> {
-  const db: Db = await openMigratedDatabase(config.database)
+  const db: Db = await openMigratedDatabase(config.database).catch(err => { throw databaseOpenError(config.database, err) })
   try {
     return await fn(new Accounts(db))
   } finally {

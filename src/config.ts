@@ -227,6 +227,29 @@ export class ConfigError extends Error {
 
 interface AjvError { instancePath: string; message?: string; params: Record<string, unknown> }
 
+/** What a setting's pattern asks for, in words: a raw regular expression helps no one. */
+const PATTERN_WORDS: Record<string, string> = {
+  DATABASE_URL: 'must be sqlite://<path> or postgres://user:password@host:5432/database',
+  CHATD_ADMIN_KEY: 'must be sk-chatd- followed by 32 letters or digits (npx chatd keys create makes one)',
+  REDIS_URL: 'must be a redis:// or rediss:// URL',
+  TRUST_PROXY: 'must be true, false, a number of proxies, or addresses and CIDR ranges separated by commas',
+}
+
+/** One failed check of one setting, in words. */
+function describeIssue (name: string, e: AjvError): string {
+  const { params } = e
+  if (Array.isArray(params.allowedValues)) {
+    const values = params.allowedValues.map(v => v === '' ? 'empty (none)' : String(v))
+    return `must be one of ${values.join(', ')}`
+  }
+  if (typeof params.pattern === 'string') {
+    return PATTERN_WORDS[name] ?? (params.pattern.startsWith('^https?://') ? 'must be an http:// or https:// URL' : 'is not in the form docs/configuration.md gives')
+  }
+  if (params.type === 'integer') return 'must be a whole number'
+  if (typeof params.limit === 'number' && /fewer than/.test(e.message ?? '')) return params.limit === 1 ? 'must not be empty' : `must be at least ${params.limit} characters`
+  return e.message ?? 'is invalid'
+}
+
 /** Values never echoed back in an error message. */
 const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY', 'REDIS_URL', 'SESSION_SECRET'])
 
@@ -262,10 +285,9 @@ export function loadConfig (source: Record<string, string | undefined> = process
     if (!errors) throw err
     const lines = errors.map(e => {
       const name = e.instancePath.replace(/^\//, '') || String(e.params.missingProperty ?? '')
-      const allowed = Array.isArray(e.params.allowedValues) ? ` ${e.params.allowedValues.join(', ')}` : ''
       const got = env[name]
       const shown = got === undefined || SECRET_VARIABLES.has(name) ? '' : ` (got ${JSON.stringify(got)})`
-      return `  ${name}: ${e.message ?? 'is invalid'}${allowed}${shown}`
+      return `  ${name}: ${describeIssue(name, e)}${shown}`
     })
     throw new ConfigError(`Invalid configuration:\n${[...new Set(lines)].join('\n')}`)
   }

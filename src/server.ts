@@ -16,6 +16,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/models-file.ts'
 import { createOnnx, ModelRegistry, type BackendFactories } from './engine/registry.ts'
 import { openMigratedDatabase } from './store/database.ts'
+import { databaseOpenError } from './store/open-error.ts'
 
 export interface StartOptions {
   /** Where the first start prints the admin key; stdout by default. */
@@ -43,7 +44,7 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
     db = await openMigratedDatabase(config.database, { timeoutMs: config.databaseTimeoutMs, onIdleError: err => noteIdleError(err) })
   } catch (err) {
     await models.close()
-    throw err
+    throw databaseOpenError(config.database, err)
   }
   let app: FastifyInstance | undefined
   try {
@@ -73,9 +74,10 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
     const admin = firstStart ? await ensureAdminAccount(accounts, { email: config.adminEmail, key: config.adminKey, firstStart }) : null
     if (admin) {
       // Printed, never logged: this is the one time the key can be seen.
+      const dashboard = `For the dashboard at /api, give it a password: npx chatd accounts set-password --email ${admin.email}\n\n`
       print(admin.fromConfig
-        ? `\nCreated admin account ${admin.email} with the key from CHATD_ADMIN_KEY.\n\n`
-        : `\nCreated admin account ${admin.email}. Its API key (shown only now, keep it):\n\n    ${admin.key}\n\n`)
+        ? `\nCreated admin account ${admin.email} with the key from CHATD_ADMIN_KEY.\n${dashboard}`
+        : `\nCreated admin account ${admin.email}. Its API key (shown only now, keep it):\n\n    ${admin.key}\n\n${dashboard}`)
     }
     // Listening first, loading after: /healthz answers at once, /readyz says when models are ready.
     void models.loadAll(built.log)

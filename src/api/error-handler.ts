@@ -77,7 +77,7 @@ export function validationToApiError (issues: ValidationIssue[], context = 'body
 }
 
 const FASTIFY_CODES: Record<string, { code: ErrorCode; message: string }> = {
-  FST_ERR_CTP_BODY_TOO_LARGE: { code: 'request_too_large', message: 'The request body is too large.' },
+  FST_ERR_CTP_BODY_TOO_LARGE: { code: 'request_too_large', message: 'The request body is larger than the server accepts (its BODY_LIMIT setting).' },
   FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'unsupported_media_type', message: 'Unsupported Content-Type; send application/json.' },
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'invalid_json', message: 'The request body does not match its Content-Length.' },
   FST_ERR_CTP_EMPTY_JSON_BODY: { code: 'invalid_json', message: 'The request body is empty; send a JSON object.' },
@@ -96,7 +96,7 @@ export function toApiError (err: FastifyError | Error): ApiError {
   }
   if (fastifyError.statusCode === 404) return new ApiError('not_found', err.message)
   if (fastifyError.statusCode === 405) return new ApiError('method_not_allowed', err.message)
-  if (fastifyError.statusCode === 413) return new ApiError('request_too_large', err.message)
+  if (fastifyError.statusCode === 413) return new ApiError('request_too_large', FASTIFY_CODES.FST_ERR_CTP_BODY_TOO_LARGE.message)
   if (fastifyError.statusCode === 415) return new ApiError('unsupported_media_type', err.message)
   if (fastifyError.statusCode !== undefined && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
     return new ApiError('invalid_parameter', err.message)

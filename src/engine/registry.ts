@@ -89,6 +89,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     path,
     dtype: entry.dtype,
     device: entry.device ?? ctx.config.onnxDevice,
+    deviceFrom: entry.device === undefined ? undefined : `models.json entry "${entry.id}"`,
     threads: threads === 0 ? undefined : threads,
     maxBatch: ctx.config.maxBatch,
     prefillChunk: ctx.config.prefillChunk,
@@ -272,6 +273,8 @@ export class ModelRegistry {
 
   /** Starts loading every usable model in the background; resolves when all have settled. */
   loadAll (log?: RegistryLogger): Promise<void> {
+    // Said once however many models it concerns: it is about the machine, not the model.
+    let saidCpuFallback = false
     this.#loading ??= Promise.all(this.list().map(async model => {
       const pulling = isDownloading(model.backend) ? model.backend : undefined
       if (pulling && log) pulling.attachLog(log)
@@ -286,8 +289,9 @@ export class ModelRegistry {
         // Which execution provider the engine settled on (local models report it), said once at start.
         const { device, promptGraph } = model.backend as { device?: string; promptGraph?: boolean }
         log?.info({ model: model.id, ms: Math.round(performance.now() - started), ...(device ? { device } : {}), ...(promptGraph ? { promptGraph } : {}) }, 'model ready')
-        if (device === 'cpu' && model.requestedDevice === 'auto') {
-          log?.info({ model: model.id, device }, 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so the model runs on the CPU')
+        if (device === 'cpu' && model.requestedDevice === 'auto' && !saidCpuFallback) {
+          saidCpuFallback = true
+          log?.info({ device }, 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so local models run on the CPU')
         }
       } catch (err) {
         this.#loadErrors.set(model.id, `loading failed: ${(err as Error).message}`)

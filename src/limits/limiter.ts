@@ -58,20 +58,39 @@ const rulesOf = (tier: Tier): Rules => ({
   callsPerMonth: tier.callsPerMonth,
 })
 
+/**
+ * What a request reserves for its reply, and the max_tokens the backend gets.
+ * With max_tokens, that. Without, the reply may run until the tightest of: the
+ * tier's max_tokens_per_request, what tokens_per_minute leaves after the
+ * prompt (a reply may never take more than the minute's budget), and the room
+ * the model's context leaves after the prompt. The backend is told the bound
+ * only when it is tighter than the context, where the model stops by itself.
+ */
+export function replyBounds (ask: CompletionAsk, cap: number | null, tpm: number | null): { maxTokens: number | undefined; reply: number } {
+  if (ask.maxTokens !== undefined) return { maxTokens: ask.maxTokens, reply: ask.maxTokens }
+  const budget = tpm === null ? null : tpm - ask.promptTokens
+  const bounds = [cap, budget].filter((n): n is number => n !== null)
+  const bound = bounds.length > 0 ? Math.min(...bounds) : undefined
+  const maxTokens = bound !== undefined && (ask.contextLength === undefined || bound < ask.contextLength) ? bound : undefined
+  const room = ask.contextLength === undefined ? undefined : Math.max(0, ask.contextLength - ask.promptTokens)
+  const reply = Math.min(bound ?? Infinity, room ?? Infinity)
+  return { maxTokens, reply: Number.isFinite(reply) ? reply : 0 }
+}
+
 export class Permit {
   /** x-ratelimit-* as of this request's admission. */
   readonly headers: Record<string, string>
-  /** The max_tokens the backend gets: the request's, or the tier's cap when it sent none. */
+  /** The max_tokens the backend gets: the request's, or, when it sent none, the bound replyBounds() found where it is tighter than the context. */
   readonly maxTokens: number | undefined
-  /** The tier's max_tokens_per_request; null when it has none. */
-  readonly cap: number | null
+  /** The most the reply may use, as reserved: max_tokens, or the bound replyBounds() found; null when nothing bounds it. */
+  readonly replyLimit: number | null
   readonly #settle: (tokens: number | null, refundCall: boolean) => Promise<void>
   #settled = false
 
-  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; cap: number | null }, settle: (tokens: number | null, refundCall: boolean) => Promise<void>) {
+  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; replyLimit: number | null }, settle: (tokens: number | null, refundCall: boolean) => Promise<void>) {
     this.headers = opts.headers
     this.maxTokens = opts.maxTokens
-    this.cap = opts.cap
+    this.replyLimit = opts.replyLimit
     this.#settle = settle
   }
 
@@ -117,15 +136,19 @@ export class Limiter {
     if (ask.maxTokens !== undefined && cap !== null && ask.maxTokens > cap) {
       throw new ApiError('invalid_parameter', `${param} is ${ask.maxTokens}; the ${tier.name} tier allows at most ${cap} tokens per request.`, { param })
     }
-    // Without max_tokens the tier's cap bounds the reply, unless the model's
-    // own context is the tighter bound anyway (then the model stops there).
-    const maxTokens = ask.maxTokens ?? (cap !== null && (ask.contextLength === undefined || cap < ask.contextLength) ? cap : undefined)
-    const reserve = ask.promptTokens + (maxTokens ?? 0)
-    if (tier.tokensPerMinute !== null && reserve > tier.tokensPerMinute) {
+    const tpm = tier.tokensPerMinute
+    if (tpm !== null && ask.maxTokens !== undefined && ask.promptTokens + ask.maxTokens > tpm) {
       throw new ApiError('invalid_parameter',
-        `This request reserves ${reserve} tokens (about ${ask.promptTokens} of prompt plus ${maxTokens ?? 0} of ${param}), more than the ${tier.name} tier's ${tier.tokensPerMinute} tokens per minute; lower ${param} or shorten the prompt.`,
-        { param: ask.maxTokens !== undefined || ask.promptTokens <= tier.tokensPerMinute ? param : 'messages' })
+        `This request reserves ${ask.promptTokens + ask.maxTokens} tokens (about ${ask.promptTokens} of prompt plus ${ask.maxTokens} of ${param}), more than the ${tier.name} tier's ${tpm} tokens per minute; lower ${param} or shorten the prompt.`,
+        { param: ask.promptTokens < tpm ? param : 'messages' })
     }
+    if (tpm !== null && ask.maxTokens === undefined && ask.promptTokens >= tpm) {
+      throw new ApiError('invalid_parameter',
+        `The prompt alone (about ${ask.promptTokens} tokens) leaves no room for a reply within the ${tier.name} tier's ${tpm} tokens per minute; shorten the prompt.`,
+        { param: 'messages' })
+    }
+    const { maxTokens, reply } = replyBounds(ask, cap, tpm)
+    const reserve = ask.promptTokens + reply
 
     const month = monthOf(this.#now())
     const requestId = randomUUID()
@@ -148,17 +171,16 @@ export class Limiter {
       }
       const what = result.limit === 'requests'
         ? `${tier.requestsPerMinute} requests per minute`
-        : `${tier.tokensPerMinute} tokens per minute (this request reserves ${reserve})`
+        : `${tier.tokensPerMinute} tokens per minute (this request reserves ${reserve}${ask.maxTokens === undefined ? `: its prompt and room for a reply of up to ${reply} tokens, as it sets no ${param}` : ''})`
       throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
     }
 
-    const monthCounted = tier.callsPerMonth !== null
-    return new Permit({ headers, maxTokens, cap }, async (tokens, failed) => {
+    return new Permit({ headers, maxTokens, replyLimit: ask.maxTokens ?? (reply > 0 ? reply : null) }, async (tokens, failed) => {
       await fromStore(this.store.settle({
         accountId: account.id,
         requestId,
         tokens: tokens ?? reserve,
-        refundCall: failed && monthCounted,
+        refundCall: failed,
         month,
       }))
     })

@@ -58,7 +58,9 @@ export class MemoryLimitStore implements LimitStore {
     const state = this.#state(r.accountId, now)
     const { requestsPerMinute: rpm, tokensPerMinute: tpm, callsPerMonth } = r.rules
 
-    if (callsPerMonth !== null && state.month?.id !== r.month.id) {
+    // The month's calls are counted whatever the tier, so a tier change (to one without an
+    // allowance and back) cannot reset them; only a tier with an allowance refuses on them.
+    if (state.month?.id !== r.month.id) {
       if (r.monthSeed === undefined) return { outcome: 'needs-seed' }
       state.month = { id: r.month.id, calls: r.monthSeed }
     }
@@ -93,7 +95,7 @@ export class MemoryLimitStore implements LimitStore {
     if (limit !== undefined) return { outcome: 'refused', limit, retryAfterMs, usage }
 
     state.entries.push({ id: r.requestId, at: now, tokens: r.tokens })
-    if (callsPerMonth !== null) state.month!.calls++
+    state.month!.calls++
     return { outcome: 'admitted', usage: this.#usage(state, r.month, now) }
   }
 

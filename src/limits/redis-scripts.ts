@@ -41,7 +41,7 @@ end
  * KEYS: win, tok, month counter.
  * ARGV: window ms, request id, tokens to reserve, rpm, tpm, calls per month
  * (-1 = no such limit), month seed (-1 = none given), month end (ms).
- * Returns {status, retry after ms, requests, tokens, calls (-1 = untracked), reset ms};
+ * Returns {status, retry after ms, requests, tokens, calls this month, reset ms};
  * status is 'ok', 'requests', 'tokens', 'allowance', or just {'seed'}.
  */
 export const ADMIT = TRIM + `
@@ -51,18 +51,17 @@ local rpm = tonumber(ARGV[4])
 local tpm = tonumber(ARGV[5])
 local allowance = tonumber(ARGV[6])
 
-local calls = -1
-if allowance >= 0 then
-  local stored = redis.call('GET', KEYS[3])
-  if not stored then
-    local seed = tonumber(ARGV[7])
-    if seed < 0 then return {'seed'} end
-    -- Lives a day past the month's end, then goes by itself.
-    redis.call('SET', KEYS[3], seed, 'PX', tonumber(ARGV[8]) - now + 86400000)
-    stored = seed
-  end
-  calls = tonumber(stored)
+-- The month's calls are counted whatever the tier, so a tier change (to one without an
+-- allowance and back) cannot reset them; only a tier with an allowance refuses on them.
+local stored = redis.call('GET', KEYS[3])
+if not stored then
+  local seed = tonumber(ARGV[7])
+  if seed < 0 then return {'seed'} end
+  -- Lives a day past the month's end, then goes by itself.
+  redis.call('SET', KEYS[3], seed, 'PX', tonumber(ARGV[8]) - now + 86400000)
+  stored = seed
 end
+local calls = tonumber(stored)
 
 local requests, tokens, reset = usage()
 
@@ -103,7 +102,7 @@ redis.call('ZADD', KEYS[1], now, id)
 redis.call('HSET', KEYS[2], id, want)
 redis.call('PEXPIRE', KEYS[1], window + 1000)
 redis.call('PEXPIRE', KEYS[2], window + 1000)
-if allowance >= 0 then calls = redis.call('INCR', KEYS[3]) end
+calls = redis.call('INCR', KEYS[3])
 requests, tokens, reset = usage()
 return {'ok', 0, requests, tokens, calls, reset}
 `

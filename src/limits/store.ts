@@ -31,7 +31,7 @@ export interface Usage {
   requests: number
   /** Tokens reserved or settled in the rolling minute. */
   tokens: number
-  /** Calls this month; null when the month's counter does not exist (no allowance applies, or it was never started). */
+  /** Calls this month, whatever the tier; null when the month's counter does not exist yet (no call since the start, or Redis lost it). */
   calls: number | null
   /** Until the oldest counted request leaves the window (the next slot frees); 0 when none is counted. */
   requestsResetMs: number

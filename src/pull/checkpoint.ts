@@ -7,7 +7,7 @@
 // into the model directory. The download resumes like any pull; an
 // interrupted conversion starts over from the downloaded checkpoint, which is
 // removed once the model is in place (unless asked to keep it).
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import type { WeightFormat } from '../convert/decoder-graph.ts'
@@ -47,6 +47,13 @@ export function selectCheckpointFiles (listing: RemoteFile[], repo: string): Rem
 
 interface SourceRecord { repo: string; revision: string; dtype: string; files: Array<{ path: string; sha256?: string; gitSha1?: string }> }
 
+/** Bytes of every file under `dir`: the size of a model already in place. */
+function directoryBytes (dir: string): number {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter(entry => entry.isFile())
+    .reduce((sum, entry) => sum + statSync(join(entry.parentPath, entry.name)).size, 0)
+}
+
 export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boolean }): Promise<PullResult> {
   const weights = CHECKPOINT_DTYPES[opts.dtype]
   if (!weights) {
@@ -56,9 +63,8 @@ export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boo
   const promptGraph = weights === 'int4'
   const emit = opts.onEvent ?? (() => {})
   if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype, promptGraph)) {
-    emit({ type: 'plan', files: [], present: [], totalBytes: 0 })
-    emit({ type: 'done', seconds: 0, files: 0, totalBytes: 0 })
-    return { dir: opts.dir, files: [], totalBytes: 0, skipped: 0 }
+    // Nothing to report file by file: the caller says the model is complete.
+    return { dir: opts.dir, files: [], totalBytes: directoryBytes(opts.dir), skipped: 0, alreadyComplete: true }
   }
   const release = acquirePullLock(opts.dir)
   try {

@@ -70,7 +70,9 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
       const pull = { hub, dir, dtype, onEvent, signal: opts.signal }
       const result = fromCheckpoint ? await pullCheckpoint({ ...pull, keepCheckpoint: opts.keepCheckpoint }) : await pullModel(pull)
       bars?.stop()
-      opts.out(`${entry.id} is ready: ${result.files.length} files, ${formatBytes(result.totalBytes)} in ${dir}`)
+      opts.out(result.alreadyComplete
+        ? `${entry.id} is already complete in ${dir} (${formatBytes(result.totalBytes)}): nothing to download`
+        : `${entry.id} is ready: ${result.files.length} files, ${formatBytes(result.totalBytes)} in ${dir}`)
     } finally {
       bars?.stop()
     }

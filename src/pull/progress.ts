@@ -52,6 +52,16 @@ export class RateMeter {
   }
 }
 
+/**
+ * How long the rest of a conversion will take on this machine: its pace so far
+ * (seconds per tensor since the start) times the tensors left. Undefined until
+ * a tensor is done.
+ */
+export function conversionSecondsLeft (tensors: number, total: number, elapsedSeconds: number): number | undefined {
+  if (tensors <= 0 || total <= 0 || tensors > total) return undefined
+  return (elapsedSeconds / tensors) * (total - tensors)
+}
+
 /** What a pull has done so far, for a status line or a JSON body. */
 export type PullStatus = DownloadProgress
 
@@ -60,6 +70,12 @@ export class PullTracker {
   #status: PullStatus = { downloadedBytes: 0, totalBytes: 0, percent: 0, bytesPerSecond: 0 }
   #doneBefore = 0
   readonly #meter = new RateMeter()
+  readonly #now: () => number
+
+  /** `now`: milliseconds (performance.now by default; tests pass a clock). */
+  constructor (opts: { now?: () => number } = {}) {
+    this.#now = opts.now ?? (() => performance.now())
+  }
 
   get status (): PullStatus {
     return { ...this.#status }
@@ -99,10 +115,10 @@ export class PullTracker {
         this.#set(s.totalBytes)
         break
       case 'convert-start':
-        this.#converting = { tensors: 0, total: 0 }
+        this.#converting = { tensors: 0, total: 0, startedAt: this.#now() }
         break
       case 'convert-progress':
-        this.#converting = { tensors: event.tensors, total: event.total }
+        this.#converting = { tensors: event.tensors, total: event.total, startedAt: this.#converting?.startedAt ?? this.#now() }
         break
       case 'convert-done':
         this.#converting = undefined
@@ -114,14 +130,17 @@ export class PullTracker {
     }
   }
 
-  #converting?: { tensors: number; total: number }
+  #converting?: { tensors: number; total: number; startedAt: number }
   #verifying = false
 
   /** The conversion's state, once the download is done (source "checkpoint"). */
   get conversion (): string | undefined {
     if (this.#converting) {
-      const { tensors, total } = this.#converting
-      return total > 0 ? `converting the checkpoint: ${Math.floor((tensors / total) * 100)}% of ${total} tensors` : 'converting the checkpoint'
+      const { tensors, total, startedAt } = this.#converting
+      const left = conversionSecondsLeft(tensors, total, (this.#now() - startedAt) / 1000)
+      return total > 0
+        ? `converting the checkpoint: ${Math.floor((tensors / total) * 100)}% of ${total} tensors${left === undefined ? '' : `, about ${formatDuration(left)} left at this machine's pace`}`
+        : 'converting the checkpoint'
     }
     return this.#verifying ? 'checking that the converted model runs' : undefined
   }
@@ -137,9 +156,10 @@ export class PullTracker {
 }
 
 /** Plain progress lines: each file's start and end, and a status line at most every `intervalMs`. */
-export function lineReporter (write: (line: string) => void, intervalMs = 5000): (event: PullEvent) => void {
-  const tracker = new PullTracker()
+export function lineReporter (write: (line: string) => void, intervalMs = 5000, now: () => number = () => performance.now()): (event: PullEvent) => void {
+  const tracker = new PullTracker({ now })
   let lastLine = 0
+  let convertStarted = 0
   return event => {
     tracker.onEvent(event)
     switch (event.type) {
@@ -150,11 +170,11 @@ export function lineReporter (write: (line: string) => void, intervalMs = 5000):
       }
       case 'file-start':
         write(`downloading ${event.file.path} (${formatBytes(event.file.size)}${event.resumeFrom > 0 ? `, resuming at ${formatBytes(event.resumeFrom)}` : ''})`)
-        lastLine = performance.now()
+        lastLine = now()
         break
       case 'file-progress':
-        if (performance.now() - lastLine >= intervalMs) {
-          lastLine = performance.now()
+        if (now() - lastLine >= intervalMs) {
+          lastLine = now()
           write(`${event.file.path}: ${tracker.describe()}`)
         }
         break
@@ -168,13 +188,15 @@ export function lineReporter (write: (line: string) => void, intervalMs = 5000):
         write(event.files === 0 ? 'nothing to download' : `complete: ${event.files} files, ${formatBytes(event.totalBytes)}, verified`)
         break
       case 'convert-start':
-        write(`converting the checkpoint to ${event.weights} with chatd's converter (several minutes for a 1.5B model)`)
-        lastLine = performance.now()
+        write(`converting the checkpoint to ${event.weights} with chatd's converter (several minutes for a 1.5B model; the time left is estimated as it goes)`)
+        lastLine = now()
+        convertStarted = lastLine
         break
       case 'convert-progress':
-        if (performance.now() - lastLine >= intervalMs || event.tensors === event.total) {
-          lastLine = performance.now()
-          write(`converting: ${event.tensors} of ${event.total} tensors`)
+        if (now() - lastLine >= intervalMs || event.tensors === event.total) {
+          lastLine = now()
+          const left = event.tensors === event.total ? undefined : conversionSecondsLeft(event.tensors, event.total, (lastLine - convertStarted) / 1000)
+          write(`converting: ${event.tensors} of ${event.total} tensors${left === undefined ? '' : `, about ${formatDuration(left)} left at this machine's pace`}`)
         }
         break
       case 'convert-done':

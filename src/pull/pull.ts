@@ -50,6 +50,8 @@ export interface PullResult {
   totalBytes: number
   /** Files that were already complete. */
   skipped: number
+  /** Nothing had to be fetched or converted: the model was complete already. */
+  alreadyComplete?: boolean
 }
 
 /** Downloads an ONNX model directory (onnx-community layout) for `dtype`. */
@@ -94,7 +96,7 @@ export async function downloadRepoFiles (opts: DownloadOptions & { select: (list
     release()
   }
   emit({ type: 'done', seconds: (performance.now() - started) / 1000, files: files.length, totalBytes })
-  return { dir: opts.dir, files, totalBytes, skipped: present.length }
+  return { dir: opts.dir, files, totalBytes, skipped: present.length, alreadyComplete: present.length === files.length }
 }
 
 async function withRetries (opts: DownloadOptions, file: RemoteFile, attempt: (n: number) => Promise<void>): Promise<void> {

@@ -166,6 +166,17 @@ t.test('accepted extras', async t => {
     res = await send(edge)
     t.equal(res.statusCode, 200, `inclusive edge ${JSON.stringify(edge)}`)
   }
+
+  // top_logprobs: 0 is the documented default: it stands without logprobs, and asks for nothing.
+  for (const body of [{ top_logprobs: 0 }, { logprobs: false, top_logprobs: 0 }]) {
+    res = await send(body)
+    t.equal(res.statusCode, 200, JSON.stringify(body))
+    t.equal(backend.lastRequest?.logprobs, undefined)
+    t.equal(res.json().choices[0].logprobs ?? null, null)
+  }
+  res = await send({ top_logprobs: 1 })
+  t.equal(res.statusCode, 400)
+  t.match(res.json().error, { code: 'invalid_parameter', param: 'top_logprobs', message: 'top_logprobs 1 needs logprobs: true.' })
 })
 
 t.test('null counts as absent for every optional field, the spec\'s own included', async t => {

@@ -90,7 +90,8 @@ t.test('keys revoke takes the whole key an operator pastes, and names the key it
 t.test('the key commands README\'s quick start shows work, in order, after a first start', async t => {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
   const section = readme.slice(readme.indexOf('### Your first authenticated call'), readme.indexOf('\n## ', readme.indexOf('### Your first authenticated call')))
-  const commands = [...section.matchAll(/npx chatd ((?:keys|accounts) [^`)\n]+)/g)].map(m => m[1].trim().split(/\s+/))
+  // set-password reads standard input: test/dashboard/pages.test.ts runs it, then logs in.
+  const commands = [...section.matchAll(/npx chatd ((?:keys|accounts) [^`)\n]+)/g)].map(m => m[1].trim().split(/\s+/)).filter(args => args[1] !== 'set-password')
   t.ok(commands.some(args => args[0] === 'keys' && args[1] === 'create'), 'the section shows how to make keys')
   const dbPath = join(t.testdir(), 'chatd.db')
   process.env.DATABASE_URL = `sqlite://${dbPath}`
@@ -131,6 +132,9 @@ t.test('every command prints its help for --help and exits 0', async t => {
   t.match(await cli(['convert', '--out', 'x', '--help']), { code: 0, out: /Usage:/ })
   t.match(await cli(['keys', '--help']), { code: 0, out: /keys create[\s\S]*keys list[\s\S]*keys revoke/ })
   t.match(await cli(['keys']), { code: 2, err: /which keys command/ })
+  // Every dtype convert writes is named, int8 included, in its own help and in chatd's.
+  t.match((await cli(['convert', '--help'])).out, /--dtype fp32\|fp16\|int4\|int8/)
+  t.match((await cli(['--help'])).out, /convert --random CONFIG[^\n]*\(D: fp32, fp16, int4, int8\)/)
 })
 
 t.test('convert is wired to the model builder', async t => {

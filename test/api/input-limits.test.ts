@@ -91,7 +91,7 @@ t.test('a body over BODY_LIMIT: 413 request_too_large in the error shape', async
 
   const declared = await app.inject({ method: 'POST', url: URL, headers: json, payload: over })
   t.equal(declared.statusCode, 413)
-  t.same(declared.json(), { error: { message: 'The request body is too large.', type: 'invalid_request_error', param: null, code: 'request_too_large' } })
+  t.same(declared.json(), { error: { message: 'The request body is larger than the server accepts (its BODY_LIMIT setting).', type: 'invalid_request_error', param: null, code: 'request_too_large' } })
 
   // No Content-Length: the body arrives as a stream and is cut off at the limit.
   const streamed = await app.inject({ method: 'POST', url: URL, headers: json, payload: Readable.from([over.slice(0, 1000), over.slice(1000)]) })

@@ -35,6 +35,7 @@ t.test('first start prints the admin key once; a restart keeps accounts and keys
   const adminKey = /sk-chatd-[A-Za-z0-9]{32}/.exec(printed)?.[0]
   t.ok(adminKey, 'the admin key was printed')
   t.match(printed, /Created admin account admin@localhost/)
+  t.match(printed, /For the dashboard at \/api, give it a password: npx chatd accounts set-password --email admin@localhost\n/, 'and how to log into the dashboard')
   const reply = await client(first, adminKey!).chat.completions.create({ model: 'stories', messages: [{ role: 'user', content: 'hi' }] })
   t.equal(reply.choices[0].message.content, 'Once upon a time')
   await first.close()

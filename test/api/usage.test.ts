@@ -221,3 +221,16 @@ t.test('GET /api/v1/usage: tier, limits, what remains, 30 days of totals', async
   const docs = (await app.inject({ url: '/docs/json' })).json()
   t.ok(docs.paths['/api/v1/usage'], 'documented in the OpenAPI document')
 })
+
+t.test('tokens_per_minute without max_tokens or a cap: a 466-token reply is cut to what the minute allows', async t => {
+  const words = Array.from({ length: 466 }, (_, i) => `w${i}`)
+  const test = await buildTestApp(t, { tier: 'tight', tiers: JSON.stringify({ default: 'tight', tiers: { tight: { tokens_per_minute: 50 } } }), backends: [new ScriptedBackend({ words })] })
+  const res = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: chatBody() })
+  t.equal(res.statusCode, 200)
+  const body = res.json()
+  t.equal(body.choices[0].finish_reason, 'length')
+  t.ok(body.usage.total_tokens <= 50, `the reply stayed within the minute's 50 tokens (${body.usage.total_tokens})`)
+  const again = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: chatBody() })
+  t.equal(again.statusCode, 429, 'the minute is used up')
+  t.match(again.json().error, { code: 'rate_limit_exceeded', message: /room for a reply of up to \d+ tokens, as it sets no max_tokens/ })
+})

@@ -3,10 +3,16 @@
 // account, closed registration, admin tiers and security headers. The same
 // flows in a real browser are in browser.test.ts.
 
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
+import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
+import { REPO_ROOT } from '../helpers/models.ts'
 import { Browser, csrfToken } from './jar.ts'
 
 const TIERS = JSON.stringify({ tiers: { free: { requests_per_minute: 10, calls_per_month: 100 }, pro: { requests_per_minute: 100 }, unlimited: {} } })
@@ -241,4 +247,50 @@ t.test('admins see every account and set tiers; others may not', async t => {
   t.equal(bad.statusCode, 400)
   t.match(bad.body, /There is no such tier in the tiers file\./)
   t.notMatch(bad.body, /platinum/, 'the submitted value is not echoed')
+})
+
+t.test('the README\'s path to the dashboard: the first admin has no password, the log-in page says how to set one, set-password, log in', async t => {
+  const test = await buildTestApp(t, { tiers: TIERS })
+  // What the first start makes: the admin account, with a key and no password.
+  t.ok(await ensureAdminAccount(test.accounts, { email: 'admin@localhost', firstStart: true }))
+  const browser = new Browser(test.app)
+  const page = await browser.get('/api/login')
+  t.match(page.body, /created by an operator.*has no password until one is set: <code>npx chatd accounts set-password --email you@example.com<\/code>/s, 'said to everyone, whatever the email')
+  const before = await browser.post('/api/login', { email: 'admin@localhost', password: 'admin password' }, { csrfFrom: '/api/login' })
+  t.equal(before.statusCode, 401)
+  t.match(before.body, /do not match an account with a password\./)
+  t.match(before.body, /chatd accounts set-password/)
+  const nobody = await browser.post('/api/login', { email: 'nobody@example.com', password: 'admin password' }, { csrfFrom: '/api/login' })
+  t.equal(nobody.body.replace(/name="_csrf" value="[^"]*"/, '').replace(/nobody@example.com/, ''), before.body.replace(/name="_csrf" value="[^"]*"/, '').replace(/admin@localhost/, ''), 'an unknown email gets the same page: nothing says which emails exist')
+
+  // The README's command, run as the README runs it, the password on standard input.
+  const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8')
+  const command = /npx chatd (accounts set-password --email admin@localhost)\n/.exec(readme)?.[1]
+  t.ok(command, 'the README\'s first-call steps say how')
+  const database = test.config.database
+  if (database.kind !== 'sqlite') throw new Error('the test app is on SQLite')
+  const child = spawn(process.execPath, [join(REPO_ROOT, 'src/cli.ts'), ...command!.split(' ')], {
+    env: { PATH: process.env.PATH, DATABASE_URL: `sqlite://${database.path}` },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  let out = ''
+  let err = ''
+  child.stdout.on('data', chunk => { out += chunk })
+  child.stderr.on('data', chunk => { err += chunk })
+  child.stdin.end('admin password\n')
+  const [code] = await once(child, 'exit')
+  t.equal(code, 0, err)
+  t.equal(out, 'password set for admin@localhost; log in at /api\n')
+
+  const after = await browser.post('/api/login', { email: 'admin@localhost', password: 'admin password' }, { csrfFrom: '/api/login' })
+  t.equal(after.statusCode, 303)
+  t.equal((await browser.get('/api')).statusCode, 200, 'logged in')
+})
+
+t.test('the dashboard says why "Calls this month" and the 30 days\' calls can differ', async t => {
+  const { app } = await buildTestApp(t, { tiers: TIERS })
+  const browser = await registered(app)
+  const home = await browser.get('/api')
+  t.equal(home.statusCode, 200)
+  t.match(home.body, /<p class="muted" id="calls-differ">These are all calls, failed ones included, over 30 days \(UTC\)\. "Calls this month" above counts the calendar month's calls that reached the model: a failed call gives its call back/)
 })

@@ -15,8 +15,8 @@ const KEY = `sk-chatd-${'devices0'.repeat(4)}`
 const ORT_BIN = new URL('../../node_modules/onnxruntime-node/bin/napi-v6/linux/x64/', import.meta.url).pathname
 const hasCudaProvider = existsSync(join(ORT_BIN, 'libonnxruntime_providers_cuda.so'))
 
-async function serve (t: Test, device: string) {
-  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: modelDir, dtype: 'q4' }] }) })
+async function serve (t: Test, device: string, models: Array<Record<string, unknown>> = [{ id: 'stories', backend: 'onnx', path: modelDir, dtype: 'q4' }]) {
+  const dir = t.testdir({ 'models.json': JSON.stringify({ models }) })
   const logs: Array<Record<string, any>> = []
   const stream = new Writable({
     write (chunk, _enc, done) {
@@ -28,7 +28,7 @@ async function serve (t: Test, device: string) {
   const app = await startServer(config, { print: () => {}, logger: { level: 'info', stream } })
   t.teardown(() => app.close())
   const deadline = Date.now() + 60000
-  while (!logs.some(l => l.msg === 'model ready' || l.msg === 'model failed to load')) {
+  while (logs.filter(l => l.msg === 'model ready' || l.msg === 'model failed to load').length < models.length) {
     if (Date.now() > deadline) throw new Error('the model neither loaded nor failed')
     await new Promise(resolve => setTimeout(resolve, 20))
   }
@@ -48,6 +48,20 @@ t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying which fi
 t.test('ONNX_DEVICE=auto without CUDA: the model runs on the CPU and the log says so', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
   const { app, logs } = await serve(t, 'auto')
   t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'cpu' })
-  t.ok(logs.some(l => l.msg === 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so the model runs on the CPU'))
+  t.ok(logs.some(l => l.msg === 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so local models run on the CPU'))
   t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
+})
+
+t.test('ONNX_DEVICE=auto without CUDA, two local models: the CPU line is said once', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+  const { logs } = await serve(t, 'auto', [{ id: 'a', backend: 'onnx', path: modelDir, dtype: 'q4' }, { id: 'b', backend: 'onnx', path: modelDir, dtype: 'q4' }])
+  t.equal(logs.filter(l => l.msg === 'model ready').length, 2)
+  t.equal(logs.filter(l => /CUDA execution provider is not available/.test(l.msg)).length, 1)
+})
+
+t.test('a models.json entry with "device": "cuda" without CUDA: the message names the entry, not ONNX_DEVICE', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+  const { logs } = await serve(t, 'auto', [{ id: 'stories', backend: 'onnx', path: modelDir, dtype: 'q4', device: 'cuda' }])
+  const failed = logs.find(l => l.msg === 'model failed to load')
+  t.match(failed?.err.message, /^models\.json entry "stories" asks for "device": "cuda" but onnxruntime-node's CUDA provider library is not installed: .* Run npx chatd install-cuda to download it/)
+  t.match(failed?.err.message, /Or set that entry's "device" to "auto" \(CUDA when it loads, else the CPU\) or "cpu", or remove it to follow ONNX_DEVICE\.$/)
+  t.notMatch(failed?.err.message, /ONNX_DEVICE=/)
 })

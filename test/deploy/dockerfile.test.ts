@@ -105,3 +105,22 @@ const hadolint = spawnSync('hadolint', ['--version']).status === 0
 t.test('hadolint', { skip: !hadolint && 'hadolint is not installed (Debian has no package for it); the structural checks above stand in for it' }, async t => {
   t.doesNotThrow(() => execFileSync('hadolint', ['--failure-threshold', 'error', join(ROOT, 'Dockerfile')]))
 })
+
+t.test('docker run --env-file with a copy of .env.example keeps the image\'s settings: reachable through -p, the database in /data', async t => {
+  // docker's --env-file: a line is NAME=value unless empty or starting with #.
+  const fromFile = Object.fromEntries(readFileSync(join(ROOT, '.env.example'), 'utf8').split('\n')
+    .filter(line => line.trim() !== '' && !line.startsWith('#'))
+    .map(line => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]))
+  t.same(fromFile, {}, 'a copy sets nothing')
+  for (const name of ['cpu', 'gpu']) {
+    const body = stage(name).body
+    const imageEnv = Object.fromEntries(body.filter(i => i.op === 'ENV').flatMap(i => i.args.split(/\s+/)).filter(Boolean).map(pair => pair.split('=', 2) as [string, string]))
+    const env = { ...imageEnv, ...fromFile }
+    t.equal(env.HOST, '0.0.0.0', `${name}: listens where -p reaches`)
+    t.equal(env.DATABASE_URL, 'sqlite:///data/chatd.db', `${name}: the database under /data`)
+    const owned = body.find(i => i.op === 'RUN' && /chown chatd:chatd \/models \/data/.test(i.args))
+    t.ok(owned, `${name}: /data and /models belong to the image's user`)
+    const user = body.find(i => i.op === 'USER')
+    t.equal(user?.args, 'chatd')
+  }
+})

@@ -32,10 +32,13 @@ t.test(`${ENV_EXAMPLE} is the schema's`, async t => {
   for (const name of Object.keys(ConfigSchema.properties)) t.match(rendered, new RegExp(`^(# )?${name}=`, 'm'), `${name} is in ${ENV_EXAMPLE}`)
 })
 
-t.test('a variable with a default is set to it; one without is shown commented out', async t => {
+t.test('every variable is commented out: its default, or an example where it has none', async t => {
   const rendered = renderEnvExample()
-  t.match(rendered, /^PORT=8080$/m)
-  t.match(rendered, /^SEARCH_PROVIDER=$/m)
+  t.match(rendered, /^# PORT=8080$/m)
+  t.match(rendered, /^# HOST=127\.0\.0\.1$/m)
+  t.match(rendered, /^# DATABASE_URL=sqlite:\/\/data\/chatd\.db$/m)
+  t.match(rendered, /^# SEARCH_PROVIDER=$/m)
+  t.same(rendered.split('\n').filter(line => line !== '' && !line.startsWith('#')), [], 'no active line: a copy of the file changes nothing')
   t.match(rendered, /^# REDIS_URL=redis:\/\/127\.0\.0\.1:6379$/m)
   t.match(rendered, /^# SESSION_SECRET=$/m)
   t.match(rendered, /^# POSTGRES_PASSWORD=$/m, 'the compose files\' variables are listed too, never set')

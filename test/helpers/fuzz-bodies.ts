@@ -117,8 +117,8 @@ export function validBody (model = 'scripted'): fc.Arbitrary<Record<string, unkn
     messages: fc.array(validMessage, { minLength: 1, maxLength: 5 }),
     ...validOptional,
   }, { requiredKeys: ['model', 'messages'] }).map(body => {
-    // top_logprobs needs logprobs: true.
-    if (body.logprobs !== true && body.top_logprobs !== null) delete body.top_logprobs
+    // top_logprobs above 0 needs logprobs: true.
+    if (body.logprobs !== true && body.top_logprobs !== null && body.top_logprobs !== 0) delete body.top_logprobs
     return body
   })
 }

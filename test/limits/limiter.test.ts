@@ -114,7 +114,7 @@ t.test('max_tokens for the backend: the request\'s, else the cap unless the cont
   t.equal((await limiter.admit(account, { model: 'scripted', promptTokens: 1, contextLength: 512 })).maxTokens, 100)
   t.equal((await limiter.admit(account, { model: 'scripted', promptTokens: 1, contextLength: 64 })).maxTokens, undefined)
   const { usage } = await limiter.limitsOf(account)
-  t.equal(usage.tokens, 3 + 7 + 100, 'each reserved its prompt estimate plus its max_tokens (none: 0)')
+  t.equal(usage.tokens, (1 + 7) + (1 + 100) + (1 + 63), 'each reserved its prompt estimate plus its reply\'s bound: max_tokens, else the cap, else the room its context leaves')
 })
 
 t.test('rate-limit refusal: 429 with Retry-After and the x-ratelimit headers', async t => {
@@ -173,4 +173,21 @@ t.test('settling replaces the reservation with the real count', async t => {
   await permit.settle(37, false)
   t.equal((await limiter.limitsOf(account)).usage.tokens, 37)
   t.equal((await limiter.headersFor(account as Account))['x-ratelimit-remaining-tokens'], '963')
+})
+
+t.test('without max_tokens or a cap, a reply may use at most what tokens_per_minute leaves after the prompt', async t => {
+  const { account, usage } = await setup(t)
+  const tiers = Tiers.parse(JSON.stringify({ tiers: { free: { tokens_per_minute: 50 } } }))
+  const limiter = new Limiter({ tiers, store: new MemoryLimitStore(), usage })
+  const permit = await limiter.admit(account, { model: 'x', promptTokens: 4, contextLength: 2048 })
+  t.equal(permit.maxTokens, 46, 'the backend is told the minute\'s budget less the prompt')
+  t.equal((await limiter.limitsOf(account)).usage.tokens, 50, 'and that much is reserved')
+  const busy = await refusal(limiter.admit(account, { model: 'x', promptTokens: 4, contextLength: 2048 }))
+  t.match(busy, { status: 429, code: 'rate_limit_exceeded', message: /50 tokens per minute \(this request reserves 50: its prompt and room for a reply of up to 46 tokens, as it sets no max_tokens\)/ })
+  await permit.settle(10, false)
+  t.equal((await limiter.admit(account, { model: 'x', maxTokens: 36, promptTokens: 4, contextLength: 2048 })).maxTokens, 36, 'settled to the real count (10), the rest of the minute is free again')
+  const full = await refusal(limiter.admit(account, { model: 'x', promptTokens: 50 }))
+  t.match(full, { status: 400, code: 'invalid_parameter', param: 'messages', message: /prompt alone \(about 50 tokens\) leaves no room for a reply within the free tier's 50 tokens per minute/ })
+  const unbounded = new Limiter({ tiers: Tiers.parse(JSON.stringify({ tiers: { free: { requests_per_minute: 5 } } })), store: new MemoryLimitStore(), usage })
+  t.equal((await unbounded.admit(account, { model: 'x', promptTokens: 4, contextLength: 2048 })).maxTokens, undefined, 'no token limit: the model\'s context is the bound')
 })

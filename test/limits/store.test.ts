@@ -58,7 +58,7 @@ const NONE: Rules = { requestsPerMinute: null, tokensPerMinute: null, callsPerMo
 const farMonth = (): MonthRef => ({ id: '2099-01', endMs: Date.now() + 3_600_000 })
 let seq = 0
 const ask = (rules: Partial<Rules>, extra: Partial<AdmitRequest> = {}): AdmitRequest =>
-  ({ accountId: 1, requestId: `r${++seq}`, tokens: 0, rules: { ...NONE, ...rules }, month: farMonth(), ...extra })
+  ({ accountId: 1, requestId: `r${++seq}`, tokens: 0, rules: { ...NONE, ...rules }, month: farMonth(), monthSeed: 0, ...extra })
 
 onEachStore('requests per minute: exactly N of 3N concurrent requests, over two replicas', async (t, [a, b]) => {
   const N = 7
@@ -132,7 +132,7 @@ onEachStore('settling a request that has left the window changes nothing', async
 onEachStore('monthly allowance: seeded from the records, counted, refused until the month ends, refunded', async (t, [a, b], clock) => {
   const month: MonthRef = { id: '2099-02', endMs: Date.now() + 90_000 }
   const rules = { callsPerMonth: 3 }
-  t.same(await a.admit(ask(rules, { month })), { outcome: 'needs-seed' }, 'no counter yet: asks for the records\' count')
+  t.same(await a.admit(ask(rules, { month, monthSeed: undefined })), { outcome: 'needs-seed' }, 'no counter yet: asks for the records\' count')
   t.match(await a.admit(ask(rules, { month, monthSeed: 1 })), { outcome: 'admitted', usage: { calls: 2 } })
   t.match(await b.admit(ask(rules, { month, monthSeed: 0 })), { outcome: 'admitted', usage: { calls: 3 } }, 'a later seed does not reset a live counter')
   const sent = clock.now()

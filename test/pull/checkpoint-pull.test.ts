@@ -161,6 +161,8 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
   const again = await cli(['pull', 'stories'])
   t.equal(again.code, 0, again.err)
   t.equal(hub.downloads().length, downloads, 'the same source and revision, already converted: nothing downloaded')
+  t.match(again.out, new RegExp(`stories is already complete in ${modelDir} \\(\\d+(\\.\\d+)? [KMG]?i?B\\): nothing to download\\n$`))
+  t.notMatch(again.out, /0 files|0 B/, 'no count of nothing')
 
   // A model pulled before chatd wrote prompt graphs: the next pull converts again to add it.
   for (const suffix of ['', '_data']) rmSync(join(modelDir, `onnx/model_prompt.onnx${suffix}`))

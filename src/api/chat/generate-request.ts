@@ -40,8 +40,9 @@ export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigu
     throw invalidParam('n', 'Only n=1 is supported.')
   }
   controlInstruction(controlsOf(body))
-  if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.logprobs !== true) {
-    throw invalidParam('top_logprobs', 'top_logprobs needs logprobs: true.')
+  // 0 is the default, so it asks for nothing and stands without logprobs; more needs logprobs.
+  if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs > 0 && body.logprobs !== true) {
+    throw invalidParam('top_logprobs', `top_logprobs ${body.top_logprobs} needs logprobs: true.`)
   }
   responseFormatOf(body)
   if (body.googleSearchStatus && !opts.searchConfigured) {

@@ -41,10 +41,10 @@ export class RequestMeter {
     this.#record = record
   }
 
-  /** The backend's max_tokens: the request's (or its wordcount budget), bounded by the tier; the tier's cap when there is none. */
+  /** The backend's max_tokens: the request's (or its wordcount budget), never more than was reserved for the reply. */
   maxTokens (requested: number | undefined): number | undefined {
     if (requested === undefined) return this.#permit.maxTokens
-    return this.#permit.cap === null ? requested : Math.min(requested, this.#permit.cap)
+    return this.#permit.replyLimit === null ? requested : Math.min(requested, this.#permit.replyLimit)
   }
 
   /** Passes the generation's events through and ends the meter when they stop. */

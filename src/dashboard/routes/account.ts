@@ -33,7 +33,7 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
     const email = field(request.body, 'email')
     const account = await accounts.verifyLogin(email, field(request.body, 'password'))
     if (!account) {
-      return reply.code(401).view('login', { title: 'Log in', csrf: formToken(reply), email, error: 'That email and password do not match an account.' })
+      return reply.code(401).view('login', { title: 'Log in', csrf: formToken(reply), email, error: 'That email and password do not match an account with a password.' })
     }
     await startSession(request, reply, account.id)
     // Expired sessions are swept now and then, here, rather than by a timer every replica would run.

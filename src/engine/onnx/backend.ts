@@ -17,6 +17,8 @@ export interface OnnxBackendOptions {
   path: string
   dtype?: string
   device?: string
+  /** Who asked for the device, for its errors: a models.json entry; absent: ONNX_DEVICE. */
+  deviceFrom?: string
   threads?: number
   /** Sequences decoding together; see SchedulerSettings. */
   maxBatch?: number
@@ -76,6 +78,7 @@ export class OnnxBackend implements Backend {
       modelDir: opts.path,
       dtype,
       device,
+      deviceFrom: opts.deviceFrom,
       threads: opts.threads ?? 0,
       maxBatch: opts.maxBatch,
       prefillChunk: opts.prefillChunk,

@@ -15,7 +15,7 @@
 import fs from 'node:fs'
 import type { ModelDir } from './model-dir.ts'
 import { ModelDirError } from './model-dir.ts'
-import { createSession, float16BitsToFloat32, freeTensor, ort, type OrtTensor, type SessionSettings } from './ort.ts'
+import { createSession, DeviceError, float16BitsToFloat32, freeTensor, ort, type OrtTensor, type SessionSettings } from './ort.ts'
 
 export type CacheType = 'float32' | 'float16'
 
@@ -195,9 +195,8 @@ export class DecoderSession {
     try {
       loaded = await createSession(file, settings)
     } catch (err) {
-      const message = (err as Error).message
-      if (message.startsWith('ONNX_DEVICE')) throw err
-      throw new ModelDirError(`${file}: onnxruntime cannot load it: ${message}`)
+      if (err instanceof DeviceError) throw err
+      throw new ModelDirError(`${file}: onnxruntime cannot load it: ${(err as Error).message}`)
     }
     return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(file))
   }

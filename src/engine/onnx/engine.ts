@@ -53,6 +53,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   modelDir: string
   dtype: ModelDtype
   device: DeviceChoice
+  /** Who asked for the device, for its errors (SessionSettings.deviceFrom). */
+  deviceFrom?: string
   threads: number
   /** models.json `contextLength`: lowers the model's own context length. */
   contextLength?: number
@@ -154,7 +156,7 @@ export class LocalEngine {
       throw new ModelDirError(`${opts.modelDir}: tokenizer.json has ids up to ${tokenizer.vocabSize - 1} but config.json says vocab_size ${model.vocabSize}: the tokenizer does not belong to this model`)
     }
     const template = ChatTemplate.fromTokenizerConfig(tokenizer.config, `${opts.modelDir}/tokenizer_config.json`)
-    const session = await DecoderSession.load(model, { device: opts.device, threads: opts.threads, promptGraph: opts.promptGraph })
+    const session = await DecoderSession.load(model, { device: opts.device, deviceFrom: opts.deviceFrom, threads: opts.threads, promptGraph: opts.promptGraph })
     const scheduler = {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,

@@ -28,6 +28,8 @@ export type DeviceChoice = 'auto' | 'cpu' | 'cuda'
 
 export interface SessionSettings {
   device: DeviceChoice
+  /** Who asked for the device, for its errors: a models.json entry ('models.json entry "m"'); absent: ONNX_DEVICE. */
+  deviceFrom?: string
   /** Intra-op threads; 0 lets chatd pick the machine's parallelism. */
   threads: number
   /**
@@ -44,18 +46,26 @@ export interface LoadedSession {
   device: 'cpu' | 'cuda'
 }
 
-/** ONNX_DEVICE=cuda on a machine without the provider library: which file is missing where, and the command. */
-export function cudaProviderMissingMessage (library = cudaProviderPath()): string {
-  return `ONNX_DEVICE=cuda but onnxruntime-node's CUDA provider library is not installed: ${library} does not exist. ` +
+/** A device asked for by name that this machine cannot give: the message names who asked (the setting or the models.json entry). */
+export class DeviceError extends Error {}
+
+const askedCuda = (from?: string): string => from === undefined ? 'ONNX_DEVICE=cuda' : `${from} asks for "device": "cuda"`
+const otherDevices = (from?: string): string => from === undefined
+  ? 'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+  : 'Or set that entry\'s "device" to "auto" (CUDA when it loads, else the CPU) or "cpu", or remove it to follow ONNX_DEVICE.'
+
+/** CUDA asked for on a machine without the provider library: which file is missing where, and the command. */
+export function cudaProviderMissingMessage (library = cudaProviderPath(), from?: string): string {
+  return `${askedCuda(from)} but onnxruntime-node's CUDA provider library is not installed: ${library} does not exist. ` +
     `Run ${INSTALL_CUDA_COMMAND} to download it; the CUDA 12 and cuDNN 9 runtime libraries and an NVIDIA driver are needed as well. ` +
-    'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+    otherDevices(from)
 }
 
-/** ONNX_DEVICE=cuda, the provider library installed, and onnxruntime still could not start it: its own message. */
-export function cudaLoadFailedMessage (err: Error, library = cudaProviderPath()): string {
-  return `ONNX_DEVICE=cuda: onnxruntime-node's CUDA provider library is installed (${library}) but the CUDA execution provider could not be loaded: ${err.message}. ` +
+/** CUDA asked for, the provider library installed, and onnxruntime still could not start it: its own message. */
+export function cudaLoadFailedMessage (err: Error, library = cudaProviderPath(), from?: string): string {
+  return `${askedCuda(from)}: onnxruntime-node's CUDA provider library is installed (${library}) but the CUDA execution provider could not be loaded: ${err.message}. ` +
     'Usually the CUDA 12 runtime (cuBLAS included) or cuDNN 9 libraries are not on the library path (LD_LIBRARY_PATH), or there is no usable NVIDIA GPU or driver. ' +
-    'Or set ONNX_DEVICE=auto (CUDA when it loads, else the CPU) or ONNX_DEVICE=cpu.'
+    otherDevices(from)
 }
 
 export async function createSession (modelPath: string, settings: SessionSettings): Promise<LoadedSession> {
@@ -77,12 +87,12 @@ export async function createSession (modelPath: string, settings: SessionSetting
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }
   // Asked for by name: say which file is missing rather than relay onnxruntime's "Failed to load library".
-  if (settings.device === 'cuda' && !cudaProviderInstalled()) throw new Error(cudaProviderMissingMessage())
+  if (settings.device === 'cuda' && !cudaProviderInstalled()) throw new DeviceError(cudaProviderMissingMessage(undefined, settings.deviceFrom))
   try {
     const session = await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cuda'] })
     return { session, device: 'cuda' }
   } catch (err) {
-    if (settings.device === 'cuda') throw new Error(cudaLoadFailedMessage(err as Error))
+    if (settings.device === 'cuda') throw new DeviceError(cudaLoadFailedMessage(err as Error, undefined, settings.deviceFrom))
     return { session: await ort.InferenceSession.create(modelPath, { ...base, executionProviders: ['cpu'] }), device: 'cpu' }
   }
 }

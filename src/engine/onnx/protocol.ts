@@ -9,6 +9,8 @@ export interface WorkerSettings {
   modelDir: string
   dtype: ModelDtype
   device: DeviceChoice
+  /** Who asked for the device, for its errors: a models.json entry; absent: ONNX_DEVICE. */
+  deviceFrom?: string
   threads: number
   /** Sequences decoding together (continuous batching); default DEFAULT_SCHEDULER.maxBatch. */
   maxBatch?: number
