@@ -53,7 +53,7 @@ export function unavailableError (id: string, state: Extract<BackendState, { sta
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'mixedBatches' | 'promptGraph'>>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'mixedBatches' | 'promptGraph' | 'grammar'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
     & Partial<Pick<Config, 'upstream' | 'env'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
@@ -92,6 +92,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     prefixCache: ctx.config.prefixCache,
     mixedBatches: ctx.config.mixedBatches,
     promptGraph: ctx.config.promptGraph,
+    grammar: ctx.config.grammar,
   })
 }
 

@@ -5,7 +5,7 @@
 // be reached the model stays unavailable, and the message gives the exact
 // pull command to run by hand.
 
-import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, ResponseFormat } from '../engine/backend.ts'
+import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, GrammarCounts, ResponseFormat } from '../engine/backend.ts'
 import { ApiError } from '../errors.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
@@ -124,8 +124,12 @@ export class PullingBackend implements DownloadingBackend {
   }
 
   /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */
-  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
-    await this.#inner?.prepareResponseFormat?.(format)
+  async prepareResponseFormat (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
+    await this.#inner?.prepareResponseFormat?.(format, opts)
+  }
+
+  get grammarCounts (): GrammarCounts | undefined {
+    return this.#inner?.grammarCounts
   }
 
   get promptTokensComputedAhead (): number | undefined {

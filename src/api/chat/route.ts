@@ -8,6 +8,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { jsonFormatOf, type GenerateEvent } from '../../engine/backend.ts'
 import { withReasoningMode } from '../../engine/reasoning.ts'
+import { checkResponseFormat } from '../../engine/schema-check.ts'
 import { unavailableError, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
@@ -83,9 +84,11 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const model = resolveModel(models, body.model)
     checkRequest(body, { searchConfigured: search !== undefined })
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
-    // A JSON response_format's grammar is compiled (or found cached) before the request counts: a schema it cannot take is a 400.
+    // A JSON response_format for the local engine: its schema is checked before the request counts
+    // (cheap and bounded: what the grammar could not compile or, with strict, not enforce is a 400)...
     const jsonFormat = jsonFormatOf(responseFormatOf(body))
-    if (jsonFormat && model.backend.prepareResponseFormat) await model.backend.prepareResponseFormat(jsonFormat)
+    const compiles = jsonFormat !== undefined && model.backend.prepareResponseFormat !== undefined
+    if (compiles) checkResponseFormat(jsonFormat)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const completionId = newCompletionId()
     const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
@@ -93,7 +96,18 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
     let searched: SearchDone | undefined
+    const scope = String(request.account?.id ?? '')
     try {
+      // ...and compiled only now, once admitted: a compile is paid for, and a refused key compiles nothing.
+      if (compiles) {
+        try {
+          await model.backend.prepareResponseFormat?.(jsonFormat, { scope, signal })
+        } catch (err) {
+          if (stop.byShutdown()) throw drainDeadlineError()
+          if (signal.aborted) return reply // the client left while its schema compiled: the compile was stopped
+          throw err
+        }
+      }
       if (body.googleSearchStatus && search) {
         try {
           searched = await searchFor(body, search, signal)
@@ -107,6 +121,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
         thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, systemPrompt: model.systemPrompt, search: searched,
       })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
+      generateRequest.grammarScope = scope
       const release = admission.acquire(model.id)
       try {
         const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)

@@ -1,0 +1,119 @@
+// The engine's side of the grammars: each constrained sequence's matcher lives
+// in the model's serving grammar worker (grammar-service.ts), reached over a
+// port. One round trip per step: prepare() sends the tokens sampled since the
+// last step and gets the next mask back; apply() and accept() work on that
+// mask here, so sampling itself never waits on the worker.
+import type { MessagePort } from 'node:worker_threads'
+import { applyTokenMask, grammarKey, maskAllows, type Constraint, type JsonFormat } from './grammar.ts'
+import type { FromMatcher, ToMatcher } from './grammar-protocol.ts'
+
+interface Pending {
+  resolve: (mask: Int32Array) => void
+  reject: (err: Error) => void
+}
+
+/** The port to the serving grammar worker and the steps waiting on it. */
+export class GrammarClient {
+  #port: MessagePort | undefined
+  /** Bumped with each new port: constraints opened on an older one have lost their matcher. */
+  #generation = 0
+  readonly #pending = new Map<number, Pending>()
+  #nextSeq = 1
+
+  /** Takes the port to a (new) serving worker; steps waiting on the old one fail. */
+  setPort (port: MessagePort): void {
+    this.#failAll(new Error('the grammar worker was replaced'))
+    this.#port?.close()
+    this.#port = port
+    this.#generation++
+    port.on('message', (message: FromMatcher) => {
+      const pending = this.#pending.get(message.seq)
+      this.#pending.delete(message.seq)
+      if (message.type === 'mask') pending?.resolve(message.mask)
+      else pending?.reject(new Error(`grammar: ${message.message}`))
+    })
+    port.on('close', () => {
+      if (this.#port !== port) return
+      this.#port = undefined
+      this.#failAll(new Error('the grammar worker stopped'))
+    })
+    port.unref() // the engine's thread ends when the engine does, not when the port does
+  }
+
+  /** A constraint for one sequence; its matcher opens on its first step. */
+  constraint (format: JsonFormat, scope: string): Constraint {
+    return new RemoteConstraint(this, this.#nextSeq++, grammarKey({ format, scope }), format)
+  }
+
+  get generation (): number {
+    return this.#generation
+  }
+
+  /** Posts a step and resolves with the mask that comes back. */
+  step (message: ToMatcher & { type: 'step' }, generation: number): Promise<Int32Array> {
+    const port = this.#port
+    if (!port || generation !== this.#generation) return Promise.reject(new Error('the grammar worker holding this sequence was replaced'))
+    return new Promise((resolve, reject) => {
+      this.#pending.set(message.seq, { resolve, reject })
+      port.postMessage(message)
+    })
+  }
+
+  close (seq: number, generation: number): void {
+    if (generation === this.#generation) this.#port?.postMessage({ type: 'close', seq } satisfies ToMatcher)
+  }
+
+  #failAll (err: Error): void {
+    for (const pending of this.#pending.values()) pending.reject(err)
+    this.#pending.clear()
+  }
+}
+
+class RemoteConstraint implements Constraint {
+  readonly #client: GrammarClient
+  readonly #seq: number
+  readonly #key: string
+  readonly #format: JsonFormat
+  /** The worker that holds the matcher (set on the first step). */
+  #generation: number | undefined
+  /** Tokens accepted here, sent with the next step. */
+  #accepted: number[] = []
+  #mask: Int32Array | null = null
+  #disposed = false
+
+  constructor (client: GrammarClient, seq: number, key: string, format: JsonFormat) {
+    this.#client = client
+    this.#seq = seq
+    this.#key = key
+    this.#format = format
+  }
+
+  async prepare (): Promise<void> {
+    const opening = this.#generation === undefined
+    this.#generation ??= this.#client.generation
+    const tokens = this.#accepted
+    this.#accepted = []
+    this.#mask = await this.#client.step({
+      type: 'step', seq: this.#seq, tokens, ...(opening ? { open: { key: this.#key, format: this.#format } } : {}),
+    }, this.#generation)
+  }
+
+  apply (logits: Float32Array, n: number): void {
+    if (!this.#mask) throw new Error('a constraint applied before prepare()')
+    applyTokenMask(logits, n, this.#mask)
+  }
+
+  accept (id: number): boolean {
+    const mask = this.#mask
+    this.#mask = null
+    if (!mask || !maskAllows(mask, id)) return false
+    this.#accepted.push(id)
+    return true
+  }
+
+  dispose (): void {
+    if (this.#disposed) return
+    this.#disposed = true
+    if (this.#generation !== undefined) this.#client.close(this.#seq, this.#generation)
+  }
+}

@@ -1,0 +1,65 @@
+// A grammar worker: one xgrammar instance over one model's vocabulary, in a
+// thread of its own so a compile that takes seconds, traps or grows memory
+// stalls neither the event loop nor the engine, and can be ended by
+// terminating the thread (grammar-service.ts). A trial worker compiles one
+// schema and is let go; the serving worker keeps compiled grammars and the
+// sequences' matchers, and answers the engine's steps over its port.
+import v8 from 'node:v8'
+import { parentPort, workerData } from 'node:worker_threads'
+import { ApiError } from '../../errors.ts'
+import { Grammars, type LocalConstraint } from './grammar.ts'
+import type { FromGrammarWorker, FromMatcher, GrammarWorkerData, ToGrammarWorker, ToMatcher } from './grammar-protocol.ts'
+import { readModelDir } from './model-dir.ts'
+import { TokenTable } from './token-bytes.ts'
+import { loadTokenizer } from './tokenizer.ts'
+
+const parent = parentPort
+if (!parent) throw new Error('the grammar worker must run in a worker thread')
+const settings = workerData as GrammarWorkerData
+const model = readModelDir(settings.modelDir, settings.dtype)
+const tokens = new TokenTable(await loadTokenizer(settings.modelDir))
+const grammars = new Grammars(() => ({ bytes: tokens.grammarVocabulary(), vocabSize: model.vocabSize, stopIds: model.eosTokenIds }))
+const matchers = new Map<number, Promise<LocalConstraint>>()
+
+/** Bytes outside the JavaScript heap: the WebAssembly memory, which never shrinks. */
+const memoryBytes = (): number => v8.getHeapStatistics().external_memory
+const send = (message: FromGrammarWorker): void => parent.postMessage(message)
+await grammars.prepare()
+
+parent.on('message', (message: ToGrammarWorker) => {
+  grammars.compile(message.format, message.key).then(
+    () => send({ type: 'compiled', id: message.id, memoryBytes: memoryBytes() }),
+    (err: unknown) => send({ type: 'failed', id: message.id, message: err instanceof ApiError ? err.message : String(err), broken: grammars.broken }))
+})
+
+const port = settings.port
+if (port) {
+  const reply = (message: FromMatcher, transfer: ArrayBuffer[] = []): void => port.postMessage(message, transfer)
+  const counted = (): void => send({ type: 'matchers', open: matchers.size, memoryBytes: memoryBytes() })
+  port.on('message', (message: ToMatcher) => {
+    if (message.type === 'close') {
+      const matcher = matchers.get(message.seq)
+      matchers.delete(message.seq)
+      void matcher?.then(m => m.dispose(), () => {})
+      counted()
+      return
+    }
+    let matcher = matchers.get(message.seq)
+    if (!matcher && message.open) {
+      matcher = grammars.constraint(message.open.format, message.open.key)
+      matchers.set(message.seq, matcher)
+      counted()
+    }
+    if (!matcher) {
+      reply({ type: 'error', seq: message.seq, message: 'no matcher for this sequence' })
+      return
+    }
+    matcher.then(async m => {
+      for (const id of message.tokens) if (!m.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
+      await m.prepare()
+      const mask = Int32Array.from(m.mask as Int32Array)
+      reply({ type: 'mask', seq: message.seq, mask }, [mask.buffer])
+    }).catch((err: unknown) => reply({ type: 'error', seq: message.seq, message: (err as Error).message }))
+  })
+}
+send({ type: 'ready' })
