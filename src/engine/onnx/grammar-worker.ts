@@ -26,8 +26,19 @@ const memoryBytes = (): number => v8.getHeapStatistics().external_memory
 const send = (message: FromGrammarWorker): void => parent.postMessage(message)
 await grammars.prepare()
 
+/** A trial also checks the grammar's first mask: a schema no JSON value satisfies allows no first token. */
+async function compile (message: ToGrammarWorker): Promise<void> {
+  await grammars.compile(message.format, message.key)
+  if (settings.role !== 'trial') return
+  const first = await grammars.constraint(message.format, message.key)
+  await first.prepare()
+  const empty = !(first.mask as Int32Array).some(word => word !== 0)
+  first.dispose()
+  if (empty) throw new ApiError('invalid_parameter', 'response_format: no JSON value satisfies the schema (its grammar allows no first token).', { param: 'response_format' })
+}
+
 parent.on('message', (message: ToGrammarWorker) => {
-  grammars.compile(message.format, message.key).then(
+  compile(message).then(
     () => send({ type: 'compiled', id: message.id, memoryBytes: memoryBytes() }),
     (err: unknown) => send({ type: 'failed', id: message.id, message: err instanceof ApiError ? err.message : String(err), broken: grammars.broken }))
 })
