@@ -1,8 +1,9 @@
 // The engine's side of the grammars: each constrained sequence's matcher lives
 // in the model's serving grammar worker (grammar-service.ts), reached over a
-// port. One round trip per step: prepare() sends the tokens sampled since the
-// last step and gets the next mask back; apply() and accept() work on that
-// mask here, so sampling itself never waits on the worker.
+// port. One round trip per step: accepting a sampled token sends it and asks
+// for the next mask at once, so the worker computes it while the engine runs
+// the next step's graph, and prepare() awaits it; apply() and accept() work on
+// the mask here, so sampling itself never waits on the worker.
 import type { MessagePort } from 'node:worker_threads'
 import { applyTokenMask, grammarKey, maskAllows, type Constraint, type JsonFormat } from './grammar.ts'
 import type { FromMatcher, ToMatcher } from './grammar-protocol.ts'
@@ -79,6 +80,8 @@ class RemoteConstraint implements Constraint {
   /** Tokens accepted here, sent with the next step. */
   #accepted: number[] = []
   #mask: Int32Array | null = null
+  /** The next mask, asked for ahead. */
+  #next: Promise<Int32Array> | undefined
   #disposed = false
 
   constructor (client: GrammarClient, seq: number, key: string, format: JsonFormat) {
@@ -88,14 +91,24 @@ class RemoteConstraint implements Constraint {
     this.#format = format
   }
 
+  /** The next mask: already asked for when the last token was accepted, else asked for now. */
   async prepare (): Promise<void> {
+    const next = this.#next ?? this.#ask()
+    this.#next = undefined
+    this.#mask = await next
+  }
+
+  /** Sends the tokens accepted since the last step (opening the matcher on the first) and gets the next mask. */
+  #ask (): Promise<Int32Array> {
     const opening = this.#generation === undefined
     this.#generation ??= this.#client.generation
     const tokens = this.#accepted
     this.#accepted = []
-    this.#mask = await this.#client.step({
+    const asked = this.#client.step({
       type: 'step', seq: this.#seq, tokens, ...(opening ? { open: { key: this.#key, format: this.#format } } : {}),
     }, this.#generation)
+    asked.catch(() => {}) // reported by the prepare() that awaits it; a sequence that ended never does
+    return asked
   }
 
   apply (logits: Float32Array, n: number): void {
@@ -108,6 +121,8 @@ class RemoteConstraint implements Constraint {
     this.#mask = null
     if (!mask || !maskAllows(mask, id)) return false
     this.#accepted.push(id)
+    // Asked for now, so the worker computes it while the engine runs the next step's graph.
+    if (!this.#disposed) this.#next = this.#ask()
     return true
   }
 

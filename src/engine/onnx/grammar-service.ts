@@ -51,6 +51,8 @@ interface Serving {
   open: number
   /** Past its memory bound: replaced once it holds no matcher. */
   retiring: boolean
+  /** It came up: one that fails after this is replaced at once, one that never did is not (it would fail again). */
+  started: boolean
 }
 
 /** The client left while its schema's trial ran: the trial was terminated. */
@@ -175,6 +177,7 @@ export class GrammarService {
   async #serve (key: string, format: JsonFormat): Promise<void> {
     const serving = this.#servingWorker()
     await serving.ready
+    if (this.#serving !== serving) throw new Error('the grammar worker stopped before it was ready')
     const id = this.#nextId++
     let timer: NodeJS.Timeout | undefined
     try {
@@ -204,10 +207,12 @@ export class GrammarService {
       pending: new Map(),
       open: 0,
       retiring: false,
+      started: false,
     }
     this.#serving = serving
     worker.on('message', (message: FromGrammarWorker) => {
       if (message.type === 'ready') {
+        serving.started = true
         ready()
         return
       }
@@ -228,7 +233,10 @@ export class GrammarService {
       if ((message.type === 'compiled' || message.type === 'matchers') && message.memoryBytes > this.#limits.memoryBytes) serving.retiring = true
       if (serving.retiring && serving.open === 0 && serving.pending.size === 0) this.#replace(serving)
     })
-    const failed = (err: Error): void => this.#replace(serving, err)
+    const failed = (err: Error): void => {
+      this.#replace(serving, err)
+      ready() // a compile waiting for it goes on to find no pending entry and fails below
+    }
     worker.on('error', failed)
     worker.on('exit', code => failed(new Error(`the grammar worker exited (code ${code})`)))
     // Sent before any compile resolves, so the engine has the port before a request that needs it.
@@ -245,8 +253,9 @@ export class GrammarService {
     serving.pending.clear()
     serving.worker.removeAllListeners('exit')
     void serving.worker.terminate()
-    // The engine gets the new worker's port at once, so sequences opening after this go there.
-    if (!this.#closed) this.#servingWorker()
+    // The engine gets the new worker's port at once, so sequences opening after this go there;
+    // one that never came up is made again by the next compile, not in a loop.
+    if (!this.#closed && serving.started) this.#servingWorker()
   }
 
   #spawn (role: GrammarWorkerData['role'], port?: MessagePort): Worker {

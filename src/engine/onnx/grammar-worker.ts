@@ -45,32 +45,45 @@ parent.on('message', (message: ToGrammarWorker) => {
 
 const port = settings.port
 if (port) {
+  /** Each sequence's operations, one after the other (a close waits for the step before it). */
+  const chains = new Map<number, Promise<void>>()
   const reply = (message: FromMatcher, transfer: ArrayBuffer[] = []): void => port.postMessage(message, transfer)
   const counted = (): void => send({ type: 'matchers', open: matchers.size, memoryBytes: memoryBytes() })
+  const then = (seq: number, op: () => Promise<void>): void => {
+    const next = (chains.get(seq) ?? Promise.resolve()).then(op)
+    chains.set(seq, next)
+    void next.finally(() => { if (chains.get(seq) === next) chains.delete(seq) })
+  }
   port.on('message', (message: ToMatcher) => {
+    const seq = message.seq
     if (message.type === 'close') {
-      const matcher = matchers.get(message.seq)
-      matchers.delete(message.seq)
-      void matcher?.then(m => m.dispose(), () => {})
-      counted()
+      then(seq, async () => {
+        const matcher = matchers.get(seq)
+        matchers.delete(seq)
+        await matcher?.then(m => m.dispose(), () => {})
+        counted()
+      })
       return
     }
-    let matcher = matchers.get(message.seq)
-    if (!matcher && message.open) {
-      matcher = grammars.constraint(message.open.format, message.open.key)
-      matchers.set(message.seq, matcher)
+    if (!matchers.has(seq) && message.open) {
+      const opened = grammars.constraint(message.open.format, message.open.key)
+      opened.catch(() => {}) // reported to the step below
+      matchers.set(seq, opened)
       counted()
     }
-    if (!matcher) {
-      reply({ type: 'error', seq: message.seq, message: 'no matcher for this sequence' })
-      return
-    }
-    matcher.then(async m => {
-      for (const id of message.tokens) if (!m.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
-      await m.prepare()
-      const mask = Int32Array.from(m.mask as Int32Array)
-      reply({ type: 'mask', seq: message.seq, mask }, [mask.buffer])
-    }).catch((err: unknown) => reply({ type: 'error', seq: message.seq, message: (err as Error).message }))
+    then(seq, async () => {
+      try {
+        const matcher = matchers.get(seq)
+        if (!matcher) throw new Error('no matcher for this sequence')
+        const m = await matcher
+        for (const id of message.tokens) if (!m.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
+        await m.prepare()
+        const mask = Int32Array.from(m.mask as Int32Array)
+        reply({ type: 'mask', seq, mask }, [mask.buffer])
+      } catch (err) {
+        reply({ type: 'error', seq, message: (err as Error).message })
+      }
+    })
   })
 }
 send({ type: 'ready' })
