@@ -55,6 +55,14 @@ interface Serving {
   started: boolean
 }
 
+/** A trial worker: ready once its vocabulary is prepared; `failure` settles when it errs or exits. */
+interface Trial {
+  worker: Worker
+  ready: Promise<void>
+  failure: Promise<Error>
+  dead: boolean
+}
+
 /** The client left while its schema's trial ran: the trial was terminated. */
 export class CompileCancelled extends Error {}
 
@@ -64,6 +72,8 @@ export class GrammarService {
   /** Hands the engine the port to the new serving worker. */
   readonly #onPort: (port: MessagePort) => void
   #serving: Serving | undefined
+  /** A trial worker started ahead for the next new schema. */
+  #spare: Trial | undefined
   readonly #inFlight = new Map<string, number>()
   #nextId = 1
   readonly counts: GrammarCounts = { compiles: 0, timedOut: 0, cancelled: 0, failed: 0, busy: 0, inFlight: 0, replaced: 0 }
@@ -130,38 +140,44 @@ export class GrammarService {
   async #trial (key: string, format: JsonFormat, signal: AbortSignal | undefined): Promise<void> {
     if (signal?.aborted) throw new CompileCancelled('the client left while its response_format was compiling')
     this.counts.compiles++
-    const worker = this.#spawn('trial')
+    const trial = this.#takeTrial()
     let timer: NodeJS.Timeout | undefined
     let onAbort: (() => void) | undefined
     try {
       await new Promise<void>((resolve, reject) => {
         onAbort = () => reject(new CompileCancelled('the client left while its response_format was compiling'))
         signal?.addEventListener('abort', onAbort, { once: true })
-        worker.on('message', (message: FromGrammarWorker) => {
-          if (message.type === 'ready') {
-            // Timed from here: the vocabulary's preparation is not the schema's doing.
-            timer = setTimeout(() => {
-              this.counts.timedOut++
-              reject(new ApiError('invalid_parameter',
-                `response_format: the JSON schema did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS); simplify it (fewer nested alternatives, shorter repetitions).`,
-                { param: 'response_format' }))
-            }, this.#limits.compileTimeoutMs)
-            worker.postMessage({ type: 'compile', id: 0, key, format })
-          } else if (message.type === 'compiled') {
+        let compiling = false
+        trial.worker.on('message', (message: FromGrammarWorker) => {
+          if (message.type === 'compiled') {
             resolve()
           } else if (message.type === 'failed') {
             this.counts.failed++
             reject(new ApiError('invalid_parameter', message.message, { param: 'response_format' }))
           }
         })
-        // A trap that escapes, or the instance's abort: the schema broke the compiler.
-        worker.on('error', err => {
+        // A trap that escapes, or the instance's abort while compiling: the schema broke the compiler.
+        void trial.failure.then(err => {
+          if (!compiling) {
+            reject(err)
+            return
+          }
           this.counts.failed++
           reject(new ApiError('invalid_parameter',
             `response_format: the JSON schema cannot be used for structured output: the grammar compiler failed on it (${err.message.slice(0, 200)}).`,
             { param: 'response_format' }))
         })
-        worker.on('exit', code => reject(new Error(`the grammar trial worker exited (code ${code})`)))
+        void trial.ready.then(() => {
+          compiling = true
+          // Timed from here: the vocabulary's preparation is not the schema's doing.
+          timer = setTimeout(() => {
+            this.counts.timedOut++
+            reject(new ApiError('invalid_parameter',
+              `response_format: the JSON schema did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS); simplify it (fewer nested alternatives, shorter repetitions).`,
+              { param: 'response_format' }))
+          }, this.#limits.compileTimeoutMs)
+          trial.worker.postMessage({ type: 'compile', id: 0, key, format })
+        })
       })
     } catch (err) {
       if (err instanceof CompileCancelled) this.counts.cancelled++
@@ -169,8 +185,35 @@ export class GrammarService {
     } finally {
       clearTimeout(timer)
       if (onAbort) signal?.removeEventListener('abort', onAbort)
-      void worker.terminate()
+      void trial.worker.terminate()
     }
+  }
+
+  /**
+   * A trial worker with its vocabulary prepared: the spare made after the last trial (so a new
+   * schema does not wait for a worker to start), or a new one; a new spare is made for the next.
+   */
+  #takeTrial (): Trial {
+    const spare = this.#spare
+    const trial = spare && !spare.dead ? spare : this.#spawnTrial()
+    if (spare && spare !== trial) void spare.worker.terminate()
+    this.#spare = this.#closed ? undefined : this.#spawnTrial()
+    return trial
+  }
+
+  #spawnTrial (): Trial {
+    const worker = this.#spawn('trial')
+    const trial: Trial = {
+      worker,
+      ready: new Promise(resolve => worker.on('message', (message: FromGrammarWorker) => { if (message.type === 'ready') resolve() })),
+      failure: new Promise(resolve => {
+        worker.once('error', resolve)
+        worker.once('exit', code => resolve(new Error(`the grammar trial worker exited (code ${code})`)))
+      }),
+      dead: false,
+    }
+    void trial.failure.then(() => { trial.dead = true })
+    return trial
   }
 
   /** Compiles a schema whose trial passed in the serving worker (made first if need be). */
@@ -267,6 +310,8 @@ export class GrammarService {
 
   async close (): Promise<void> {
     this.#closed = true
+    if (this.#spare) await this.#spare.worker.terminate()
+    this.#spare = undefined
     const serving = this.#serving
     this.#serving = undefined
     if (serving) {
