@@ -12,6 +12,8 @@ import type { ResponseFormat } from './backend.ts'
 export const MAX_SCHEMA_NODES = 20_000
 /** Distinct $ref targets at most. */
 export const MAX_SCHEMA_REFS = 1_000
+/** Subschema visits the finiteness check may make (it revisits what references resolve to). */
+const MAX_CHECK_VISITS = 2_000_000
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
 type Schema = boolean | { [key: string]: Json }
@@ -127,25 +129,30 @@ export function checkResponseFormat (format: ResponseFormat): void {
   // 2. Which $ref targets have a finite instance: a least fixpoint, each round one pass over the
   //    targets without following references (a reference counts once its target is known finite).
   const finite = new Set<string>()
+  const budget = { visits: MAX_CHECK_VISITS }
   let changed = true
+  const forward = [...targets]
+  const backward = [...forward].reverse()
   for (let round = 0; changed && round <= targets.size; round++) {
     changed = false
-    for (const [ref, target] of targets) {
-      if (!finite.has(ref) && hasInstance(target, finite)) {
+    // Alternating directions: a chain of references settles in two rounds whichever way it was found.
+    for (const [ref, target] of round % 2 === 0 ? backward : forward) {
+      if (!finite.has(ref) && hasInstance(target, finite, budget)) {
         finite.add(ref)
         changed = true
       }
     }
   }
-  if (!hasInstance(root, finite)) throw refuse('the JSON schema has no finite instance (a $ref recursion with no way out: make the recursive property optional, or add a branch without it).')
+  if (!hasInstance(root, finite, budget)) throw refuse('the JSON schema has no finite instance (a $ref recursion with no way out: make the recursive property optional, or add a branch without it).')
 }
 
 /** Whether `node` has a finite instance, given which $ref targets are known to; does not follow references itself. */
-function hasInstance (node: Schema, finite: Set<string>, depth = 0): boolean {
+function hasInstance (node: Schema, finite: Set<string>, budget: { visits: number }, depth = 0): boolean {
+  if (--budget.visits < 0) throw refuse('the JSON schema\'s references are too tangled to check (simplify its $ref structure).')
   if (typeof node === 'boolean') return node
   if (depth > 256) return true // the body's own nesting bound keeps real schemas far below this
   if (typeof node.$ref === 'string' && !finite.has(node.$ref)) return false
-  const sub = (value: Json | undefined): boolean => typeof value === 'boolean' || isObject(value) ? hasInstance(value, finite, depth + 1) : true
+  const sub = (value: Json | undefined): boolean => typeof value === 'boolean' || isObject(value) ? hasInstance(value, finite, budget, depth + 1) : true
   for (const key of ['anyOf', 'oneOf']) {
     const list = node[key]
     if (Array.isArray(list) && list.length > 0 && !list.some(sub)) return false
