@@ -32,6 +32,9 @@ const post = (key: string, body: Record<string, unknown>) => fetch(`${url}/api/v
 const inFlight = async (): Promise<number> => Number((await app.inject({ url: '/metrics' })).body.split('\n').find(l => l.startsWith('chatd_grammar_compiles_in_flight{'))?.split(' ').pop() ?? 0)
 
 await post(bystander, { max_tokens: 2 }) // warm
+const alone = performance.now()
+await post(bystander, { max_tokens: 2 })
+console.log(`bystander's 2-token completion alone: ${(performance.now() - alone).toFixed(0)} ms`)
 for (const [name, schema] of [['200-level $ref chain', refChain(200)], ['nested pattern', NESTED_PATTERN], ['70-level anyOf chain', anyOfChain(70)]] as const) {
   const started = performance.now()
   const hostile = post(KEY, { max_tokens: 5, response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } })
