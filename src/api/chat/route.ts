@@ -1,6 +1,7 @@
 // POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
 // validation (done by Fastify before this handler) -> size limits -> model
-// lookup -> request checks -> tier limits (metering.ts) -> web search
+// lookup -> request checks (a JSON response_format's schema included) -> tier
+// limits (metering.ts) -> the schema's compile (local models) -> web search
 // (googleSearchStatus) -> prompt shaping -> backend.generate(request, signal)
 // -> JSON or SSE -> usage record.
 
