@@ -30,14 +30,21 @@ export interface GrammarLimits {
   perScope: number
   /** Compiles in flight for the model (GRAMMAR_COMPILES_MAX). */
   total: number
-  /** The serving worker's WebAssembly memory past which it is replaced when idle (GRAMMAR_WORKER_MEMORY_MB). */
+  /**
+   * Memory past which the serving worker is replaced when idle, and a trial is stopped
+   * (GRAMMAR_WORKER_MEMORY_MB; mostly WebAssembly memory).
+   */
   memoryBytes: number
+  /** A trial's own bound, when it should differ (tests); memoryBytes when absent. */
+  trialMemoryBytes?: number
 }
 
 export const DEFAULT_GRAMMAR_LIMITS: GrammarLimits = { compileTimeoutMs: 5000, perScope: 2, total: 4, memoryBytes: 512 * 2 ** 20 }
 
 /** Cached grammars the service remembers per serving worker; the worker keeps as many. */
 const CACHE_SIZE = 64
+/** How often a trial's memory is looked at while it compiles. */
+const MEMORY_WATCH_MS = 100
 /** A serving compile of a schema whose trial passed gets this many times the limit before its worker is replaced. */
 const SERVING_BACKSTOP = 4
 
@@ -142,6 +149,7 @@ export class GrammarService {
     this.counts.compiles++
     const trial = this.#takeTrial()
     let timer: NodeJS.Timeout | undefined
+    let watch: NodeJS.Timeout | undefined
     let onAbort: (() => void) | undefined
     try {
       await new Promise<void>((resolve, reject) => {
@@ -176,6 +184,18 @@ export class GrammarService {
               `response_format: the JSON schema did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS); simplify it (fewer nested alternatives, shorter repetitions).`,
               { param: 'response_format' }))
           }, this.#limits.compileTimeoutMs)
+          // WebAssembly memory grows while a schema compiles and never shrinks: a compile past the
+          // bound is stopped (the worker's heap statistics answer even while it compiles).
+          watch = setInterval(() => {
+            const bound = this.#limits.trialMemoryBytes ?? this.#limits.memoryBytes
+            trial.worker.getHeapStatistics().then(heap => {
+              if (heap.external_memory <= bound) return
+              this.counts.failed++
+              reject(new ApiError('invalid_parameter',
+                `response_format: compiling the JSON schema took more than ${Math.round(bound / 2 ** 20)} MiB of memory (GRAMMAR_WORKER_MEMORY_MB); simplify it.`,
+                { param: 'response_format' }))
+            }, () => {})
+          }, MEMORY_WATCH_MS)
           trial.worker.postMessage({ type: 'compile', id: 0, key, format })
         })
       })
@@ -184,6 +204,7 @@ export class GrammarService {
       throw err
     } finally {
       clearTimeout(timer)
+      clearInterval(watch)
       if (onAbort) signal?.removeEventListener('abort', onAbort)
       void trial.worker.terminate()
     }

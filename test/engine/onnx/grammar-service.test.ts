@@ -1,7 +1,7 @@
 // The grammar service on its own, over stories260k's vocabulary: a compile
 // past the time limit is a 400 naming the limit (its worker terminated); an
 // aborted signal stops a compile; compiles in flight are bounded per scope and
-// in all; a serving worker past its memory bound is replaced once idle, and a
+// in all; a compile past the memory bound is stopped; a serving worker past its memory bound is replaced once idle, and a
 // constrained generation goes on through the new one.
 import t from 'tap'
 import { ApiError } from '../../../src/errors.ts'
@@ -25,6 +25,16 @@ t.test('past the time limit: 400 naming response_format and the limit', async t 
   t.match(service.counts, { compiles: 1, timedOut: 1, inFlight: 0 })
   await service.compile(format(ANIMAL), { scope: 'a' })
   t.pass('the next schema compiles')
+})
+
+t.test('past the memory bound while compiling: 400 naming response_format and the bound', async t => {
+  // The vocabulary's instance holds about 40 MiB; this long enum grows it past 80 MiB as it compiles.
+  const service = new GrammarService(MODEL, { compileTimeoutMs: 120_000, memoryBytes: 80 * 2 ** 20 }, () => {})
+  t.teardown(() => service.close())
+  const big = { type: 'string', enum: Array.from({ length: 20_000 }, (_, i) => `value number ${i} of the enum`) }
+  const err = await service.compile(format(big), { scope: 'a' }).catch((e: unknown) => e)
+  t.match(err, { code: 'invalid_parameter', param: 'response_format', message: /80 MiB.*GRAMMAR_WORKER_MEMORY_MB/ })
+  t.match(service.counts, { failed: 1, timedOut: 0, inFlight: 0 })
 })
 
 t.test('an aborted signal stops the compile; the slots are bounded per scope and in all', async t => {
@@ -56,7 +66,7 @@ t.test('a serving worker past its memory bound is replaced once idle; generation
   const done = new Map<string, (reason: string) => void>()
   const failed = new Map<string, (err: Error) => void>()
   let ports = 0
-  const service = new GrammarService(MODEL, { memoryBytes: 1 }, port => {
+  const service = new GrammarService(MODEL, { memoryBytes: 1, trialMemoryBytes: 2 ** 30 }, port => {
     ports++
     engine.grammars.setPort(port)
   })
