@@ -11,7 +11,13 @@ import type { FromMatcher, ToMatcher } from './grammar-protocol.ts'
 interface Pending {
   resolve: (mask: Int32Array) => void
   reject: (err: Error) => void
+  message: ToMatcher & { type: 'step' }
+  /** An opening step sent again to a new worker: the constraint's matcher lives there now. */
+  moved: (generation: number) => void
 }
+
+/** How long an opening step waits for a new worker once its worker's port closed. */
+const REOPEN_GRACE_MS = 2000
 
 /** The port to the serving grammar worker and the steps waiting on it. */
 export class GrammarClient {
@@ -20,13 +26,23 @@ export class GrammarClient {
   #generation = 0
   readonly #pending = new Map<number, Pending>()
   #nextSeq = 1
+  #grace: NodeJS.Timeout | undefined
 
-  /** Takes the port to a (new) serving worker; steps waiting on the old one fail. */
+  /**
+   * Takes the port to a (new) serving worker. Steps waiting on the old one fail, except a
+   * sequence's first (its matcher not made yet: a worker replaced while idle may not have read
+   * it), which is sent again to the new one.
+   */
   setPort (port: MessagePort): void {
-    this.#failAll(new Error('the grammar worker was replaced'))
+    clearTimeout(this.#grace)
+    this.#failAll(new Error('the grammar worker was replaced'), true)
     this.#port?.close()
     this.#port = port
     this.#generation++
+    for (const pending of this.#pending.values()) {
+      pending.moved(this.#generation)
+      port.postMessage(pending.message)
+    }
     port.on('message', (message: FromMatcher) => {
       const pending = this.#pending.get(message.seq)
       this.#pending.delete(message.seq)
@@ -36,7 +52,10 @@ export class GrammarClient {
     port.on('close', () => {
       if (this.#port !== port) return
       this.#port = undefined
-      this.#failAll(new Error('the grammar worker stopped'))
+      this.#failAll(new Error('the grammar worker stopped'), true)
+      // First steps wait a moment for the new worker's port, then fail too.
+      this.#grace = setTimeout(() => this.#failAll(new Error('the grammar worker stopped'), false), REOPEN_GRACE_MS)
+      this.#grace.unref()
     })
     port.unref() // the engine's thread ends when the engine does, not when the port does
   }
@@ -51,11 +70,11 @@ export class GrammarClient {
   }
 
   /** Posts a step and resolves with the mask that comes back. */
-  step (message: ToMatcher & { type: 'step' }, generation: number): Promise<Int32Array> {
+  step (message: ToMatcher & { type: 'step' }, generation: number, moved: (generation: number) => void): Promise<Int32Array> {
     const port = this.#port
     if (!port || generation !== this.#generation) return Promise.reject(new Error('the grammar worker holding this sequence was replaced'))
     return new Promise((resolve, reject) => {
-      this.#pending.set(message.seq, { resolve, reject })
+      this.#pending.set(message.seq, { resolve, reject, message, moved })
       port.postMessage(message)
     })
   }
@@ -64,9 +83,13 @@ export class GrammarClient {
     if (generation === this.#generation) this.#port?.postMessage({ type: 'close', seq } satisfies ToMatcher)
   }
 
-  #failAll (err: Error): void {
-    for (const pending of this.#pending.values()) pending.reject(err)
-    this.#pending.clear()
+  /** Fails the waiting steps; with `keepOpening`, a sequence's first step waits on. */
+  #failAll (err: Error, keepOpening: boolean): void {
+    for (const [seq, pending] of this.#pending) {
+      if (keepOpening && pending.message.open) continue
+      pending.reject(err)
+      this.#pending.delete(seq)
+    }
   }
 }
 
@@ -106,7 +129,7 @@ class RemoteConstraint implements Constraint {
     this.#accepted = []
     const asked = this.#client.step({
       type: 'step', seq: this.#seq, tokens, ...(opening ? { open: { key: this.#key, format: this.#format } } : {}),
-    }, this.#generation)
+    }, this.#generation, generation => { this.#generation = generation })
     asked.catch(() => {}) // reported by the prepare() that awaits it; a sequence that ended never does
     return asked
   }
