@@ -161,7 +161,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // chatd_engine_sequences: what each local engine still holds, read at scrape time.
   metrics.watchEngines(() => models.list().flatMap(m => {
     const sequences = m.backend.activeSequences
-    return sequences === undefined ? [] : [{ model: m.id, sequences, computedAhead: m.backend.promptTokensComputedAhead }]
+    return sequences === undefined ? [] : [{ model: m.id, sequences, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts }]
   }))
 
   // 7. The API proper, behind Bearer keys.

@@ -98,6 +98,10 @@ export const ConfigSchema = Type.Object({
   ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda'], { default: 'auto', description: 'Execution provider for local ONNX models: `auto` (CUDA when its provider loads, else the CPU), `cpu`, or `cuda` (a GPU that cannot be used is an error). A models.json entry\'s `device` overrides it.' }),
   ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: 'Intra-op threads for local ONNX models; 0: one per CPU this process may use (`os.availableParallelism()`). A models.json entry\'s `threads` overrides it.' }),
   MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: DEFAULT_SCHEDULER.maxBatch, description: 'Continuous batching: sequences per local model that decode together in one batched step.' }),
+  GRAMMAR_COMPILE_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600000, default: 5000, description: 'How long a JSON `response_format` schema may take to compile (ms), in a worker of its own that is terminated at the limit; past it the request gets 400 `invalid_parameter` naming `response_format` and the limit. Only schemas that compiled within it are compiled again where they serve, so this also bounds how long one new schema can delay other requests\' structured output.' }),
+  GRAMMAR_COMPILES_MAX: Type.Integer({ minimum: 1, maximum: 64, default: 4, description: 'New `response_format` schemas compiling at once per local model (each in a worker thread of its own); one more gets 503 `server_overloaded` with `Retry-After`. Schemas an account already used are cached and do not count.' }),
+  GRAMMAR_COMPILES_PER_ACCOUNT: Type.Integer({ minimum: 1, maximum: 64, default: 2, description: 'New `response_format` schemas one account may have compiling at once per local model; one more gets 429 `rate_limit_exceeded` with `Retry-After`.' }),
+  GRAMMAR_WORKER_MEMORY_MB: Type.Integer({ minimum: 16, maximum: 65536, default: 512, description: 'Memory (MiB, mostly WebAssembly, which never shrinks) a `response_format` schema\'s compile may take: a compile past it is stopped and the request gets 400 `invalid_parameter` naming `response_format` and the bound. A local model\'s grammar worker, which holds compiled schemas and the running requests\' grammar state, is replaced by a fresh one once past it and no running request uses it.' }),
   KV_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 0, description: 'Memory for each local model\'s KV cache, in MiB. A request starts only while the caches it and the running requests may fill (prompt + `max_tokens` each) fit; the others wait in the queue. 0: a quarter of the memory this process may use (the machine\'s, or the container\'s limit).' }),
   MIXED_BATCHES: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Continuous batching: a request that arrives while others decode has its prompt fed inside their decode steps (one pass over the weights for both) instead of in runs of its own between them; graphs `chatd convert` writes with the append cache only, and only while no prompt graph is loaded (see `PROMPT_GRAPH`; others always take separate runs). `1` (or `true`) or `0` (or `false`).' }),
   PROMPT_GRAPH: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Where a local model\'s directory has `onnx/model_prompt.onnx` (the int8 copy `chatd pull` writes for the default model, or `chatd convert --prompt-graph`), run prompt tokens on it, on the CPU: several times faster prompts than the int4 graph, which generated tokens still run on. It holds its own weights in memory (about 2 GB for the 1.5B model); `0` does not load it. While it is loaded, prompts and decode steps take separate runs (no mixed batches). `1` (or `true`) or `0` (or `false`).' }),
@@ -160,6 +164,8 @@ export interface Config {
   mixedBatches: boolean
   /** PROMPT_GRAPH: prompts run on the model's int8 prompt graph where it has one (CPU). */
   promptGraph: boolean
+  /** GRAMMAR_COMPILE_TIMEOUT_MS, GRAMMAR_COMPILES_PER_ACCOUNT, GRAMMAR_COMPILES_MAX, GRAMMAR_WORKER_MEMORY_MB (bytes). */
+  grammar: { compileTimeoutMs: number; perScope: number; total: number; memoryBytes: number }
   queueSize: number
   bodyLimit: number
   /** MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_CONTENT_PARTS: the conversation's size limits. */
@@ -313,6 +319,12 @@ export function loadConfig (source: Record<string, string | undefined> = process
     prefixCacheSharedPrefix: raw.PREFIX_CACHE_SHARED_PREFIX,
     mixedBatches: raw.MIXED_BATCHES === '1' || raw.MIXED_BATCHES === 'true',
     promptGraph: raw.PROMPT_GRAPH === '1' || raw.PROMPT_GRAPH === 'true',
+    grammar: {
+      compileTimeoutMs: raw.GRAMMAR_COMPILE_TIMEOUT_MS,
+      perScope: raw.GRAMMAR_COMPILES_PER_ACCOUNT,
+      total: raw.GRAMMAR_COMPILES_MAX,
+      memoryBytes: raw.GRAMMAR_WORKER_MEMORY_MB * 2 ** 20,
+    },
     queueSize: raw.QUEUE_SIZE,
     bodyLimit: raw.BODY_LIMIT,
     inputLimits: { maxMessages: raw.MAX_MESSAGES, maxMessageChars: raw.MAX_MESSAGE_CHARS, maxContentParts: raw.MAX_CONTENT_PARTS },

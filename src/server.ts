@@ -100,6 +100,16 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
  */
 const SHUTDOWN_BACKSTOP_MS = 10_000
 
+/**
+ * Signals close-with-grace would listen for that do not drain: only SIGTERM and SIGINT do. A
+ * JavaScript listener for a fault signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL) replaces the default
+ * action with one that returns to the faulting instruction: V8's WebAssembly trap handler then
+ * turns an out-of-bounds access into the same fault raised forever, and the process spins
+ * without listening or exiting. A fault must crash the process, so its supervisor restarts it.
+ */
+export const NOT_DRAINED: Array<'SIGHUP' | 'SIGQUIT' | 'SIGILL' | 'SIGTRAP' | 'SIGABRT' | 'SIGBUS' | 'SIGFPE' | 'SIGSEGV' | 'SIGUSR2'> =
+  ['SIGHUP', 'SIGQUIT', 'SIGILL', 'SIGTRAP', 'SIGABRT', 'SIGBUS', 'SIGFPE', 'SIGSEGV', 'SIGUSR2']
+
 /** `chatd serve`: the whole process lifecycle. */
 export async function main (): Promise<void> {
   let config: Config
@@ -119,7 +129,7 @@ export async function main (): Promise<void> {
     }
     throw err
   }
-  closeWithGrace({ delay: config.shutdownGraceMs + SHUTDOWN_BACKSTOP_MS }, async ({ signal, err }) => {
+  closeWithGrace({ delay: config.shutdownGraceMs + SHUTDOWN_BACKSTOP_MS, skip: NOT_DRAINED }, async ({ signal, err }) => {
     if (err) app.log.error({ err }, 'shutting down after an uncaught error')
     else app.log.info({ signal }, 'shutting down: draining in-flight requests')
     await app.close()

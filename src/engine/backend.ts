@@ -40,6 +40,11 @@ export interface GenerateRequest {
    * reuse only cache computed for the same scope. Absent: one scope for every such request.
    */
   cacheScope?: string
+  /**
+   * Whose compiled grammar a JSON `responseFormat` uses (the account, set by the server): grammars
+   * are cached per scope, so no account can tell whether another used a schema.
+   */
+  grammarScope?: string
 }
 
 /** `response_format` as the client sent it (validated); `text` means no constraint. */
@@ -131,6 +136,17 @@ export type BackendState =
    */
   | { state: 'unavailable'; reason: string; hint?: string; summary?: string }
 
+/** What a backend's grammar compiles came to (metrics). */
+export interface GrammarCounts {
+  compiles: number
+  timedOut: number
+  cancelled: number
+  failed: number
+  busy: number
+  inFlight: number
+  replaced: number
+}
+
 export interface Backend {
   readonly id: string
   /** The model's context window in tokens, when known. */
@@ -153,11 +169,15 @@ export interface Backend {
    */
   generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent>
   /**
-   * Gets a JSON `response_format` ready before the request is admitted: the local engine compiles
-   * (and caches) its grammar, and throws ApiError invalid_parameter (param `response_format`)
-   * when the schema cannot be compiled. Absent for backends that pass the format on.
+   * Gets a JSON `response_format` ready once the request is admitted: the local engine compiles
+   * (and caches, per `scope`) its grammar in a worker of its own, under a time limit, and throws
+   * ApiError invalid_parameter (param `response_format`) when the schema cannot be compiled or
+   * not in time, or a 429/503 when too many compiles are in flight. When `signal` aborts the
+   * compile stops and the promise rejects. Absent for backends that pass the format on.
    */
-  prepareResponseFormat? (format: ResponseFormat): Promise<void>
+  prepareResponseFormat? (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void>
+  /** Grammar compiles since start (metrics); absent without a local engine. */
+  readonly grammarCounts?: GrammarCounts
   /**
    * A reply has finished: `messages` is its conversation as the next turn's request will start
    * (the request's messages, then the reply as an assistant message). A backend with a prefix

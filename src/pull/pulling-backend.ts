@@ -5,7 +5,7 @@
 // be reached the model stays unavailable, and the log (and an admin account's
 // message) gives the exact pull command to run by hand.
 
-import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, ResponseFormat } from '../engine/backend.ts'
+import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, GrammarCounts, ResponseFormat } from '../engine/backend.ts'
 import { unavailableError, type UnavailableState } from '../engine/unavailable.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
@@ -122,8 +122,12 @@ export class PullingBackend implements DownloadingBackend {
   }
 
   /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */
-  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
-    await this.#inner?.prepareResponseFormat?.(format)
+  async prepareResponseFormat (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
+    await this.#inner?.prepareResponseFormat?.(format, opts)
+  }
+
+  get grammarCounts (): GrammarCounts | undefined {
+    return this.#inner?.grammarCounts
   }
 
   get promptTokensComputedAhead (): number | undefined {

@@ -2,8 +2,8 @@
 // model: even a 260K-parameter model that has only seen children's stories
 // writes JSON that parses and matches the schema when its sampling is
 // constrained by the schema's grammar; json_object gives a JSON object; a
-// schema the grammar engine cannot use is a 400 naming response_format, given
-// before the request counts; and the official openai client's helpers work.
+// schema the grammar engine cannot use is a 400 naming response_format (its
+// month's call given back); and the official openai client's helpers work.
 import t from 'tap'
 import OpenAI from 'openai'
 import { startStoriesServer } from '../helpers/stories-server.ts'
@@ -124,7 +124,7 @@ t.test('a schema the grammar engine cannot use is a 400 naming response_format, 
     t.match(error.message, reason, `the reason is given: ${error.message}`)
     t.notMatch(error.message, /\.cc:|\/Users\//, 'no source paths of the library')
   }
-  t.equal(await callsThisMonth(), callsBefore, 'refused before the request counted')
+  t.equal(await callsThisMonth(), callsBefore, 'a schema that does not compile gives the month\'s call back')
   const good = await client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 100, response_format: FORMAT })
   t.ok(matchesSchema(JSON.parse(good.choices[0].message.content ?? '')), 'a good schema still works after bad ones')
 })

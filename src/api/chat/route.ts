@@ -1,6 +1,7 @@
 // POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
 // validation (done by Fastify before this handler) -> size limits -> model
-// lookup -> request checks -> tier limits (metering.ts) -> web search
+// lookup -> request checks (a JSON response_format's schema included) -> tier
+// limits (metering.ts) -> the schema's compile (local models) -> web search
 // (googleSearchStatus) -> prompt shaping -> backend.generate(request, signal)
 // -> JSON or SSE -> usage record.
 
@@ -8,6 +9,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { jsonFormatOf, type GenerateEvent } from '../../engine/backend.ts'
 import { withReasoningMode } from '../../engine/reasoning.ts'
+import { checkResponseFormat } from '../../engine/schema-check.ts'
 import { unavailableError, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
@@ -84,9 +86,11 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const model = resolveModel(models, body.model)
     checkRequest(body, { searchConfigured: search !== undefined })
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
-    // A JSON response_format's grammar is compiled (or found cached) before the request counts: a schema it cannot take is a 400.
+    // A JSON response_format for the local engine: its schema is checked before the request counts
+    // (cheap and bounded: what the grammar could not compile or, with strict, not enforce is a 400)...
     const jsonFormat = jsonFormatOf(responseFormatOf(body))
-    if (jsonFormat && model.backend.prepareResponseFormat) await model.backend.prepareResponseFormat(jsonFormat)
+    const compiles = jsonFormat !== undefined && model.backend.prepareResponseFormat !== undefined
+    if (compiles) checkResponseFormat(jsonFormat)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const completionId = newCompletionId()
     const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
@@ -94,7 +98,18 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
     let searched: SearchDone | undefined
+    const scope = String(request.account?.id ?? '')
     try {
+      // ...and compiled only now, once admitted: a compile is paid for, and a refused key compiles nothing.
+      if (compiles) {
+        try {
+          await model.backend.prepareResponseFormat?.(jsonFormat, { scope, signal })
+        } catch (err) {
+          if (stop.byShutdown()) throw drainDeadlineError()
+          if (signal.aborted) return reply // the client left while its schema compiled: the compile was stopped
+          throw err
+        }
+      }
       if (body.googleSearchStatus && search) {
         try {
           searched = await searchFor(body, search, signal)
@@ -110,6 +125,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
       generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
+      generateRequest.grammarScope = scope
       const release = admission.acquire(model.id)
       try {
         const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)

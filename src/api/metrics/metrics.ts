@@ -3,6 +3,15 @@
 // never share or double-register counters.
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import type { GrammarCounts } from '../../engine/backend.ts'
+
+/** What a local engine reports at scrape time. */
+export interface EngineReading {
+  model: string
+  sequences: number
+  computedAhead?: number
+  grammar?: GrammarCounts
+}
 
 export class Metrics {
   readonly registry = new Registry()
@@ -72,7 +81,7 @@ export class Metrics {
   })
 
   /** Reads each local engine's sequences at scrape time; set by watchEngines. */
-  #engines: () => Array<{ model: string; sequences: number; computedAhead?: number }> = () => []
+  #engines: () => EngineReading[] = () => []
 
   readonly engineSequences = new Gauge({
     name: 'chatd_engine_sequences',
@@ -97,8 +106,37 @@ export class Metrics {
     },
   })
 
+  readonly grammarCompiles = new Counter({
+    name: 'chatd_grammar_compiles_total',
+    help: 'New JSON response_format schemas a local model compiled, by model and outcome, since start: `started` (each in a worker of its own), `timed_out` (GRAMMAR_COMPILE_TIMEOUT_MS), `failed` (the grammar engine refused or crashed on it), `cancelled` (the client left), `busy` (refused: too many compiles in flight). Schemas an account already used are cached and not counted.',
+    labelNames: ['model', 'outcome'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.grammarCompiles.reset()
+      for (const { model, grammar } of this.#engines()) {
+        if (!grammar) continue
+        this.grammarCompiles.inc({ model, outcome: 'started' }, grammar.compiles)
+        this.grammarCompiles.inc({ model, outcome: 'timed_out' }, grammar.timedOut)
+        this.grammarCompiles.inc({ model, outcome: 'failed' }, grammar.failed)
+        this.grammarCompiles.inc({ model, outcome: 'cancelled' }, grammar.cancelled)
+        this.grammarCompiles.inc({ model, outcome: 'busy' }, grammar.busy)
+      }
+    },
+  })
+
+  readonly grammarCompilesInFlight = new Gauge({
+    name: 'chatd_grammar_compiles_in_flight',
+    help: 'New JSON response_format schemas compiling right now, by model (at most GRAMMAR_COMPILES_MAX).',
+    labelNames: ['model'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.grammarCompilesInFlight.reset()
+      for (const { model, grammar } of this.#engines()) if (grammar) this.grammarCompilesInFlight.set({ model }, grammar.inFlight)
+    },
+  })
+
   /** Where chatd_engine_sequences and chatd_prompt_tokens_computed_ahead_total read from (the registry's local backends). */
-  watchEngines (read: () => Array<{ model: string; sequences: number; computedAhead?: number }>): void {
+  watchEngines (read: () => EngineReading[]): void {
     this.#engines = read
   }
 

@@ -4,11 +4,12 @@
 import { randomUUID } from 'node:crypto'
 import { Readable } from 'node:stream'
 import { Worker } from 'node:worker_threads'
-import type { Backend, BackendState, ChatMessage, GenerateEvent, GenerateRequest, ResponseFormat } from '../backend.ts'
+import { jsonFormatOf, type Backend, type BackendState, type ChatMessage, type GenerateEvent, type GenerateRequest, type GrammarCounts, type ResponseFormat } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { pullCommand } from '../models-file.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './ort.ts'
+import { GrammarService, type GrammarLimits } from './grammar-service.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import type { SharedPrefix } from './shared-prefix.ts'
 
@@ -36,6 +37,8 @@ export interface OnnxBackendOptions {
   mixedBatches?: boolean
   /** PROMPT_GRAPH; default true. */
   promptGraph?: boolean
+  /** GRAMMAR_COMPILE_TIMEOUT_MS, GRAMMAR_COMPILES_PER_ACCOUNT, GRAMMAR_COMPILES_MAX, GRAMMAR_WORKER_MEMORY_MB. */
+  grammar?: Partial<GrammarLimits>
 }
 
 export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
@@ -65,8 +68,8 @@ export class OnnxBackend implements Backend {
    * runs until the worker sees the cancel; this set says when it has stopped.
    */
   readonly #inEngine = new Set<string>()
-  /** Grammar compilations the worker has been asked for, by id. */
-  readonly #compiles = new Map<string, { resolve: () => void; reject: (err: Error) => void }>()
+  /** JSON response_format grammars, compiled and matched in workers of their own. */
+  readonly #grammars: GrammarService
 
   constructor (opts: OnnxBackendOptions) {
     this.id = opts.id
@@ -89,6 +92,12 @@ export class OnnxBackend implements Backend {
       mixedBatches: opts.mixedBatches,
       promptGraph: opts.promptGraph,
     }
+    this.#grammars = new GrammarService({ modelDir: opts.path, dtype }, opts.grammar ?? {},
+      port => this.#worker?.postMessage({ type: 'grammar_port', port } satisfies ToWorker, [port]))
+  }
+
+  get grammarCounts (): GrammarCounts {
+    return this.#grammars.counts
   }
 
   state (): BackendState {
@@ -190,26 +199,17 @@ export class OnnxBackend implements Backend {
     if (this.#current.state === 'ready') this.#post({ type: 'next_turn', messages, ...(cacheScope !== undefined ? { cacheScope } : {}) })
   }
 
-  /** Has the worker compile the format's grammar (cached there for the request); a schema it cannot use is a 400. */
-  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
-    if (format.type === 'text') return
+  /** Compiles the format's grammar for `scope` in the grammar workers (grammar-service.ts); a schema it cannot use is a 400. */
+  async prepareResponseFormat (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
+    const json = jsonFormatOf(format)
+    if (!json) return
     if (this.#current.state !== 'ready' || !this.#worker) throw new ApiError('model_unavailable', `model ${this.id} is not available`)
-    const id = randomUUID()
-    const done = new Promise<void>((resolve, reject) => { this.#compiles.set(id, { resolve, reject }) })
-    this.#post({ type: 'compile', id, format })
-    await done
+    await this.#grammars.compile(json, opts)
   }
 
   #onMessage (message: FromWorker): void {
     if (message.type === 'ahead') this.promptTokensComputedAhead += message.positions
     if (!('id' in message)) return
-    const compile = this.#compiles.get(message.id)
-    if (compile) {
-      this.#compiles.delete(message.id)
-      if (message.type === 'error') compile.reject(new ApiError(message.code, message.message, { param: message.param }))
-      else compile.resolve()
-      return
-    }
     // The engine reports every sequence's end, cancelled ones included, as finish or error.
     if (message.type !== 'delta') this.#inEngine.delete(message.id)
     const stream = this.#streams.get(message.id)
@@ -239,11 +239,10 @@ export class OnnxBackend implements Backend {
 
   #failAll (error: ApiError): void {
     for (const stream of this.#streams.values()) stream.destroy(error)
-    for (const compile of this.#compiles.values()) compile.reject(error)
-    this.#compiles.clear()
   }
 
   async close (): Promise<void> {
+    await this.#grammars.close()
     const worker = this.#worker
     if (!worker) return
     const closed = new Promise<void>(resolve => {

@@ -19,7 +19,7 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
-import { jsonFormatOf, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type ResponseFormat, type Usage } from '../backend.ts'
+import { jsonFormatOf, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type Usage } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { encodeChatPrompt, type EncodedPrompt } from './chat-prompt.ts'
 import { ChatTemplate } from './chat-template.ts'
@@ -28,7 +28,8 @@ import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
 import { DecoderSession } from './decoder-session.ts'
-import { Grammars } from './grammar.ts'
+import type { Constraint } from './grammar.ts'
+import { GrammarClient } from './grammar-client.ts'
 import { TokenTable } from './token-bytes.ts'
 import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
@@ -114,8 +115,8 @@ export class LocalEngine {
   readonly prefixes: CacheManager | null
   /** Each token's bytes and text (logprobs, grammars); built on first use. */
   readonly tokens: TokenTable
-  /** JSON response_format grammars over this model's vocabulary. */
-  readonly grammars: Grammars
+  /** JSON response_format grammars: the matchers live in the model's grammar worker, reached through this. */
+  readonly grammars = new GrammarClient()
   /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
   readonly #mixes: boolean
   /** Conversations whose next turn is computed ahead when the engine is idle (next-turn.ts). */
@@ -142,7 +143,6 @@ export class LocalEngine {
     // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
     this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph
     this.tokens = new TokenTable(tokenizer)
-    this.grammars = new Grammars(() => ({ bytes: this.tokens.grammarVocabulary(), vocabSize: model.vocabSize, stopIds: model.eosTokenIds }))
     if (this.#contextLimit < 1) {
       throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
     }
@@ -217,15 +217,6 @@ export class LocalEngine {
     }
   }
 
-  /**
-   * Compiles a JSON response_format's grammar (kept for the requests that use it); throws ApiError
-   * invalid_parameter naming response_format when the schema cannot be used.
-   */
-  async prepareResponseFormat (format: ResponseFormat): Promise<void> {
-    const json = jsonFormatOf(format)
-    if (json) await this.grammars.compile(json)
-  }
-
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
     const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
@@ -253,12 +244,12 @@ export class LocalEngine {
     return id
   }
 
-  /** A JSON response_format's grammar (made while the prompt waits), and the ids that close a thinking block at its budget. */
-  #constraintOf (request: GenerateRequest): { constraint?: ReturnType<Grammars['constraint']>; closeThinking?: number[] } {
+  /** A JSON response_format's grammar (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
+  #constraintOf (request: GenerateRequest): { constraint?: Promise<Constraint>; closeThinking?: number[] } {
     const json = jsonFormatOf(request.responseFormat)
     if (!json) return {}
     return {
-      constraint: this.grammars.constraint(json),
+      constraint: Promise.resolve(this.grammars.constraint(json, request.grammarScope ?? '')),
       ...(request.thinkingBudget ? { closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) } : {}),
     }
   }

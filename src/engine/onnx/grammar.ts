@@ -10,12 +10,12 @@
 // exist. It is run here as the CommonJS it is, with createRequire's require;
 // each run is a separate WebAssembly instance with its own memory.
 //
-// xgrammar reports a schema it cannot take (an unknown type, a $ref to nowhere,
-// a bad pattern) by aborting the instance after logging "[FATAL] <reason>".
-// An aborted instance may keep a broken stack, so every schema is first
-// converted by a throwaway checker instance, replaced after each failure; only
-// schemas it took reach the instance that holds the vocabulary and the
-// sequences' matchers. The checker's log gives the client the reason.
+// This module is one instance's side: it runs inside a grammar worker
+// (grammar-worker.ts), never on the event loop or the engine's thread, because
+// a compile can take seconds, trap, or grow memory for good. xgrammar reports a
+// schema it cannot take (an unknown type, a bad pattern) by aborting the
+// instance after logging "[FATAL] <reason>"; an aborted instance may keep a
+// broken stack, so `broken` tells its worker to end.
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname } from 'node:path'
@@ -24,7 +24,7 @@ import type { ResponseFormat } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 
 type XGrammarModule = typeof XGrammar
-type JsonFormat = Exclude<ResponseFormat, { type: 'text' }>
+export type JsonFormat = Exclude<ResponseFormat, { type: 'text' }>
 
 const require = createRequire(import.meta.url)
 let bundle: { file: string; source: string } | undefined
@@ -57,7 +57,7 @@ const ANY_WHITESPACE = false
 const ONE_LINE = -1
 
 /** The schema a format stands for, and whether properties it does not name are refused (strict). */
-function schemaOf (format: JsonFormat): { schema: string; strict: boolean } {
+export function schemaOf (format: JsonFormat): { schema: string; strict: boolean } {
   if (format.type === 'json_schema' && format.json_schema.schema !== undefined) {
     return { schema: JSON.stringify(format.json_schema.schema), strict: format.json_schema.strict === true }
   }
@@ -65,7 +65,7 @@ function schemaOf (format: JsonFormat): { schema: string; strict: boolean } {
   return { schema: '{"type":"object"}', strict: false }
 }
 
-function invalidSchema (reason: string | undefined): ApiError {
+export function invalidSchema (reason: string | undefined): ApiError {
   return new ApiError('invalid_parameter',
     `response_format: the JSON schema cannot be used for structured output${reason ? `: ${reason}` : ''}.`, { param: 'response_format' })
 }
@@ -81,95 +81,88 @@ export interface GrammarVocabulary {
 const CACHE_SIZE = 64
 
 /** The instance that holds the vocabulary, compiles the grammars and runs the matchers. */
-interface EngineInstance {
+interface Instance {
   xg: XGrammarModule
   compiler: XGrammar.GrammarCompiler
   stopIds: number[]
 }
 
+/** A JSON format with the scope its compiled grammar is cached under (an account: no account sees another's cache). */
+export interface ScopedFormat {
+  format: JsonFormat
+  scope: string
+}
+
+/** The cache key of a format in a scope. */
+export function grammarKey ({ format, scope }: ScopedFormat): string {
+  const { schema, strict } = schemaOf(format)
+  return `${scope}\u0000${strict ? 'strict' : 'loose'}\u0000${schema}`
+}
+
 /**
- * One model's grammars: the vocabulary prepared once (on first use), compiled grammars cached by
- * schema, a matcher per sequence.
+ * One instance's grammars: the vocabulary prepared once (on first use), compiled grammars cached
+ * by key, a matcher per sequence.
  */
 export class Grammars {
   readonly #vocabulary: () => GrammarVocabulary
-  #engine: Promise<EngineInstance> | undefined
-  #checker: { xg: XGrammarModule; log: string[] } | undefined
-  /** Checks run one at a time: a failed one replaces the checker the next must not share. */
-  #checking: Promise<void> = Promise.resolve()
-  /** Compiled grammars (or their failure) by schema, least recently used first. */
-  readonly #cache = new Map<string, Promise<XGrammar.CompiledGrammar>>()
+  #instance: Promise<Instance> | undefined
+  readonly #log: string[] = []
+  /** The instance aborted: nothing more may run in it. */
+  broken = false
+  /** Compiled grammars by key, least recently used first. */
+  readonly #cache = new Map<string, XGrammar.CompiledGrammar>()
 
   constructor (vocabulary: () => GrammarVocabulary) {
     this.#vocabulary = vocabulary
   }
 
+  /** Makes the instance and prepares the vocabulary now, so a compile's time is the compile's alone. */
+  async prepare (): Promise<void> {
+    await this.#instanceNow()
+  }
+
+  /** Whether the key's grammar is compiled here. */
+  has (key: string): boolean {
+    return this.#cache.has(key)
+  }
+
   /** Compiles the format's grammar (or finds it cached); throws ApiError invalid_parameter naming response_format when it cannot. */
-  compile (format: JsonFormat): Promise<XGrammar.CompiledGrammar> {
-    const { schema, strict } = schemaOf(format)
-    const key = `${strict ? 'strict' : 'loose'}:${schema}`
+  async compile (format: JsonFormat, key = grammarKey({ format, scope: '' })): Promise<XGrammar.CompiledGrammar> {
     let compiled = this.#cache.get(key)
     if (compiled) {
       this.#cache.delete(key)
     } else {
-      compiled = this.#compile(schema, strict)
-      compiled.catch(() => {}) // a failure is kept, and reported to whoever awaits it
+      const { schema, strict } = schemaOf(format)
+      const instance = await this.#instanceNow()
+      this.#log.length = 0
+      try {
+        compiled = await instance.compiler.compileJSONSchema(schema, ANY_WHITESPACE, ONE_LINE, undefined, strict)
+      } catch (err) {
+        this.broken = true
+        throw invalidSchema(reasonOf(this.#log) ?? (err as Error).message)
+      }
     }
     this.#cache.set(key, compiled)
     while (this.#cache.size > CACHE_SIZE) {
-      const [oldest, evicted] = this.#cache.entries().next().value as [string, Promise<XGrammar.CompiledGrammar>]
+      const [oldest, evicted] = this.#cache.entries().next().value as [string, XGrammar.CompiledGrammar]
       this.#cache.delete(oldest)
-      // Matchers made from it keep their own reference.
-      evicted.then(grammar => grammar.dispose(), () => {})
+      evicted.dispose() // matchers made from it keep their own reference
     }
     return compiled
   }
 
   /** A matcher for one sequence, from the format's compiled grammar. */
-  async constraint (format: JsonFormat): Promise<GrammarConstraint> {
-    const grammar = await this.compile(format)
-    const engine = await this.#engineInstance()
-    const matcher = await engine.xg.GrammarMatcher.createGrammarMatcher(grammar, engine.stopIds)
-    return new GrammarConstraint(matcher)
-  }
-
-  async #compile (schema: string, strict: boolean): Promise<XGrammar.CompiledGrammar> {
-    await this.#check(schema, strict)
-    const engine = await this.#engineInstance()
-    try {
-      return await engine.compiler.compileJSONSchema(schema, ANY_WHITESPACE, ONE_LINE, undefined, strict)
-    } catch (err) {
-      throw invalidSchema((err as Error).message)
-    }
-  }
-
-  /** Converts the schema in the throwaway instance; a schema it refuses is a 400 with xgrammar's reason. */
-  #check (schema: string, strict: boolean): Promise<void> {
-    const done = this.#checking.then(() => this.#checkNow(schema, strict))
-    this.#checking = done.catch(() => {})
-    return done
-  }
-
-  async #checkNow (schema: string, strict: boolean): Promise<void> {
-    if (!this.#checker) {
-      const log: string[] = []
-      this.#checker = { xg: newInstance(line => { log.push(line) }), log }
-    }
-    const checker = this.#checker
-    checker.log.length = 0
-    try {
-      const grammar = await checker.xg.Grammar.fromJSONSchema(schema, ANY_WHITESPACE, ONE_LINE, undefined, strict)
-      grammar.dispose()
-    } catch {
-      this.#checker = undefined // aborted: never used again
-      throw invalidSchema(reasonOf(checker.log))
-    }
+  async constraint (format: JsonFormat, key?: string): Promise<LocalConstraint> {
+    const grammar = await this.compile(format, key)
+    const instance = await this.#instanceNow()
+    const matcher = await instance.xg.GrammarMatcher.createGrammarMatcher(grammar, instance.stopIds)
+    return new LocalConstraint(matcher)
   }
 
   /** Made once, on the first JSON request: a model that never gets one never pays for the vocabulary. */
-  #engineInstance (): Promise<EngineInstance> {
-    this.#engine ??= (async () => {
-      const xg = newInstance(() => {})
+  #instanceNow (): Promise<Instance> {
+    this.#instance ??= (async () => {
+      const xg = newInstance(line => { this.#log.push(line) })
       const vocabulary = this.#vocabulary()
       // Each entry is the token's bytes ('raw': nothing to decode); embind takes a Uint8Array as std::string.
       const info = await xg.TokenizerInfo.createTokenizerInfo(vocabulary.bytes as unknown as string[], 'raw', false, vocabulary.vocabSize, vocabulary.stopIds)
@@ -177,7 +170,7 @@ export class Grammars {
       const compiler = await xg.GrammarCompiler.createGrammarCompiler(info, false)
       return { xg, compiler, stopIds: vocabulary.stopIds }
     })()
-    return this.#engine
+    return this.#instance
   }
 }
 
@@ -185,7 +178,18 @@ export class Grammars {
  * One sequence's grammar state. Each step: `prepare()` computes the mask of allowed next tokens,
  * `apply()` sets every other token's logit to -Infinity, and the sampled token goes to `accept()`.
  */
-export class GrammarConstraint {
+export interface Constraint {
+  prepare (): Promise<void>
+  /** Masks out, in `logits[0..n)`, every token the grammar does not allow next (the mask of the last prepare()). */
+  apply (logits: Float32Array, n: number): void
+  /** Takes the sampled token; false when the grammar does not allow it. */
+  accept (id: number): boolean
+  /** Lets go of the matcher. */
+  dispose (): void
+}
+
+/** A constraint whose matcher is in this thread's instance (the grammar worker, the benchmark). */
+export class LocalConstraint implements Constraint {
   readonly #matcher: XGrammar.GrammarMatcher
   #mask: Int32Array | null = null
   #disposed = false
@@ -194,19 +198,21 @@ export class GrammarConstraint {
     this.#matcher = matcher
   }
 
-  /** Computes the next step's mask. */
   async prepare (): Promise<void> {
     this.#mask = await this.#matcher.getNextTokenBitmask()
   }
 
-  /** Masks out, in `logits[0..n)`, every token the grammar does not allow next (the mask of the last prepare()). */
+  /** The mask of the last prepare(). */
+  get mask (): Int32Array | null {
+    return this.#mask
+  }
+
   apply (logits: Float32Array, n: number): void {
     const mask = this.#mask
-    if (!mask) throw new Error('GrammarConstraint.apply before prepare')
+    if (!mask) throw new Error('a constraint applied before prepare()')
     applyTokenMask(logits, n, mask)
   }
 
-  /** Takes the sampled token; false when the grammar does not allow it. */
   accept (id: number): boolean {
     this.#mask = null
     return this.#matcher.acceptToken(id)
@@ -222,6 +228,12 @@ export class GrammarConstraint {
     this.#disposed = true
     this.#matcher.dispose()
   }
+}
+
+/** Whether `mask` allows token `id`. */
+export function maskAllows (mask: Int32Array, id: number): boolean {
+  const word = id >>> 5
+  return word < mask.length && (mask[word] & (1 << (id & 31))) !== 0
 }
 
 /** logits[id] = -Infinity for every id < n whose bit in `mask` is 0 (32 ids per word, lowest bit first). */

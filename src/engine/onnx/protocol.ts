@@ -1,5 +1,6 @@
 // Messages between the OnnxBackend (main thread) and the engine worker.
-import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, ResponseFormat, Usage } from '../backend.ts'
+import type { MessagePort } from 'node:worker_threads'
+import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
 import type { DeviceChoice } from './ort.ts'
 import type { ModelDtype } from './model-dir.ts'
@@ -35,15 +36,14 @@ export type ToWorker =
   | { type: 'cancel'; id: string }
   /** A finished reply's conversation, as the next turn will start: compute it ahead when idle, for `cacheScope` alone. */
   | { type: 'next_turn'; messages: ChatMessage[]; cacheScope?: string }
-  /** Compile a response_format's grammar now (before the request is admitted); answered by `compiled` or `error`. */
-  | { type: 'compile'; id: string; format: ResponseFormat }
+  /** The port to the model's (new) serving grammar worker. */
+  | { type: 'grammar_port'; port: MessagePort }
   | { type: 'close' }
 
 export type FromWorker =
   | { type: 'ready'; contextLength: number; device: 'cpu' | 'cuda'; promptGraph: boolean }
   | { type: 'load_error'; message: string }
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
-  | { type: 'compiled'; id: string }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage }
   /** Prompt positions computed ahead for a conversation's next turn. */
   | { type: 'ahead'; positions: number }

@@ -5,7 +5,7 @@
 // with logprobs, each token's log-probability travels with the delta that
 // releases its text.
 import { jsonFormatOf, type DeltaLogprobs, type FinishReason, type GenerateRequest, type TokenLogprob } from '../backend.ts'
-import type { GrammarConstraint } from './grammar.ts'
+import type { Constraint } from './grammar.ts'
 import { tokenLogprob } from './logprobs.ts'
 import type { TokenTable } from './token-bytes.ts'
 import type { RowCache } from './kv-cache.ts'
@@ -67,8 +67,8 @@ export class Sequence {
   readonly #validVocab: number
   readonly #tokens: TokenTable | undefined
   /** The grammar of a JSON response_format: while it is being made, then made. */
-  readonly #constraintMade: Promise<GrammarConstraint> | undefined
-  #constraint: GrammarConstraint | undefined
+  readonly #constraintMade: Promise<Constraint> | undefined
+  #constraint: Constraint | undefined
   /** Thinking tokens allowed before a constrained answer (0: no cap), and the ids that close the block. */
   readonly #thinkingBudget: number
   readonly #closeThinking: number[]
@@ -95,7 +95,7 @@ export class Sequence {
     /** Each token's bytes and text: needed with request.logprobs. */
     tokens?: TokenTable
     /** The grammar of the request's JSON response_format. */
-    constraint?: Promise<GrammarConstraint>
+    constraint?: Promise<Constraint>
     /** The ids of `</think>`, forced when a constrained request's thinking reaches request.thinkingBudget. */
     closeThinking?: number[]
   }) {

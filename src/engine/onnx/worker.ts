@@ -34,13 +34,8 @@ try {
       case 'next_turn':
         engine.prepareNextTurn(message.messages, message.cacheScope)
         break
-      case 'compile':
-        engine.prepareResponseFormat(message.format).then(
-          () => send({ type: 'compiled', id: message.id }),
-          (err: unknown) => {
-            const apiError = err instanceof ApiError ? err : new ApiError('internal_error', (err as Error).message)
-            send({ type: 'error', id: message.id, code: apiError.code, message: apiError.message, param: apiError.param })
-          })
+      case 'grammar_port':
+        engine.grammars.setPort(message.port)
         break
       case 'close':
         void engine.close().then(() => {

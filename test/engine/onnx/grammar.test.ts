@@ -7,6 +7,7 @@ import t from 'tap'
 import type { GenerateRequest, ResponseFormat } from '../../../src/engine/backend.ts'
 import { LocalEngine } from '../../../src/engine/onnx/engine.ts'
 import { applyTokenMask, Grammars } from '../../../src/engine/onnx/grammar.ts'
+import { GrammarService } from '../../../src/engine/onnx/grammar-service.ts'
 import { tokenLogprob } from '../../../src/engine/onnx/logprobs.ts'
 import { Sequence, type StepResult } from '../../../src/engine/onnx/sequence.ts'
 import { TokenTable } from '../../../src/engine/onnx/token-bytes.ts'
@@ -99,24 +100,27 @@ t.test('batched: a constrained and an unconstrained request decode together, eac
       widths.push(input.batch)
       return forward(input)
     }
+    // The model's grammar workers, their port handed to this in-thread engine as the backend hands it to the engine's thread.
+    const service = new GrammarService({ modelDir: storiesModelDir(), dtype: 'fp32' }, {}, port => engine.grammars.setPort(port))
+    t.teardown(() => service.close())
     const run = (id: string, request: GenerateRequest): Promise<Outcome> => {
       const result = new Promise<Outcome>(resolve => done.set(id, resolve))
       engine.start(request, id)
       return result
     }
-    return { engine, run, widths }
+    return { engine, run, widths, service }
   }
   const base = { temperature: 0, topP: 1, topK: 0, stop: [] }
   const constrained: GenerateRequest = { ...base, messages: [{ role: 'user', content: 'Once upon a time' }], maxTokens: 60, responseFormat: FORMAT, logprobs: true, topLogprobs: 2 }
   const free: GenerateRequest = { ...base, messages: [{ role: 'user', content: 'The dog ran' }], maxTokens: 40 }
 
   const solo = await start()
-  await solo.engine.prepareResponseFormat(FORMAT)
+  await solo.service.compile(FORMAT as Exclude<ResponseFormat, { type: 'text' }>, { scope: '' })
   const alone = [await solo.run('a', constrained), await solo.run('b', free)]
   await solo.engine.close()
 
   const shared = await start()
-  await shared.engine.prepareResponseFormat(FORMAT)
+  await shared.service.compile(FORMAT as Exclude<ResponseFormat, { type: 'text' }>, { scope: '' })
   const together = await Promise.all([shared.run('a', constrained), shared.run('b', free)])
   t.same(together, alone, 'the same text, finish and logprob count as alone')
   t.ok(Math.max(...shared.widths) >= 2, 'they shared decode steps')

@@ -1,0 +1,23 @@
+// The response_format schemas that once stopped or stalled the server, shared
+// by the isolation tests and scripts/grammar-hostile.ts.
+
+/** `$defs.d0 -> d1 -> ... -> d200`: the compiler's WebAssembly reads out of bounds. */
+export function refChain (levels = 200): Record<string, unknown> {
+  const defs: Record<string, unknown> = {}
+  for (let i = 0; i < levels; i++) defs[`d${i}`] = { type: 'object', properties: { n: { $ref: `#/$defs/d${i + 1}` } } }
+  defs[`d${levels}`] = { type: 'string' }
+  return { $ref: '#/$defs/d0', $defs: defs }
+}
+
+/** Nested repetitions: seconds of compile even on a 512-token vocabulary. */
+export const NESTED_PATTERN = { type: 'string', pattern: '^(((a|b){20}){20}){20}$' }
+
+/** Each level two ways to the next, 70 deep: the compile never ends. */
+export function anyOfChain (levels = 70): Record<string, unknown> {
+  const defs: Record<string, unknown> = {}
+  for (let i = 0; i < levels; i++) {
+    defs[`a${i}`] = { anyOf: [{ $ref: `#/$defs/a${i + 1}` }, { type: 'object', properties: { x: { $ref: `#/$defs/a${i + 1}` } }, required: ['x'] }] }
+  }
+  defs[`a${levels}`] = { type: 'string' }
+  return { $ref: '#/$defs/a0', $defs: defs }
+}
