@@ -125,7 +125,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
       generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
-      generateRequest.grammarScope = scope
+      if (compiles) generateRequest.grammarScope = scope // whose compiled grammars the request may use
       const release = admission.acquire(model.id)
       try {
         const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)
