@@ -1,11 +1,41 @@
 // The one interface every model backend implements. The HTTP layer only ever
 // talks to a Backend; backends never know about HTTP.
 
-export type Role = 'system' | 'user' | 'assistant'
+import type { ToolCallFormat } from './tools/format.ts'
+
+export type Role = 'system' | 'user' | 'assistant' | 'tool'
 
 export interface ChatMessage {
   role: Role
   content: string
+  /** An assistant turn's tool calls (its `content` may then be ''). */
+  toolCalls?: ToolCall[]
+  /** A `tool` message: the id of the call whose result it carries. */
+  toolCallId?: string
+}
+
+/** A call the model made: `arguments` is the JSON text of the arguments, as OpenAI sends it. */
+export interface ToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
+}
+
+/** A function tool the client declares: `parameters` is a JSON Schema of its arguments. */
+export interface ToolDefinition {
+  type: 'function'
+  function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean }
+}
+
+/** `tool_choice`: may the model call a tool, must it, or must it call this one. */
+export type ToolChoice = 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } }
+
+/** One streamed piece of a tool call, as OpenAI streams them: the id and name first, then argument text. */
+export interface ToolCallDelta {
+  index: number
+  id?: string
+  name?: string
+  arguments?: string
 }
 
 export interface GenerateRequest {
@@ -34,6 +64,17 @@ export interface GenerateRequest {
    * 0 or absent: no cap). Only read with a JSON `responseFormat`.
    */
   thinkingBudget?: number
+  /** The client's function tools; absent or empty: none. */
+  tools?: ToolDefinition[]
+  /** The client's `tool_choice` (default `auto` with tools). */
+  toolChoice?: ToolChoice
+  /** false: at most one call per reply. */
+  parallelToolCalls?: boolean
+  /**
+   * The sampling fields the client itself sent (the others hold the API's defaults). A relay sends
+   * only these, so the upstream's own defaults apply to the rest; absent: all were sent.
+   */
+  clientSampling?: { temperature: boolean; topP: boolean; topK: boolean }
 }
 
 /** `response_format` as the client sent it (validated); `text` means no constraint. */
@@ -82,10 +123,10 @@ export interface Usage {
   prompt_tokens_details?: { cached_tokens: number }
 }
 
-export type FinishReason = 'stop' | 'length' | 'cancelled'
+export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'cancelled'
 
 export type GenerateEvent =
-  | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs }
+  | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs; toolCalls?: ToolCallDelta[] }
   | { type: 'finish'; reason: FinishReason; usage: Usage }
 
 /** How far a download of a model's files has got (src/pull/, auto-pull). */
@@ -154,5 +195,11 @@ export interface Backend {
    * Absent where there is nothing to gain (upstream).
    */
   prepareNextTurn? (messages: ChatMessage[]): void
+  /**
+   * The way this backend's model writes tool calls, where the backend renders `tools` into the
+   * prompt itself (the local engine: the prompt layer adds the tools block of this format, and a
+   * call cannot yet be guaranteed). Absent: the backend passes tools on (upstream).
+   */
+  toolCallFormat? (): ToolCallFormat | undefined
   close (): Promise<void>
 }

@@ -9,6 +9,7 @@ import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadSt
 import { ApiError } from '../errors.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
+import type { ToolCallFormat } from '../engine/tools/format.ts'
 
 export interface PullLog {
   info: (obj: object, msg: string) => void
@@ -126,6 +127,11 @@ export class PullingBackend implements DownloadingBackend {
   /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */
   async prepareResponseFormat (format: ResponseFormat): Promise<void> {
     await this.#inner?.prepareResponseFormat?.(format)
+  }
+
+  /** The model's own tool format once its files are in. */
+  toolCallFormat (): ToolCallFormat | undefined {
+    return this.#inner?.toolCallFormat?.()
   }
 
   get promptTokensComputedAhead (): number | undefined {

@@ -20,7 +20,27 @@ export const DEFAULTS = {
 /** The largest wordcount (the spec's range is 1 to 100000). */
 export const WORDCOUNT_MAX = 100000
 
-const Role = Type.Enum(['user', 'assistant', 'system'], { description: 'Who wrote the message.' })
+const Role = Type.Enum(['user', 'assistant', 'system', 'developer', 'tool'], { description: 'Who wrote the message. developer is taken as system; tool carries a tool call\'s result (with tool_call_id).' })
+
+/** Tool and function names, as OpenAI allows them. */
+const ToolName = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'Letters, digits, _ and -, at most 64.' })
+
+/** The most tool calls one assistant message may carry, and tools one request may declare. */
+export const TOOL_CALLS_MAX = 128
+export const TOOLS_MAX = 128
+/** Tool call ids: OpenAI's are about 30 characters; frameworks make their own. */
+export const TOOL_CALL_ID_MAX = 256
+
+const ToolCallId = Type.String({ minLength: 1, maxLength: TOOL_CALL_ID_MAX })
+
+const MessageToolCall = Type.Object({
+  id: ToolCallId,
+  type: Type.Literal('function'),
+  function: Type.Object({
+    name: ToolName,
+    arguments: Type.String({ description: 'The arguments as JSON text; their length counts towards MAX_MESSAGE_CHARS.' }),
+  }),
+})
 
 const TextPart = Type.Object({
   type: Type.Literal('text'),
@@ -29,8 +49,29 @@ const TextPart = Type.Object({
 
 export const Message = Type.Object({
   role: Role,
-  content: Type.Union([Type.String(), Type.Array(TextPart)], { description: 'The text of the message: a string, or an array of text parts.' }),
+  content: Type.Optional(Type.Union([Type.String(), Type.Array(TextPart), Type.Null()], {
+    description: 'The text of the message: a string, or an array of text parts. null or absent only on an assistant message with tool_calls.',
+  })),
+  tool_calls: Type.Optional(Type.Array(MessageToolCall, { maxItems: TOOL_CALLS_MAX, description: `Assistant messages: the tool calls the model made (at most ${TOOL_CALLS_MAX}).` })),
+  tool_call_id: Type.Optional(ToolCallId),
+  name: Type.Optional(Type.String({ maxLength: 64, description: 'Accepted, not used.' })),
 })
+
+/** A function tool the model may call; `parameters` is the JSON Schema of its arguments. */
+const Tool = Type.Object({
+  type: Type.Literal('function'),
+  function: Type.Object({
+    name: ToolName,
+    description: Type.Optional(Type.String({ maxLength: 8192 })),
+    parameters: Type.Optional(Type.Object({}, { additionalProperties: true, description: 'A JSON Schema object; absent: no arguments.' })),
+    strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+  }),
+})
+
+const ToolChoice = Type.Union([
+  Type.Enum(['auto', 'none', 'required']),
+  Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: ToolName }) }),
+], { description: 'auto (default with tools): the model may call a tool; none: it does not; required: it must call one; {"type":"function","function":{"name"}}: it must call that tool.' })
 
 /** The most alternatives `top_logprobs` may ask for. */
 export const TOP_LOGPROBS_MAX = 20
@@ -89,6 +130,11 @@ export const ChatCompletionRequest = Type.Object({
   top_logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: TOP_LOGPROBS_MAX }), Type.Null()], {
     description: `0 to ${TOP_LOGPROBS_MAX}: how many of the most likely tokens to list at each position; needs logprobs: true.`,
   })),
+  tools: Type.Optional(Type.Union([Type.Array(Tool, { maxItems: TOOLS_MAX }), Type.Null()], {
+    description: `Function tools the model may call (at most ${TOOLS_MAX}); see docs/api.md for what each kind of model does with them.`,
+  })),
+  tool_choice: Type.Optional(Type.Union([ToolChoice, Type.Null()])),
+  parallel_tool_calls: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'false: at most one tool call per reply.' })),
   response_format: Type.Optional(Type.Union([ResponseFormat, Type.Null()], {
     description: '{"type":"text"} (default), {"type":"json_object"} or {"type":"json_schema","json_schema":{"name","schema","strict"}}: the answer is constrained to JSON (matching the schema).',
   })),
@@ -164,7 +210,21 @@ const ChoiceLogprobs = Type.Object({
 
 export type ChoiceLogprobs = Static<typeof ChoiceLogprobs>
 
-const FinishReason = Type.Enum(['stop', 'length'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out.' })
+const FinishReason = Type.Enum(['stop', 'length', 'tool_calls'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out; tool_calls: the reply is tool calls.' })
+
+const ReplyToolCall = Type.Object({
+  id: Type.String(),
+  type: Type.Literal('function'),
+  function: Type.Object({ name: Type.String(), arguments: Type.String({ description: 'A JSON object, as text.' }) }),
+})
+
+/** A streamed piece of a tool call: `id`, `type` and the name first, then argument text to append. */
+const ToolCallChunk = Type.Object({
+  index: Type.Integer(),
+  id: Type.Optional(Type.String()),
+  type: Type.Optional(Type.Literal('function')),
+  function: Type.Optional(Type.Object({ name: Type.Optional(Type.String()), arguments: Type.Optional(Type.String()) })),
+})
 
 export const ChatCompletion = Type.Object({
   id: Type.String({ description: 'chatcmpl- followed by a random string.' }),
@@ -176,8 +236,9 @@ export const ChatCompletion = Type.Object({
     index: Type.Integer(),
     message: Type.Object({
       role: Type.Literal('assistant'),
-      content: Type.String(),
+      content: Type.Union([Type.String(), Type.Null()], { description: 'null when the reply is only tool calls.' }),
       reasoning_content: Type.Optional(Type.String({ description: 'The model\'s thinking, for reasoning models.' })),
+      tool_calls: Type.Optional(Type.Array(ReplyToolCall)),
     }),
     logprobs: Type.Optional(ChoiceLogprobs),
     finish_reason: FinishReason,
@@ -200,6 +261,7 @@ export const ChatCompletionChunk = Type.Object({
       role: Type.Optional(Type.Literal('assistant')),
       content: Type.Optional(Type.String()),
       reasoning_content: Type.Optional(Type.String()),
+      tool_calls: Type.Optional(Type.Array(ToolCallChunk)),
     }),
     logprobs: Type.Optional(ChoiceLogprobs),
     finish_reason: Type.Union([FinishReason, Type.Null()]),
