@@ -103,6 +103,7 @@ export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx)
     apiKey: entry.apiKey,
     upstreamModel: entry.upstreamModel,
     passTopK: entry.passTopK,
+    maxCompletionTokens: entry.maxCompletionTokens,
     startsInReasoning: entry.startsInReasoning,
     contextLength: entry.contextLength,
     settings: ctx.config.upstream,

@@ -61,7 +61,7 @@ export class RequestMeter {
     try {
       for await (const event of events) {
         if (event.type === 'finish') finish = event
-        else if (event.content || event.reasoning) produced = true
+        else if (event.content || event.reasoning || event.toolCalls) produced = true
         yield event
       }
     } catch (err) {
