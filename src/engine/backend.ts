@@ -64,6 +64,13 @@ export interface GenerateRequest {
    * 0 or absent: no cap). Only read with a JSON `responseFormat`.
    */
   thinkingBudget?: number
+  /** OpenAI's penalties over the generated tokens (thinking included), -2..2; absent: 0. */
+  presencePenalty?: number
+  frequencyPenalty?: number
+  /** Token id (as a decimal string) -> bias added to its logit, -100..100. */
+  logitBias?: Record<string, number>
+  /** 0..1: drop tokens less likely than min_p times the most likely one. */
+  minP?: number
   /** The client's function tools; absent or empty: none. */
   tools?: ToolDefinition[]
   /** The client's `tool_choice` (default `auto` with tools). */

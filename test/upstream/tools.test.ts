@@ -85,6 +85,12 @@ t.test('tools, tool_choice, parallel_tool_calls and tool turns are passed on; un
   t.notOk('tools' in sentBody(s.upstream))
 })
 
+t.test('penalties, logit_bias and min_p are passed on as given', async t => {
+  const s = await setup(t, callThenAnswer)
+  await s.app.inject({ method: 'POST', url: CHAT, headers: s.auth, payload: { model: 'relay', messages: [{ role: 'user', content: 'x' }], presence_penalty: 0.5, frequency_penalty: -1, logit_bias: { 42: -100 }, min_p: 0.1 } })
+  t.match(sentBody(s.upstream), { presence_penalty: 0.5, frequency_penalty: -1, logit_bias: { 42: -100 }, min_p: 0.1 })
+})
+
 t.test('OpenAI\'s own API gets max_completion_tokens instead of max_tokens', async t => {
   const body = (opts: { maxCompletionTokens?: boolean }) => upstreamBody({ messages: [{ role: 'user', content: 'x' }], maxTokens: 9, temperature: 1, topP: 1, topK: 0, stop: [] }, { upstreamModel: 'm', passTopK: false, ...opts })
   t.match(body({ maxCompletionTokens: true }), { max_completion_tokens: 9 })

@@ -45,6 +45,7 @@ export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigu
     throw invalidParam('n', 'Only n=1 is supported.')
   }
   checkToolMessages(body)
+  checkLogitBias(body)
   checkTools(body, opts.promptsTools === true)
   controlInstruction(controlsOf(body))
   if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.logprobs !== true) {
@@ -53,6 +54,13 @@ export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigu
   responseFormatOf(body)
   if (body.googleSearchStatus && !opts.searchConfigured) {
     throw new ApiError('search_unavailable', 'googleSearchStatus is true but no search provider is configured on this server.', { param: 'googleSearchStatus' })
+  }
+}
+
+/** logit_bias keys are token ids written in decimal (the schema checks the values of such keys only). */
+function checkLogitBias (body: ChatCompletionRequest): void {
+  for (const key of Object.keys(body.logit_bias ?? {})) {
+    if (!/^(0|[1-9][0-9]{0,8})$/.test(key)) throw invalidParam('logit_bias', `logit_bias: ${JSON.stringify(key.slice(0, 20))} is not a token id (a non-negative integer written as a string).`)
   }
 }
 
@@ -133,6 +141,10 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
     ...(body.logprobs === true ? { logprobs: true, topLogprobs: body.top_logprobs ?? 0 } : {}),
     ...responseFields(responseFormatOf(body), ctx.thinkingBudget),
     ...tools,
+    ...(body.presence_penalty ? { presencePenalty: body.presence_penalty } : {}),
+    ...(body.frequency_penalty ? { frequencyPenalty: body.frequency_penalty } : {}),
+    ...(body.logit_bias && Object.keys(body.logit_bias).length > 0 ? { logitBias: body.logit_bias } : {}),
+    ...(body.min_p ? { minP: body.min_p } : {}),
     ...(ctx.clientSampling ? { clientSampling: ctx.clientSampling } : {}),
   }
 }

@@ -73,6 +73,9 @@ const ToolChoice = Type.Union([
   Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: ToolName }) }),
 ], { description: 'auto (default with tools): the model may call a tool; none: it does not; required: it must call one; {"type":"function","function":{"name"}}: it must call that tool.' })
 
+/** The most entries `logit_bias` may have. */
+export const LOGIT_BIAS_MAX = 300
+
 /** The most alternatives `top_logprobs` may ask for. */
 export const TOP_LOGPROBS_MAX = 20
 
@@ -123,8 +126,13 @@ export const ChatCompletionRequest = Type.Object({
     Type.Null(),
   ], { description: 'With include_usage, a last chunk carries the usage.' })),
   n: Type.Optional(Type.Union([Type.Integer(), Type.Null()], { description: 'Number of choices; only 1 is supported.' })),
-  presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
-  frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
+  presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Subtracted from the logit of every token generated so far (thinking included).' })),
+  frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Subtracted from a token\'s logit once per time it was generated so far (thinking included).' })),
+  logit_bias: Type.Optional(Type.Union([
+    Type.Record(Type.String({ pattern: '^(0|[1-9][0-9]{0,8})$' }), Type.Number({ minimum: -100, maximum: 100 }), { maxProperties: LOGIT_BIAS_MAX }),
+    Type.Null(),
+  ], { description: `Token id (of the model's tokenizer, as a string) -> a bias from -100 to 100 added to its logit; at most ${LOGIT_BIAS_MAX} entries. An id outside the vocabulary is a 400.` })),
+  min_p: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 1 }), Type.Null()], { description: 'Drop tokens less likely than min_p times the most likely one; 0 is off.' })),
   user: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'End-user id; accepted, not used.' })),
   logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'Return the log-probability of each generated token.' })),
   top_logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: TOP_LOGPROBS_MAX }), Type.Null()], {

@@ -221,6 +221,10 @@ export class LocalEngine {
 
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
+    const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
+    for (const key of Object.keys(request.logitBias ?? {})) {
+      if (!(Number(key) < vocab)) throw new ApiError('invalid_parameter', `logit_bias: token id ${key} is not in this model's vocabulary (ids 0 to ${vocab - 1}).`, { param: 'logit_bias' })
+    }
     const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
     const room = this.contextLength - promptIds.length
     if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {

@@ -12,6 +12,7 @@ import type { RowCache } from './kv-cache.ts'
 import { IncrementalDetokenizer } from './detokenizer.ts'
 import { createRng, type Rng } from './rng.ts'
 import { sample } from './sampler.ts'
+import { adjustLogits, adjustsLogits, TokenCounts, type LogitAdjustments } from './logit-adjust.ts'
 import { StopStringMatcher } from './stop-strings.ts'
 import { ReasoningSplitter, type SplitText } from '../reasoning.ts'
 import type { TextTokenizer } from './tokenizer.ts'
@@ -74,6 +75,10 @@ export class Sequence {
   /** Ids fed whatever the logits say (the thinking block's close, at the budget); forced once at most. */
   #forced: number[] = []
   #closeForced = false
+  /** The request's penalties, logit_bias and min_p; undefined when it has none. */
+  readonly #adjust: LogitAdjustments | undefined
+  /** How often each token was generated so far (for the penalties). */
+  readonly #counts = new TokenCounts()
   /** Tokens whose log-probabilities have not gone out yet, in order. */
   readonly #logprobs: PendingLogprob[] = []
   /** Characters the detokenizer has released; characters the stop matcher has passed on. */
@@ -117,6 +122,15 @@ export class Sequence {
     this.#constraintMade?.catch(() => {}) // awaited in prepare(); a failure is reported there
     this.#thinkingBudget = json ? opts.request.thinkingBudget ?? 0 : 0
     this.#closeThinking = opts.closeThinking ?? []
+    const r = opts.request
+    const adjust: LogitAdjustments = {
+      presencePenalty: r.presencePenalty,
+      frequencyPenalty: r.frequencyPenalty,
+      logitBias: r.logitBias ? new Map(Object.entries(r.logitBias).map(([id, bias]) => [Number(id), bias])) : undefined,
+      minP: r.minP,
+      temperature: r.temperature,
+    }
+    this.#adjust = adjustsLogits(adjust) ? adjust : undefined
   }
 
   /** Whether the next token is constrained: prepare() must run before advance(). */
@@ -169,7 +183,9 @@ export class Sequence {
     const forced = this.#forced.shift()
     const constrained = forced === undefined && this.#constraint !== undefined && !this.#reasoning.inReasoning
     if (constrained) this.#constraint?.apply(logits, n)
+    if (forced === undefined && this.#adjust) adjustLogits(logits, n, this.#adjust, this.#counts)
     const id = forced ?? sample(logits, this.#request, this.#rng, n)
+    this.#counts.add(id)
     if (this.#eosIds.has(id)) return this.#withLogprobs({ ...this.#finishText(), finish: 'stop' }, true)
     if (constrained && !this.#constraint?.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
     const thinkingBefore = this.#reasoning.inReasoning

@@ -39,6 +39,11 @@ export function upstreamBody (request: GenerateRequest, model: UpstreamModel): R
   if (sent.topP) body.top_p = request.topP
   if (model.passTopK && sent.topK && request.topK > 0) body.top_k = request.topK
   if (request.maxTokens !== undefined) body[model.maxCompletionTokens ? 'max_completion_tokens' : 'max_tokens'] = request.maxTokens
+  // Passed on as given; the upstream applies (or refuses) them.
+  if (request.presencePenalty !== undefined) body.presence_penalty = request.presencePenalty
+  if (request.frequencyPenalty !== undefined) body.frequency_penalty = request.frequencyPenalty
+  if (request.logitBias !== undefined) body.logit_bias = request.logitBias
+  if (request.minP !== undefined) body.min_p = request.minP
   if (request.tools && request.tools.length > 0) body.tools = request.tools
   if (request.toolChoice !== undefined) body.tool_choice = request.toolChoice
   if (request.parallelToolCalls !== undefined) body.parallel_tool_calls = request.parallelToolCalls
