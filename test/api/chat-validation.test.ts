@@ -146,7 +146,7 @@ t.test('accepted extras', async t => {
 
   let res = await send({ temperature: 0, top_p: 0.5, top_k: 40, seed: 7, max_tokens: 10, stop: 'END', n: 1, presence_penalty: 0.5, frequency_penalty: -0.5, user: 'u1', unknown_field: { anything: true } })
   t.equal(res.statusCode, 200, res.body)
-  t.same(backend.lastRequest, { messages: [{ role: 'user', content: 'Tell me a story' }], maxTokens: 10, temperature: 0, topP: 0.5, topK: 40, seed: 7, stop: ['END'], clientSampling: { temperature: true, topP: true, topK: true } })
+  t.same(backend.lastRequest, { messages: [{ role: 'user', content: 'Tell me a story' }], maxTokens: 10, temperature: 0, topP: 0.5, topK: 40, seed: 7, stop: ['END'], clientSampling: { temperature: true, topP: true, topK: true }, presencePenalty: 0.5, frequencyPenalty: -0.5 })
 
   res = await send({ max_tokens: 10, max_completion_tokens: 3, stop: ['a', 'b', 'c', 'd'] })
   t.equal(res.statusCode, 200)
