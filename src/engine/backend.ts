@@ -71,6 +71,8 @@ export interface GenerateRequest {
   logitBias?: Record<string, number>
   /** 0..1: drop tokens less likely than min_p times the most likely one. */
   minP?: number
+  /** How long a reasoning model may think (the local engine's budgets: reasoning-effort.ts); absent: as it likes. */
+  reasoningEffort?: ReasoningEffort
   /** The client's function tools; absent or empty: none. */
   tools?: ToolDefinition[]
   /** The client's `tool_choice` (default `auto` with tools). */
@@ -83,6 +85,8 @@ export interface GenerateRequest {
    */
   clientSampling?: { temperature: boolean; topP: boolean; topK: boolean }
 }
+
+export type ReasoningEffort = 'none' | 'minimal' | 'low' | 'medium' | 'high'
 
 /** `response_format` as the client sent it (validated); `text` means no constraint. */
 export type ResponseFormat =
@@ -128,6 +132,8 @@ export interface Usage {
   total_tokens: number
   /** Local models: prompt tokens whose cache was reused from an earlier request instead of computed. */
   prompt_tokens_details?: { cached_tokens: number }
+  /** Tokens of the reply generated inside thinking (local models: exact; upstream: as it reports). */
+  completion_tokens_details?: { reasoning_tokens: number }
 }
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'cancelled'

@@ -91,6 +91,17 @@ t.test('penalties, logit_bias and min_p are passed on as given', async t => {
   t.match(sentBody(s.upstream), { presence_penalty: 0.5, frequency_penalty: -1, logit_bias: { 42: -100 }, min_p: 0.1 })
 })
 
+t.test('reasoning_effort is passed on; the upstream\'s reasoning_tokens come back in the reply and the stream\'s usage chunk', async t => {
+  const s = await setup(t, (_req, res) => streamCall(res, { usage: { completion_tokens_details: { reasoning_tokens: 7 } } }))
+  const res = await s.app.inject({ method: 'POST', url: CHAT, headers: s.auth, payload: { model: 'relay', messages: [{ role: 'user', content: 'x' }], reasoning_effort: 'low' } })
+  t.equal(sentBody(s.upstream).reasoning_effort, 'low')
+  t.same(res.json().usage.completion_tokens_details, { reasoning_tokens: 7 })
+  const stream = await s.client.chat.completions.create({ model: 'relay', messages: [{ role: 'user', content: 'x' }], stream: true, stream_options: { include_usage: true } })
+  let usage: OpenAI.CompletionUsage | null | undefined
+  for await (const c of stream) if (c.usage) usage = c.usage
+  t.same(usage?.completion_tokens_details, { reasoning_tokens: 7 })
+})
+
 t.test('OpenAI\'s own API gets max_completion_tokens instead of max_tokens', async t => {
   const body = (opts: { maxCompletionTokens?: boolean }) => upstreamBody({ messages: [{ role: 'user', content: 'x' }], maxTokens: 9, temperature: 1, topP: 1, topK: 0, stop: [] }, { upstreamModel: 'm', passTopK: false, ...opts })
   t.match(body({ maxCompletionTokens: true }), { max_completion_tokens: 9 })

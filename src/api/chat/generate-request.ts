@@ -145,6 +145,7 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
     ...(body.frequency_penalty ? { frequencyPenalty: body.frequency_penalty } : {}),
     ...(body.logit_bias && Object.keys(body.logit_bias).length > 0 ? { logitBias: body.logit_bias } : {}),
     ...(body.min_p ? { minP: body.min_p } : {}),
+    ...(body.reasoning_effort ? { reasoningEffort: body.reasoning_effort } : {}),
     ...(ctx.clientSampling ? { clientSampling: ctx.clientSampling } : {}),
   }
 }

@@ -132,6 +132,9 @@ export const ChatCompletionRequest = Type.Object({
     Type.Record(Type.String({ pattern: '^(0|[1-9][0-9]{0,8})$' }), Type.Number({ minimum: -100, maximum: 100 }), { maxProperties: LOGIT_BIAS_MAX }),
     Type.Null(),
   ], { description: `Token id (of the model's tokenizer, as a string) -> a bias from -100 to 100 added to its logit; at most ${LOGIT_BIAS_MAX} entries. An id outside the vocabulary is a 400.` })),
+  reasoning_effort: Type.Optional(Type.Union([Type.Enum(['none', 'minimal', 'low', 'medium', 'high']), Type.Null()], {
+    description: 'How long a reasoning model thinks: none/minimal close thinking at once; low, medium and high allow a quarter, half and three quarters of max_tokens (at most 1024, 4096 and 16384 tokens).',
+  })),
   min_p: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 1 }), Type.Null()], { description: 'Drop tokens less likely than min_p times the most likely one; 0 is off.' })),
   user: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'End-user id; accepted, not used.' })),
   logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'Return the log-probability of each generated token.' })),
@@ -182,6 +185,9 @@ export const Usage = Type.Object({
   total_tokens: Type.Integer(),
   prompt_tokens_details: Type.Optional(Type.Object({
     cached_tokens: Type.Integer({ description: 'Prompt tokens served from the prefix cache (local models).' }),
+  })),
+  completion_tokens_details: Type.Optional(Type.Object({
+    reasoning_tokens: Type.Integer({ description: 'Completion tokens generated inside thinking (local models: exact, tags included; upstream: as it reports).' }),
   })),
 })
 

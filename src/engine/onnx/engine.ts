@@ -27,6 +27,7 @@ import { DecodeBatch } from './decode-batch.ts'
 import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
+import { effortBudget } from './reasoning-effort.ts'
 import { DecoderSession } from './decoder-session.ts'
 import { Grammars } from './grammar.ts'
 import { TokenTable } from './token-bytes.ts'
@@ -245,9 +246,17 @@ export class LocalEngine {
       startsInReasoning: endsInThink,
       tokens: this.tokens,
       ...this.#constraintOf(request),
+      ...this.#effortOf(request, request.maxTokens ?? room),
     }))
     if (!this.#looping) void this.#loop()
     return id
+  }
+
+  /** reasoning_effort's thinking budget and the ids that close the block when it is spent. */
+  #effortOf (request: GenerateRequest, maxNewTokens: number): { effortBudget?: number; closeThinking?: number[] } {
+    const budget = effortBudget(request.reasoningEffort, maxNewTokens)
+    if (budget === undefined) return {}
+    return { effortBudget: budget, closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) }
   }
 
   /** A JSON response_format's grammar (made while the prompt waits), and the ids that close a thinking block at its budget. */
@@ -596,6 +605,7 @@ export class LocalEngine {
       completion_tokens: seq.generated,
       total_tokens: prompt + seq.generated,
       prompt_tokens_details: { cached_tokens: seq.reusedTokens },
+      completion_tokens_details: { reasoning_tokens: seq.reasoningTokens },
     })
   }
 

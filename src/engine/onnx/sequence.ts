@@ -68,10 +68,12 @@ export class Sequence {
   /** The grammar of a JSON response_format: while it is being made, then made. */
   readonly #constraintMade: Promise<GrammarConstraint> | undefined
   #constraint: GrammarConstraint | undefined
-  /** Thinking tokens allowed before a constrained answer (0: no cap), and the ids that close the block. */
-  readonly #thinkingBudget: number
+  /** Thinking tokens allowed (a constrained answer's budget, reasoning_effort's); undefined: no cap, 0: closed at once. */
+  readonly #thinkingCap: number | undefined
   readonly #closeThinking: number[]
   #thinkingTokens = 0
+  /** Tokens generated inside thinking, its opening and closing tags included (usage's reasoning_tokens). */
+  reasoningTokens = 0
   /** Ids fed whatever the logits say (the thinking block's close, at the budget); forced once at most. */
   #forced: number[] = []
   #closeForced = false
@@ -99,8 +101,10 @@ export class Sequence {
     tokens?: TokenTable
     /** The grammar of the request's JSON response_format. */
     constraint?: Promise<GrammarConstraint>
-    /** The ids of `</think>`, forced when a constrained request's thinking reaches request.thinkingBudget. */
+    /** The ids of `</think>`, forced when thinking reaches its budget. */
     closeThinking?: number[]
+    /** reasoning_effort's thinking budget (reasoning-effort.ts); undefined: none. */
+    effortBudget?: number
   }) {
     this.id = opts.id
     this.promptIds = opts.promptIds
@@ -120,7 +124,8 @@ export class Sequence {
     this.#tokens = opts.request.logprobs ? opts.tokens : undefined
     this.#constraintMade = json ? opts.constraint : undefined
     this.#constraintMade?.catch(() => {}) // awaited in prepare(); a failure is reported there
-    this.#thinkingBudget = json ? opts.request.thinkingBudget ?? 0 : 0
+    const caps = [json && opts.request.thinkingBudget ? opts.request.thinkingBudget : undefined, opts.effortBudget].filter(c => c !== undefined)
+    this.#thinkingCap = caps.length > 0 ? Math.min(...caps) : undefined
     this.#closeThinking = opts.closeThinking ?? []
     const r = opts.request
     const adjust: LogitAdjustments = {
@@ -140,7 +145,7 @@ export class Sequence {
 
   /** A constrained request's thinking has used its budget: the block is closed now. */
   get #budgetSpent (): boolean {
-    return this.#thinkingBudget > 0 && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingBudget
+    return this.#thinkingCap !== undefined && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingCap
   }
 
   /** Computes the grammar's mask for the next token (the grammar is made first if need be). */
@@ -206,6 +211,7 @@ export class Sequence {
     } else {
       result = this.#split(piece.emit, false)
     }
+    if (thinkingBefore || this.#reasoning.inReasoning) this.reasoningTokens++
     if (pending) pending.thinking = thinkingBefore || this.#reasoning.inReasoning
     return this.#withLogprobs(result, result.finish !== undefined)
   }

@@ -50,6 +50,11 @@ function readUsage (value: unknown): Usage | undefined {
   // The upstream's own prompt-cache count (OpenAI's field; vLLM and chatd send it too), relayed as given.
   const details = value.prompt_tokens_details
   if (isObject(details) && Number.isInteger(details.cached_tokens)) usage.prompt_tokens_details = { cached_tokens: details.cached_tokens as number }
+  // The upstream's count of reasoning tokens, when it reports one, relayed as given.
+  const completionDetails = value.completion_tokens_details
+  if (isObject(completionDetails) && Number.isInteger(completionDetails.reasoning_tokens)) {
+    usage.completion_tokens_details = { reasoning_tokens: completionDetails.reasoning_tokens as number }
+  }
   return usage
 }
 

@@ -44,6 +44,7 @@ export function upstreamBody (request: GenerateRequest, model: UpstreamModel): R
   if (request.frequencyPenalty !== undefined) body.frequency_penalty = request.frequencyPenalty
   if (request.logitBias !== undefined) body.logit_bias = request.logitBias
   if (request.minP !== undefined) body.min_p = request.minP
+  if (request.reasoningEffort !== undefined) body.reasoning_effort = request.reasoningEffort
   if (request.tools && request.tools.length > 0) body.tools = request.tools
   if (request.toolChoice !== undefined) body.tool_choice = request.toolChoice
   if (request.parallelToolCalls !== undefined) body.parallel_tool_calls = request.parallelToolCalls
