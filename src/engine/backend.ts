@@ -1,8 +1,6 @@
 // The one interface every model backend implements. The HTTP layer only ever
 // talks to a Backend; backends never know about HTTP.
 
-import type { ToolCallFormat } from './tools/format.ts'
-
 export type Role = 'system' | 'user' | 'assistant' | 'tool'
 
 export interface ChatMessage {
@@ -19,6 +17,30 @@ export interface ToolCall {
   id: string
   type: 'function'
   function: { name: string; arguments: string }
+}
+
+/**
+ * How a model family writes tool calls, for backends that render tools into the prompt themselves
+ * (src/engine/tools/: r1.ts, json-form.ts).
+ */
+/** A call as the model wrote it: `arguments` is the JSON text of an object. */
+export interface WrittenCall {
+  name: string
+  arguments: string
+}
+
+export interface ToolCallFormat {
+  /** `r1` (DeepSeek's tool tokens) or `json` (the generic form). */
+  readonly name: 'r1' | 'json'
+  /** The text that starts a call in the model's answer; the answer before it is text. */
+  readonly callStart: string
+  /** One or more calls as the model should write them (and as earlier turns show them). */
+  calls (calls: WrittenCall[]): string
+  /**
+   * `text` starts with `callStart`: the calls it holds, or undefined when it is not made only of
+   * well-formed calls with JSON-object arguments.
+   */
+  parse (text: string): WrittenCall[] | undefined
 }
 
 /** A function tool the client declares: `parameters` is a JSON Schema of its arguments. */

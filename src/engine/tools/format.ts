@@ -3,29 +3,11 @@
 // call, the text of calls and results inside a conversation, and the parser of what the model
 // wrote. The tools block (instructions) is the same for every family but for its example.
 
-import type { ToolDefinition } from '../backend.ts'
+import type { ToolCallFormat, ToolDefinition } from '../backend.ts'
 import { jsonForm } from './json-form.ts'
 import { r1Form } from './r1.ts'
 
-/** A call as the model wrote it: `arguments` is the JSON text of an object. */
-export interface WrittenCall {
-  name: string
-  arguments: string
-}
-
-export interface ToolCallFormat {
-  /** `r1` (DeepSeek's tool tokens) or `json` (the generic form). */
-  readonly name: 'r1' | 'json'
-  /** The text that starts a call in the model's answer; the answer before it is text. */
-  readonly callStart: string
-  /** One or more calls as the model should write them (and as earlier turns show them). */
-  calls (calls: WrittenCall[]): string
-  /**
-   * `text` starts with `callStart`: the calls it holds, or undefined when it is not made only of
-   * well-formed calls with JSON-object arguments.
-   */
-  parse (text: string): WrittenCall[] | undefined
-}
+export type { ToolCallFormat, WrittenCall } from '../backend.ts'
 
 export const TOOL_FORMATS = { r1: r1Form, json: jsonForm } as const
 

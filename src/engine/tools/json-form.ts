@@ -6,7 +6,7 @@
 //   </tool_call>
 
 import { argumentsText } from './arguments.ts'
-import type { ToolCallFormat, WrittenCall } from './format.ts'
+import type { ToolCallFormat, WrittenCall } from '../backend.ts'
 
 const OPEN = '<tool_call>'
 const CLOSE = '</tool_call>'

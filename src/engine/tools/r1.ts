@@ -5,7 +5,7 @@
 // several results joined by '\n' inside one outputs block.
 
 import { argumentsText } from './arguments.ts'
-import type { ToolCallFormat, WrittenCall } from './format.ts'
+import type { ToolCallFormat, WrittenCall } from '../backend.ts'
 
 export const R1_TOOL_TOKENS = {
   callsBegin: '<｜tool▁calls▁begin｜>',
