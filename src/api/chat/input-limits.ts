@@ -31,7 +31,8 @@ export function checkInputLimits (body: ChatCompletionRequest, limits: InputLimi
     const calls = (message.tool_calls ?? []).reduce((n, call) => n + codePoints(call.function.name) + codePoints(call.function.arguments), 0)
     const chars = calls + (typeof content === 'string' ? codePoints(content) : content.reduce((n, part) => n + codePoints(part.text), 0))
     if (chars > limits.maxMessageChars) {
-      throw invalidParam(calls > 0 ? `messages[${i}].tool_calls` : `messages[${i}].content`, `The message is ${chars} characters long (with its tool calls' arguments); at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
+      const withCalls = calls > 0 ? ' (with its tool calls\' names and arguments)' : ''
+      throw invalidParam(calls > 0 ? `messages[${i}].tool_calls` : `messages[${i}].content`, `The message is ${chars} characters long${withCalls}; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
     }
   })
   checkToolLimits(body, limits)
