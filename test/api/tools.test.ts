@@ -3,6 +3,9 @@
 // 400 naming the field. On the local engine (stories260k): the tools block reaches the prompt,
 // "auto" and "none" answer, "required" and a named tool are refused (no call can be guaranteed).
 import t from 'tap'
+import type { GenerateEvent, GenerateRequest, ToolCallFormat } from '../../src/engine/backend.ts'
+import { parseToolCalls } from '../../src/engine/tools/call-parser.ts'
+import { TOOL_FORMATS } from '../../src/engine/tools/format.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
@@ -113,4 +116,45 @@ t.test('the local engine (stories260k)', async t => {
   t.equal(turn.statusCode, 200, turn.body)
   const withoutResult = await send({ messages: toolConversation.slice(0, 3).concat([{ role: 'tool', tool_call_id: 'call_1', content: '{"temp":3, "wind": "strong from the north west"}' }]) })
   t.ok(tokens(withoutResult) > tokens(turn), 'the tool result is in the prompt')
+})
+
+/** A backend that prompts for tools the way the local engine does (OnnxBackend: the json form here), with a scripted model. */
+class PromptingBackend extends ScriptedBackend {
+  toolCallFormat (): ToolCallFormat {
+    return TOOL_FORMATS.json
+  }
+
+  generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent> {
+    const events = super.generate(request, signal)
+    if (!request.tools || request.toolChoice === 'none') return events
+    return parseToolCalls(events, { format: TOOL_FORMATS.json, tools: request.tools, parallel: request.parallelToolCalls !== false })
+  }
+}
+
+t.test('a backend that prompts for tools: the block reaches the system text, a written call comes back as tool_calls, streamed the same', async t => {
+  const call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+  const backend = new PromptingBackend({ words: ['Checking. ', ...call.match(/[\s\S]{1,5}/g)!] })
+  const { app, auth } = await buildTestApp(t, { backends: [backend] })
+  const payload = chatBody({ tools: [weatherTool] })
+  const whole = await app.inject({ method: 'POST', url: URL, headers: auth, payload })
+  t.equal(whole.statusCode, 200, whole.body)
+  t.match(backend.lastRequest?.messages[0], { role: 'system', content: /^# Tools\n[\s\S]*"name":"get_weather"[\s\S]*<tool_call>/ }, 'the tools block is a system text')
+  const message = whole.json().choices[0].message
+  t.equal(message.content, 'Checking. ')
+  t.match(message.tool_calls, [{ id: /^call_/, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }])
+  t.equal(whole.json().choices[0].finish_reason, 'tool_calls')
+
+  const streamed = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { ...payload, stream: true } })
+  const chunks = streamed.body.split('\n\n').filter(f => f.startsWith('data: {')).map(f => JSON.parse(f.slice(6)))
+  const pieces = chunks.flatMap(c => c.choices[0]?.delta?.tool_calls ?? [])
+  t.match(pieces[0], { index: 0, id: /^call_/, type: 'function', function: { name: 'get_weather' } }, 'the name first')
+  const assembled = { name: pieces.map(p => p.function?.name ?? '').join(''), arguments: pieces.map(p => p.function?.arguments ?? '').join('') }
+  t.same(assembled, { name: message.tool_calls[0].function.name, arguments: message.tool_calls[0].function.arguments }, 'the pieces assemble to the whole reply\'s call')
+  t.equal(chunks.map(c => c.choices[0]?.finish_reason).find(Boolean), 'tool_calls')
+
+  const refused = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ tools: [weatherTool], tool_choice: 'required' }) })
+  t.equal(refused.statusCode, 400)
+  const none = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ tools: [weatherTool], tool_choice: 'none' }) })
+  t.equal(none.json().choices[0].message.content, 'Checking. ' + call, 'none: nothing is parsed')
+  t.notOk(backend.lastRequest?.messages.some(m => m.content.includes('# Tools')), 'none: no tools block')
 })
