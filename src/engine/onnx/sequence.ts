@@ -143,7 +143,7 @@ export class Sequence {
     return this.#constraintMade !== undefined && !this.#reasoning.inReasoning && this.#forced.length === 0 && !this.#budgetSpent
   }
 
-  /** A constrained request's thinking has used its budget: the block is closed now. */
+  /** Thinking has used its budget (a constrained answer's, or reasoning_effort's): the block is closed now. */
   get #budgetSpent (): boolean {
     return this.#thinkingCap !== undefined && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingCap
   }
