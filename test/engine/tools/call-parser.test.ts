@@ -1,4 +1,5 @@
 // A call the model writes in its family's form becomes tool calls; anything else stays text.
+import fc from 'fast-check'
 import t from 'tap'
 import type { GenerateEvent, ToolDefinition } from '../../../src/engine/backend.ts'
 import { parseToolCalls } from '../../../src/engine/tools/call-parser.ts'
@@ -76,4 +77,26 @@ t.test('the tools block lists each tool and shows the exact call form', async t 
   // What the block says is what the parser takes.
   t.same(TOOL_FORMATS.r1.parse(TOOL_FORMATS.r1.calls([{ name: 'get_weather', arguments: '{"a":1}' }])), [{ name: 'get_weather', arguments: '{"a":1}' }])
   t.same(TOOL_FORMATS.json.parse(TOOL_FORMATS.json.calls([{ name: 'get_weather', arguments: '{"a":1}' }])), [{ name: 'get_weather', arguments: '{"a":1}' }])
+})
+
+t.test('property: however the answer is split into deltas, the text and calls are those of the unsplit answer', async t => {
+  const answers = [
+    'Sure. ' + R1_CALL,
+    'No call here, just <｜tool▁ text.',
+    'Two: ' + R1_CALL.replace('<｜tool▁calls▁end｜>', '\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city":"Bergen"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    R1_CALL + ' trailing',
+  ]
+  const summary = (events: GenerateEvent[]) => ({
+    text: text(events),
+    calls: calls(events).map(c => ({ ...c, id: c.id === undefined ? undefined : 'id' })),
+    finish: finish(events)?.type === 'finish' ? (finish(events) as { reason: string }).reason : undefined,
+  })
+  for (const answer of answers) {
+    const whole = summary(await run([answer]))
+    await fc.assert(fc.asyncProperty(fc.array(fc.integer({ min: 1, max: answer.length - 1 }), { maxLength: 12 }), async cuts => {
+      const points = [...new Set(cuts)].sort((a, b) => a - b)
+      const pieces = [0, ...points].map((start, i) => answer.slice(start, points[i] ?? answer.length))
+      t.same(summary(await run(pieces)), whole)
+    }), { numRuns: 50 })
+  }
 })
