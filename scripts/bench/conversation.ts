@@ -80,7 +80,7 @@ export async function chatdConversation (client: OpenAI, model: string, plan: Co
     const started = performance.now()
     let first: number | null = null
     let reply = ''
-    const stream = await client.chat.completions.create({ model, messages, max_tokens: gen, temperature: 0, stream: true })
+    const stream = await client.chat.completions.create({ model, messages: messages as OpenAI.ChatCompletionMessageParam[], max_tokens: gen, temperature: 0, stream: true })
     for await (const chunk of stream) {
       const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined
       if (first === null && ((delta?.content ?? '') !== '' || (delta?.reasoning_content ?? '') !== '')) first = performance.now()

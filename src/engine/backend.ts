@@ -1,11 +1,63 @@
 // The one interface every model backend implements. The HTTP layer only ever
 // talks to a Backend; backends never know about HTTP.
 
-export type Role = 'system' | 'user' | 'assistant'
+export type Role = 'system' | 'user' | 'assistant' | 'tool'
 
 export interface ChatMessage {
   role: Role
   content: string
+  /** An assistant turn's tool calls (its `content` may then be ''). */
+  toolCalls?: ToolCall[]
+  /** A `tool` message: the id of the call whose result it carries. */
+  toolCallId?: string
+}
+
+/** A call the model made: `arguments` is the JSON text of the arguments, as OpenAI sends it. */
+export interface ToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
+}
+
+/**
+ * How a model family writes tool calls, for backends that render tools into the prompt themselves
+ * (src/engine/tools/: r1.ts, json-form.ts).
+ */
+/** A call as the model wrote it: `arguments` is the JSON text of an object. */
+export interface WrittenCall {
+  name: string
+  arguments: string
+}
+
+export interface ToolCallFormat {
+  /** `r1` (DeepSeek's tool tokens) or `json` (the generic form). */
+  readonly name: 'r1' | 'json'
+  /** The text that starts a call in the model's answer; the answer before it is text. */
+  readonly callStart: string
+  /** One or more calls as the model should write them (and as earlier turns show them). */
+  calls (calls: WrittenCall[]): string
+  /**
+   * `text` starts with `callStart`: the calls it holds, or undefined when it is not made only of
+   * well-formed calls with JSON-object arguments.
+   */
+  parse (text: string): WrittenCall[] | undefined
+}
+
+/** A function tool the client declares: `parameters` is a JSON Schema of its arguments. */
+export interface ToolDefinition {
+  type: 'function'
+  function: { name: string; description?: string; parameters?: Record<string, unknown>; strict?: boolean }
+}
+
+/** `tool_choice`: may the model call a tool, must it, or must it call this one. */
+export type ToolChoice = 'auto' | 'none' | 'required' | { type: 'function'; function: { name: string } }
+
+/** One streamed piece of a tool call, as OpenAI streams them: the id and name first, then argument text. */
+export interface ToolCallDelta {
+  index: number
+  id?: string
+  name?: string
+  arguments?: string
 }
 
 export interface GenerateRequest {
@@ -45,7 +97,29 @@ export interface GenerateRequest {
    * are cached per scope, so no account can tell whether another used a schema.
    */
   grammarScope?: string
+  /** OpenAI's penalties over the generated tokens (thinking included), -2..2; absent: 0. */
+  presencePenalty?: number
+  frequencyPenalty?: number
+  /** Token id (as a decimal string) -> bias added to its logit, -100..100. */
+  logitBias?: Record<string, number>
+  /** 0..1: drop tokens less likely than min_p times the most likely one. */
+  minP?: number
+  /** How long a reasoning model may think (the local engine's budgets: reasoning-effort.ts); absent: as it likes. */
+  reasoningEffort?: ReasoningEffort
+  /** The client's function tools; absent or empty: none. */
+  tools?: ToolDefinition[]
+  /** The client's `tool_choice` (default `auto` with tools). */
+  toolChoice?: ToolChoice
+  /** false: at most one call per reply. */
+  parallelToolCalls?: boolean
+  /**
+   * The sampling fields the client itself sent (the others hold the API's defaults). A relay sends
+   * only these, so the upstream's own defaults apply to the rest; absent: all were sent.
+   */
+  clientSampling?: { temperature: boolean; topP: boolean; topK: boolean }
 }
+
+export type ReasoningEffort = 'none' | 'minimal' | 'low' | 'medium' | 'high'
 
 /** `response_format` as the client sent it (validated); `text` means no constraint. */
 export type ResponseFormat =
@@ -91,12 +165,14 @@ export interface Usage {
   total_tokens: number
   /** Local models: prompt tokens whose cache was reused from an earlier request instead of computed. */
   prompt_tokens_details?: { cached_tokens: number }
+  /** Tokens of the reply generated inside thinking (local models: exact; upstream: as it reports). */
+  completion_tokens_details?: { reasoning_tokens: number }
 }
 
-export type FinishReason = 'stop' | 'length' | 'cancelled'
+export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'cancelled'
 
 export type GenerateEvent =
-  | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs }
+  | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs; toolCalls?: ToolCallDelta[] }
   | { type: 'finish'; reason: FinishReason; usage: Usage }
 
 /** How far a download of a model's files has got (src/pull/, auto-pull). */
@@ -186,5 +262,11 @@ export interface Backend {
    * Absent where there is nothing to gain (upstream).
    */
   prepareNextTurn? (messages: ChatMessage[], cacheScope?: string): void
+  /**
+   * The way this backend's model writes tool calls, where the backend renders `tools` into the
+   * prompt itself (the local engine: the prompt layer adds the tools block of this format, and a
+   * call cannot yet be guaranteed). Absent: the backend passes tools on (upstream).
+   */
+  toolCallFormat? (): ToolCallFormat | undefined
   close (): Promise<void>
 }

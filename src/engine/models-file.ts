@@ -64,6 +64,11 @@ const OpenAiEntry = Type.Object({
   passTopK: Type.Optional(Type.Boolean()),
   /** Send the request's cache scope (per account and cache_salt) as `cache_salt` (vLLM); relay the upstream's cached_tokens only then. Default false. */
   passCacheSalt: Type.Optional(Type.Boolean()),
+  /**
+   * Send the token cap as max_completion_tokens instead of max_tokens (OpenAI's own API, whose
+   * reasoning models refuse max_tokens). Default: true when baseUrl's host is api.openai.com.
+   */
+  maxCompletionTokens: Type.Optional(Type.Boolean()),
   /** The upstream's template leaves the prompt inside an open <think> (R1 served without a reasoning parser). Default false. */
   startsInReasoning: Type.Optional(Type.Boolean()),
   /** The upstream model's context window in tokens, when known (caps wordcount's token budget). */

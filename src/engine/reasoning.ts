@@ -169,7 +169,9 @@ export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>,
         contentSeen = true
         text += content
       }
-      if (text !== '' || logprobs) yield { type: 'delta', ...(text !== '' ? { content: text } : {}), ...(logprobs ? { logprobs } : {}) }
+      if (text !== '' || logprobs || event.toolCalls) {
+        yield { type: 'delta', ...(text !== '' ? { content: text } : {}), ...(logprobs ? { logprobs } : {}), ...(event.toolCalls ? { toolCalls: event.toolCalls } : {}) }
+      }
       continue
     }
     if (reasoning !== '') trimAnswer = true
@@ -182,7 +184,8 @@ export async function * withReasoningMode (events: AsyncIterable<GenerateEvent>,
     if (content !== '') out.content = content
     // Token log-probabilities travel even when their text was dropped (the blank lines after `</think>`).
     if (logprobs) out.logprobs = logprobs
-    if (out.reasoning !== undefined || out.content !== undefined || out.logprobs !== undefined) yield out
+    if (event.toolCalls) out.toolCalls = event.toolCalls
+    if (out.reasoning !== undefined || out.content !== undefined || out.logprobs !== undefined || out.toolCalls !== undefined) yield out
   }
 }
 

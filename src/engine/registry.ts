@@ -113,6 +113,7 @@ export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx)
     upstreamModel: entry.upstreamModel,
     passTopK: entry.passTopK,
     passCacheSalt: entry.passCacheSalt,
+    maxCompletionTokens: entry.maxCompletionTokens,
     startsInReasoning: entry.startsInReasoning,
     contextLength: entry.contextLength,
     settings: ctx.config.upstream,

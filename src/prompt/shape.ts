@@ -16,7 +16,7 @@ import type { ChatMessage } from '../engine/backend.ts'
 import { stripThinking } from '../engine/reasoning.ts'
 
 export function stripEarlierThinking (messages: ChatMessage[]): ChatMessage[] {
-  return messages.map(m => m.role === 'assistant' ? { role: m.role, content: stripThinking(m.content) } : m)
+  return messages.map(m => m.role === 'assistant' ? { ...m, content: stripThinking(m.content) } : m)
 }
 
 /**
@@ -52,7 +52,7 @@ export function placeInFirstUserTurn (messages: ChatMessage[], text: string): Ch
   const first = rest.findIndex(m => m.role === 'user')
   if (first < 0) return [{ role: 'user', content: system.join('\n\n') }, ...rest]
   const shaped = [...rest]
-  shaped[first] = { role: 'user', content: [...system, rest[first].content].filter(s => s !== '').join('\n\n') }
+  shaped[first] = { ...rest[first], role: 'user', content: [...system, rest[first].content].filter(s => s !== '').join('\n\n') }
   return shaped
 }
 

@@ -9,6 +9,7 @@ import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadSt
 import { unavailableError, type UnavailableState } from '../engine/unavailable.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
+import type { ToolCallFormat } from '../engine/tools/format.ts'
 
 export interface PullLog {
   info: (obj: object, msg: string) => void
@@ -128,6 +129,11 @@ export class PullingBackend implements DownloadingBackend {
 
   get grammarCounts (): GrammarCounts | undefined {
     return this.#inner?.grammarCounts
+  }
+
+  /** The model's own tool format once its files are in. */
+  toolCallFormat (): ToolCallFormat | undefined {
+    return this.#inner?.toolCallFormat?.()
   }
 
   get promptTokensComputedAhead (): number | undefined {

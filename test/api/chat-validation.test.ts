@@ -128,7 +128,7 @@ t.test('defaults reach the backend and the conversation is passed as sent', asyn
   ]
   const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', messages } })
   t.equal(res.statusCode, 200)
-  t.same(backend.lastRequest, { messages, maxTokens: undefined, temperature: 1, topP: 1, topK: 0, seed: undefined, stop: [], cacheScope: cacheScope(account.id) })
+  t.same(backend.lastRequest, { messages, maxTokens: undefined, temperature: 1, topP: 1, topK: 0, seed: undefined, stop: [], cacheScope: cacheScope(account.id), clientSampling: { temperature: false, topP: false, topK: false } })
 
   // Non-default controls become one instruction after the client's system
   // message (test/prompt/controls.test.ts has every combination).
@@ -147,7 +147,7 @@ t.test('accepted extras', async t => {
 
   let res = await send({ temperature: 0, top_p: 0.5, top_k: 40, seed: 7, max_tokens: 10, stop: 'END', n: 1, presence_penalty: 0.5, frequency_penalty: -0.5, user: 'u1', unknown_field: { anything: true } })
   t.equal(res.statusCode, 200, res.body)
-  t.same(backend.lastRequest, { messages: [{ role: 'user', content: 'Tell me a story' }], maxTokens: 10, temperature: 0, topP: 0.5, topK: 40, seed: 7, stop: ['END'], cacheScope: cacheScope(account.id) })
+  t.same(backend.lastRequest, { messages: [{ role: 'user', content: 'Tell me a story' }], maxTokens: 10, temperature: 0, topP: 0.5, topK: 40, seed: 7, stop: ['END'], cacheScope: cacheScope(account.id), clientSampling: { temperature: true, topP: true, topK: true }, presencePenalty: 0.5, frequencyPenalty: -0.5 })
 
   res = await send({ max_tokens: 10, max_completion_tokens: 3, stop: ['a', 'b', 'c', 'd'] })
   t.equal(res.statusCode, 200)

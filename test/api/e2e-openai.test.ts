@@ -31,7 +31,7 @@ function tokenizerUsage (messages: Array<{ role: 'system' | 'user' | 'assistant'
   const prompt = template.render(messages).text
   const promptTokens = tokenizer.encode(prompt, { addSpecialTokens: false }).length
   const completionTokens = tokenizer.encode(prompt + reply, { addSpecialTokens: false }).length - promptTokens
-  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens, prompt_tokens_details: { cached_tokens: 0 } }
+  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } }
 }
 
 const dir = t.testdir({

@@ -2,7 +2,7 @@
 // reply, and the chunks of a streamed one.
 
 import { randomBytes } from 'node:crypto'
-import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, Usage } from '../../engine/backend.ts'
+import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, ToolCall, ToolCallDelta, Usage } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import type { SearchResult } from '../../search/provider.ts'
 import type { ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, SearchResultItem } from './schema.ts'
@@ -41,6 +41,18 @@ export interface CollectedCompletion {
   usage: Usage
   /** Every token's log-probability, in order (empty unless the request asked for logprobs). */
   logprobs?: DeltaLogprobs
+  /** The tool calls, assembled from their streamed pieces; absent when there are none. */
+  toolCalls?: ToolCall[]
+}
+
+/** Appends streamed tool-call pieces to the calls so far: by index, the id and name once, the arguments in order. */
+export function assembleToolCalls (calls: ToolCall[], pieces: ToolCallDelta[]): void {
+  for (const piece of pieces) {
+    const call = calls[piece.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } }
+    if (piece.id !== undefined) call.id = piece.id
+    if (piece.name !== undefined) call.function.name += piece.name
+    if (piece.arguments !== undefined) call.function.arguments += piece.arguments
+  }
 }
 
 /** Whether a delta carries token log-probabilities (a delta may carry them without text: its tokens' text was removed, e.g. whitespace after thinking). */
@@ -53,8 +65,10 @@ export async function collect (events: AsyncIterable<GenerateEvent>): Promise<Co
   let content = ''
   let reasoning = ''
   const logprobs: DeltaLogprobs = { content: [], reasoning: [] }
+  const toolCalls: ToolCall[] = []
   for await (const event of events) {
     if (event.type === 'delta') {
+      if (event.toolCalls) assembleToolCalls(toolCalls, event.toolCalls)
       content += event.content ?? ''
       reasoning += event.reasoning ?? ''
       if (event.logprobs) {
@@ -62,7 +76,7 @@ export async function collect (events: AsyncIterable<GenerateEvent>): Promise<Co
         logprobs.reasoning.push(...event.logprobs.reasoning)
       }
     } else {
-      return { content, reasoning, finishReason: event.reason, usage: event.usage, logprobs }
+      return { content, reasoning, finishReason: event.reason, usage: event.usage, logprobs, ...(toolCalls.length > 0 ? { toolCalls } : {}) }
     }
   }
   throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
@@ -85,9 +99,13 @@ export function completionBody (meta: CompletionMeta, done: CollectedCompletion 
     system_fingerprint: meta.systemFingerprint,
     choices: [{
       index: 0,
-      message: done.reasoning === ''
-        ? { role: 'assistant', content: done.content }
-        : { role: 'assistant', content: done.content, reasoning_content: done.reasoning },
+      message: {
+        role: 'assistant',
+        // A reply that is only tool calls has no text: null, as OpenAI sends it.
+        content: done.toolCalls && done.content === '' ? null : done.content,
+        ...(done.reasoning === '' ? {} : { reasoning_content: done.reasoning }),
+        ...(done.toolCalls ? { tool_calls: done.toolCalls } : {}),
+      },
       ...(withLogprobs ? { logprobs: choiceLogprobs(done.logprobs) } : {}),
       finish_reason: done.finishReason,
     }],
@@ -120,6 +138,13 @@ export function chunkMaker (meta: CompletionMeta, withUsageField: boolean, withL
       const delta: ChatCompletionChunk['choices'][number]['delta'] = {}
       if (event.reasoning) delta.reasoning_content = event.reasoning
       if (event.content) delta.content = event.content
+      if (event.toolCalls) {
+        delta.tool_calls = event.toolCalls.map(piece => ({
+          index: piece.index,
+          ...(piece.id !== undefined ? { id: piece.id, type: 'function' as const } : {}),
+          function: { ...(piece.name !== undefined ? { name: piece.name } : {}), ...(piece.arguments !== undefined ? { arguments: piece.arguments } : {}) },
+        }))
+      }
       if (withLogprobs) return base([{ index: 0, delta, logprobs: choiceLogprobs(event.logprobs), finish_reason: null }])
       return base([{ index: 0, delta, finish_reason: null }])
     },

@@ -3,7 +3,8 @@
 // here too, so the route stays a wiring diagram. The prompt shaping itself
 // (controls -> instruction, sources, earlier thinking) is src/prompt's.
 
-import { jsonFormatOf, type ChatMessage, type GenerateRequest, type ResponseFormat } from '../../engine/backend.ts'
+import { jsonFormatOf, type ChatMessage, type GenerateRequest, type ResponseFormat, type ToolChoice, type ToolDefinition } from '../../engine/backend.ts'
+import { toolInstructions, type ToolCallFormat } from '../../engine/tools/format.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
 import { wordcountBudget } from '../../prompt/budget.ts'
 import { controlInstruction } from '../../prompt/controls.ts'
@@ -28,6 +29,10 @@ export interface ShapingContext {
   /** Where the model takes instructions (models.json `systemPrompt`); a system message by default. */
   systemPrompt?: SystemPromptPlacement
   search?: SearchDone
+  /** The backend renders tools into the prompt in this format (the local engine): the tools block is added to the system text. */
+  toolFormat?: ToolCallFormat
+  /** The sampling fields the client sent itself (before the schema's defaults filled the others in). */
+  clientSampling?: GenerateRequest['clientSampling']
 }
 
 /**
@@ -35,10 +40,13 @@ export interface ShapingContext {
  * n, language, tone (400 naming the field), and googleSearchStatus without a
  * search provider (400 search_unavailable rather than an answer without search).
  */
-export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigured: boolean }): void {
+export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigured: boolean; promptsTools?: boolean }): void {
   if (body.n !== undefined && body.n !== null && body.n !== 1) {
     throw invalidParam('n', 'Only n=1 is supported.')
   }
+  checkToolMessages(body)
+  checkLogitBias(body)
+  checkTools(body, opts.promptsTools === true)
   controlInstruction(controlsOf(body))
   // 0 is the default, so it asks for nothing and stands without logprobs; more needs logprobs.
   if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs > 0 && body.logprobs !== true) {
@@ -47,6 +55,56 @@ export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigu
   responseFormatOf(body)
   if (body.googleSearchStatus && !opts.searchConfigured) {
     throw new ApiError('search_unavailable', 'googleSearchStatus is true but no search provider is configured on this server.', { param: 'googleSearchStatus' })
+  }
+}
+
+/** logit_bias keys are token ids written in decimal (the schema checks the values of such keys only). */
+function checkLogitBias (body: ChatCompletionRequest): void {
+  for (const key of Object.keys(body.logit_bias ?? {})) {
+    if (!/^(0|[1-9][0-9]{0,8})$/.test(key)) throw invalidParam('logit_bias', `logit_bias: ${JSON.stringify(key.slice(0, 20))} is not a token id (a non-negative integer written as a string).`)
+  }
+}
+
+/** Tool turns in the conversation: each field where the role allows it, each result after the calls it answers. */
+function checkToolMessages (body: ChatCompletionRequest): void {
+  body.messages.forEach((m, i) => {
+    const at = `messages[${i}]`
+    const calls = m.tool_calls ?? []
+    if (calls.length > 0 && m.role !== 'assistant') throw invalidParam(`${at}.tool_calls`, `${at}.tool_calls: only assistant messages carry tool calls.`)
+    if ((m.content === undefined || m.content === null) && calls.length === 0) {
+      throw invalidParam(`${at}.content`, `${at}.content may be null or absent only on an assistant message with tool_calls.`)
+    }
+    if (m.role === 'tool') {
+      const before = body.messages[i - 1]
+      if (before === undefined || !(before.role === 'tool' || (before.role === 'assistant' && (before.tool_calls?.length ?? 0) > 0))) {
+        throw invalidParam(`${at}.role`, `${at}.role: a tool message must follow the assistant message whose tool_calls it answers (or another tool message).`)
+      }
+      if (m.tool_call_id === undefined) throw invalidParam(`${at}.tool_call_id`, `${at}.tool_call_id: a tool message needs the id of the call it answers.`)
+    } else if (m.tool_call_id !== undefined) {
+      throw invalidParam(`${at}.tool_call_id`, `${at}.tool_call_id: only tool messages carry one.`)
+    }
+  })
+}
+
+/**
+ * tools, tool_choice and parallel_tool_calls: names unique, a named choice among the tools. A
+ * backend that prompts for tools (the local engine) cannot yet guarantee a call, so `required`
+ * and a named tool are refused there rather than answered with prose.
+ */
+function checkTools (body: ChatCompletionRequest, promptsTools: boolean): void {
+  const names = new Set<string>()
+  ;(body.tools ?? []).forEach((tool, i) => {
+    if (names.has(tool.function.name)) throw invalidParam(`tools[${i}].function.name`, `tools[${i}].function.name: two tools are named '${tool.function.name}'.`)
+    names.add(tool.function.name)
+  })
+  const choice = body.tool_choice
+  if (choice === undefined || choice === null || choice === 'none' || choice === 'auto') return
+  if (names.size === 0) throw invalidParam('tool_choice', `tool_choice ${JSON.stringify(choice)} needs tools.`)
+  if (typeof choice === 'object' && !names.has(choice.function.name)) {
+    throw invalidParam('tool_choice', `tool_choice names '${choice.function.name}', which is not among the tools.`)
+  }
+  if (promptsTools) {
+    throw invalidParam('tool_choice', `This model cannot yet guarantee a tool call, so tool_choice ${JSON.stringify(choice)} is refused; use "auto" (the model may call a tool) or "none".`)
   }
 }
 
@@ -60,7 +118,12 @@ export async function searchFor (body: ChatCompletionRequest, search: WebSearch,
 export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingContext = {}): GenerateRequest {
   const instruction = controlInstruction(controlsOf(body))
   const sources = ctx.search ? sourcesBlock(ctx.search.query, ctx.search.results) : ''
-  const messages = shapeConversation(clientMessages(body), [instruction, sources], ctx.systemPrompt)
+  const tools = toolFields(body)
+  // A backend that prompts for tools gets them listed in the system text; none: they are not offered.
+  const toolsBlock = ctx.toolFormat && tools.tools && tools.toolChoice !== 'none'
+    ? toolInstructions(ctx.toolFormat, tools.tools, tools.parallelToolCalls !== false)
+    : ''
+  const messages = shapeConversation(clientMessages(body), [instruction, sources, toolsBlock], ctx.systemPrompt)
 
   let maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
   if (maxTokens === undefined && typeof body.wordcount === 'number') {
@@ -78,7 +141,33 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
     stop,
     ...(body.logprobs === true ? { logprobs: true, topLogprobs: body.top_logprobs ?? 0 } : {}),
     ...responseFields(responseFormatOf(body), ctx.thinkingBudget),
+    ...tools,
+    ...(body.presence_penalty ? { presencePenalty: body.presence_penalty } : {}),
+    ...(body.frequency_penalty ? { frequencyPenalty: body.frequency_penalty } : {}),
+    ...(body.logit_bias && Object.keys(body.logit_bias).length > 0 ? { logitBias: body.logit_bias } : {}),
+    ...(body.min_p ? { minP: body.min_p } : {}),
+    ...(body.reasoning_effort ? { reasoningEffort: body.reasoning_effort } : {}),
+    ...(ctx.clientSampling ? { clientSampling: ctx.clientSampling } : {}),
   }
+}
+
+/** The request's tools as the backend takes them; none without tools. */
+function toolFields (body: ChatCompletionRequest): Pick<GenerateRequest, 'tools' | 'toolChoice' | 'parallelToolCalls'> {
+  const fields: Pick<GenerateRequest, 'tools' | 'toolChoice' | 'parallelToolCalls'> = {}
+  if (body.tools && body.tools.length > 0) {
+    fields.tools = body.tools.map((t): ToolDefinition => ({
+      type: 'function',
+      function: {
+        name: t.function.name,
+        ...(t.function.description !== undefined ? { description: t.function.description } : {}),
+        ...(t.function.parameters !== undefined ? { parameters: t.function.parameters as Record<string, unknown> } : {}),
+        ...(typeof t.function.strict === 'boolean' ? { strict: t.function.strict } : {}),
+      },
+    }))
+  }
+  if (body.tool_choice !== undefined && body.tool_choice !== null) fields.toolChoice = body.tool_choice as ToolChoice
+  if (typeof body.parallel_tool_calls === 'boolean') fields.parallelToolCalls = body.parallel_tool_calls
+  return fields
 }
 
 /** The request's response_format as the backend takes it; 400 naming the part at fault. Absent: undefined. */
@@ -111,10 +200,18 @@ function controlsOf (body: ChatCompletionRequest) {
   return { language: body.language, tone: body.tone, wordcount: body.wordcount }
 }
 
-/** The client's messages with text-part arrays joined. */
+/** The client's messages with text-part arrays joined, developer taken as system, tool turns kept. */
 function clientMessages (body: ChatCompletionRequest): ChatMessage[] {
-  return body.messages.map(m => ({
-    role: m.role,
-    content: typeof m.content === 'string' ? m.content : m.content.map(part => part.text).join(''),
-  }))
+  return body.messages.map(m => {
+    const content = m.content ?? ''
+    const message: ChatMessage = {
+      role: m.role === 'developer' ? 'system' : m.role,
+      content: typeof content === 'string' ? content : content.map(part => part.text).join(''),
+    }
+    if (m.tool_calls && m.tool_calls.length > 0) {
+      message.toolCalls = m.tool_calls.map(c => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } }))
+    }
+    if (m.role === 'tool' && m.tool_call_id !== undefined) message.toolCallId = m.tool_call_id
+    return message
+  })
 }

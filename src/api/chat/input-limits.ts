@@ -23,15 +23,51 @@ export function checkInputLimits (body: ChatCompletionRequest, limits: InputLimi
     throw invalidParam('messages', `Too many messages: ${body.messages.length}; at most ${limits.maxMessages} are accepted (MAX_MESSAGES).`)
   }
   body.messages.forEach((message, i) => {
-    const content = message.content
+    const content = message.content ?? ''
     if (typeof content !== 'string' && content.length > limits.maxContentParts) {
       throw invalidParam(`messages[${i}].content`, `Too many content parts: ${content.length}; at most ${limits.maxContentParts} per message are accepted (MAX_CONTENT_PARTS).`)
     }
-    const chars = typeof content === 'string' ? codePoints(content) : content.reduce((n, part) => n + codePoints(part.text), 0)
+    // A tool call's name and arguments reach the prompt as the message's text does.
+    const calls = (message.tool_calls ?? []).reduce((n, call) => n + codePoints(call.function.name) + codePoints(call.function.arguments), 0)
+    const chars = calls + (typeof content === 'string' ? codePoints(content) : content.reduce((n, part) => n + codePoints(part.text), 0))
     if (chars > limits.maxMessageChars) {
-      throw invalidParam(`messages[${i}].content`, `The message is ${chars} characters long; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
+      const withCalls = calls > 0 ? ' (with its tool calls\' names and arguments)' : ''
+      throw invalidParam(calls > 0 ? `messages[${i}].tool_calls` : `messages[${i}].content`, `The message is ${chars} characters long${withCalls}; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
     }
   })
+  checkToolLimits(body, limits)
+}
+
+/** JSON Schemas nested deeper than this are refused: no real tool needs it, and compiling or rendering it is work. */
+export const TOOL_SCHEMA_DEPTH_MAX = 16
+
+/** The tools' definitions reach the prompt (or the upstream) whole: together they count as one message. */
+function checkToolLimits (body: ChatCompletionRequest, limits: InputLimits): void {
+  const tools = body.tools ?? []
+  let chars = 0
+  tools.forEach((tool, i) => {
+    const depth = jsonDepth(tool.function.parameters)
+    if (depth > TOOL_SCHEMA_DEPTH_MAX) {
+      throw invalidParam(`tools[${i}].function.parameters`, `The schema is nested ${depth} levels deep; at most ${TOOL_SCHEMA_DEPTH_MAX} are accepted.`)
+    }
+    chars += codePoints(JSON.stringify(tool.function))
+  })
+  if (chars > limits.maxMessageChars) {
+    throw invalidParam('tools', `The tools' definitions are ${chars} characters long; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
+  }
+}
+
+/** Nesting depth of a JSON value (a scalar is 0), without recursion. */
+function jsonDepth (value: unknown): number {
+  let max = 0
+  const stack: Array<[unknown, number]> = [[value, 0]]
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const [v, d] = item
+    if (typeof v !== 'object' || v === null) continue
+    max = Math.max(max, d + 1)
+    for (const child of Object.values(v)) stack.push([child, d + 1])
+  }
+  return max
 }
 
 /** Length in Unicode code points: a surrogate pair (an emoji) is one character. */

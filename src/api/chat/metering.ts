@@ -61,7 +61,7 @@ export class RequestMeter {
     try {
       for await (const event of events) {
         if (event.type === 'finish') finish = event
-        else if (event.content || event.reasoning) produced = true
+        else if (event.content || event.reasoning || event.toolCalls) produced = true
         yield event
       }
     } catch (err) {
@@ -112,7 +112,11 @@ export async function admitCompletion (
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
-  const messages = body.messages.map(m => ({ content: typeof m.content === 'string' ? m.content : m.content.map(p => p.text).join('') }))
+  // A tool call's arguments are prompt text like the content.
+  const messages = body.messages.map(m => ({
+    content: (typeof m.content === 'string' || m.content == null ? m.content ?? '' : m.content.map(p => p.text).join('')) +
+      (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
+  }))
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
   const permit = await limits.limiter.admit(account, {
     model: model.id,

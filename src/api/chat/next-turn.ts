@@ -12,9 +12,13 @@ import { nextTurnStart } from '../../prompt/shape.ts'
  */
 export async function * withNextTurn (events: AsyncIterable<GenerateEvent>, backend: Backend, request: GenerateRequest): AsyncIterable<GenerateEvent> {
   let content = ''
+  let calls = false
   for await (const event of events) {
-    if (event.type === 'delta') content += event.content ?? ''
-    else if (event.reason !== 'cancelled') backend.prepareNextTurn?.(nextTurnStart(request.messages, content), request.cacheScope)
+    if (event.type === 'delta') {
+      content += event.content ?? ''
+      if (event.toolCalls) calls = true
+    // A reply with tool calls comes back as a calls turn and its results: no plain next turn to compute.
+    } else if (event.reason !== 'cancelled' && !calls) backend.prepareNextTurn?.(nextTurnStart(request.messages, content), request.cacheScope)
     yield event
   }
 }

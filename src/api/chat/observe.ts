@@ -20,7 +20,7 @@ export async function * observeGeneration (events: AsyncIterable<GenerateEvent>,
         metrics.queueLength.dec(labels)
       }
       if (event.type === 'delta') {
-        if (firstText && (event.content || event.reasoning)) {
+        if (firstText && (event.content || event.reasoning || event.toolCalls)) {
           firstText = false
           metrics.timeToFirstToken.observe(labels, (performance.now() - startedAt) / 1000)
         }

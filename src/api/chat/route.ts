@@ -58,6 +58,8 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
 
 export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { models, metrics, sseKeepAliveMs, queueSize, inputLimits, search, limits, drainDeadline }) => {
   const admission = new Admission(queueSize)
+  /** Which sampling fields each body carried as the client sent it. */
+  const clientSampling = new WeakMap<object, { temperature: boolean; topP: boolean; topK: boolean }>()
 
   app.post('/chat/completions', {
     schema: {
@@ -78,13 +80,21 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       },
     },
     // null means absent for every optional field; dropped before validation so the defaults apply.
-    preValidation: async request => { nullMeansAbsent(request.body) },
+    preValidation: async request => {
+      nullMeansAbsent(request.body)
+      // Before the schema's defaults fill them in: a relay sends only what the client did.
+      const body = request.body as Record<string, unknown> | null
+      if (typeof body === 'object' && body !== null) {
+        clientSampling.set(body, { temperature: body.temperature !== undefined, topP: body.top_p !== undefined, topK: body.top_k !== undefined })
+      }
+    },
   }, async (request, reply) => {
     const startedAt = performance.now()
     const body = request.body
     checkInputLimits(body, inputLimits)
     const model = resolveModel(models, body.model)
-    checkRequest(body, { searchConfigured: search !== undefined })
+    const toolFormat = model.backend.toolCallFormat?.()
+    checkRequest(body, { searchConfigured: search !== undefined, promptsTools: toolFormat !== undefined })
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
     // A JSON response_format for the local engine: its schema is checked before the request counts
     // (cheap and bounded: what the grammar could not compile or, with strict, not enforce is a 400)...
@@ -120,7 +130,12 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
         }
       }
       const generateRequest = toGenerateRequest(body, {
-        thinkingBudget: model.thinkingBudget, contextLength: model.backend.contextLength, systemPrompt: model.systemPrompt, search: searched,
+        thinkingBudget: model.thinkingBudget,
+        contextLength: model.backend.contextLength,
+        systemPrompt: model.systemPrompt,
+        search: searched,
+        toolFormat,
+        clientSampling: clientSampling.get(body),
       })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
@@ -200,7 +215,7 @@ async function streamCompletion (
       while (!next.done) {
         const event = next.value
         if (event.type === 'delta') {
-          if (event.content || event.reasoning || hasLogprobs(event)) await sse.data(chunks.delta(event))
+          if (event.content || event.reasoning || event.toolCalls || hasLogprobs(event)) await sse.data(chunks.delta(event))
         } else {
           if (event.reason === 'cancelled') {
             if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event

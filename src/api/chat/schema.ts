@@ -20,7 +20,27 @@ export const DEFAULTS = {
 /** The largest wordcount (the spec's range is 1 to 100000). */
 export const WORDCOUNT_MAX = 100000
 
-const Role = Type.Enum(['user', 'assistant', 'system'], { description: 'Who wrote the message.' })
+const Role = Type.Enum(['user', 'assistant', 'system', 'developer', 'tool'], { description: 'Who wrote the message. developer is taken as system; tool carries a tool call\'s result (with tool_call_id).' })
+
+/** Tool and function names, as OpenAI allows them. */
+const ToolName = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'Letters, digits, _ and -, at most 64.' })
+
+/** The most tool calls one assistant message may carry, and tools one request may declare. */
+export const TOOL_CALLS_MAX = 128
+export const TOOLS_MAX = 128
+/** Tool call ids: OpenAI's are about 30 characters; frameworks make their own. */
+export const TOOL_CALL_ID_MAX = 256
+
+const ToolCallId = Type.String({ minLength: 1, maxLength: TOOL_CALL_ID_MAX })
+
+const MessageToolCall = Type.Object({
+  id: ToolCallId,
+  type: Type.Literal('function'),
+  function: Type.Object({
+    name: ToolName,
+    arguments: Type.String({ description: 'The arguments as JSON text; their length counts towards MAX_MESSAGE_CHARS.' }),
+  }),
+})
 
 const TextPart = Type.Object({
   type: Type.Literal('text'),
@@ -29,8 +49,32 @@ const TextPart = Type.Object({
 
 export const Message = Type.Object({
   role: Role,
-  content: Type.Union([Type.String(), Type.Array(TextPart)], { description: 'The text of the message: a string, or an array of text parts.' }),
+  content: Type.Optional(Type.Union([Type.String(), Type.Array(TextPart), Type.Null()], {
+    description: 'The text of the message: a string, or an array of text parts. null or absent only on an assistant message with tool_calls.',
+  })),
+  tool_calls: Type.Optional(Type.Array(MessageToolCall, { maxItems: TOOL_CALLS_MAX, description: `Assistant messages: the tool calls the model made (at most ${TOOL_CALLS_MAX}).` })),
+  tool_call_id: Type.Optional(ToolCallId),
+  name: Type.Optional(Type.String({ maxLength: 64, description: 'Accepted, not used.' })),
 })
+
+/** A function tool the model may call; `parameters` is the JSON Schema of its arguments. */
+const Tool = Type.Object({
+  type: Type.Literal('function'),
+  function: Type.Object({
+    name: ToolName,
+    description: Type.Optional(Type.String({ maxLength: 8192 })),
+    parameters: Type.Optional(Type.Object({}, { additionalProperties: true, description: 'A JSON Schema object; absent: no arguments.' })),
+    strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+  }),
+})
+
+const ToolChoice = Type.Union([
+  Type.Enum(['auto', 'none', 'required']),
+  Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: ToolName }) }),
+], { description: 'auto (default with tools): the model may call a tool; none: it does not; required: it must call one; {"type":"function","function":{"name"}}: it must call that tool.' })
+
+/** The most entries `logit_bias` may have. */
+export const LOGIT_BIAS_MAX = 300
 
 /** The most alternatives `top_logprobs` may ask for. */
 export const TOP_LOGPROBS_MAX = 20
@@ -85,8 +129,16 @@ export const ChatCompletionRequest = Type.Object({
     Type.Null(),
   ], { description: 'With include_usage, a last chunk carries the usage.' })),
   n: Type.Optional(Type.Union([Type.Integer(), Type.Null()], { description: 'Number of choices; only 1 is supported.' })),
-  presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
-  frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Accepted for compatibility; not applied.' })),
+  presence_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Subtracted from the logit of every token generated so far (thinking included).' })),
+  frequency_penalty: Type.Optional(Type.Union([Type.Number({ minimum: -2, maximum: 2 }), Type.Null()], { description: 'Subtracted from a token\'s logit once per time it was generated so far (thinking included).' })),
+  logit_bias: Type.Optional(Type.Union([
+    Type.Record(Type.String({ pattern: '^(0|[1-9][0-9]{0,8})$' }), Type.Number({ minimum: -100, maximum: 100 }), { maxProperties: LOGIT_BIAS_MAX }),
+    Type.Null(),
+  ], { description: `Token id (of the model's tokenizer, as a string) -> a bias from -100 to 100 added to its logit; at most ${LOGIT_BIAS_MAX} entries. An id outside the vocabulary is a 400.` })),
+  reasoning_effort: Type.Optional(Type.Union([Type.Enum(['none', 'minimal', 'low', 'medium', 'high']), Type.Null()], {
+    description: 'How long a reasoning model thinks: none/minimal close thinking at once; low, medium and high allow a quarter, half and three quarters of max_tokens (at most 1024, 4096 and 16384 tokens).',
+  })),
+  min_p: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 1 }), Type.Null()], { description: 'Drop tokens less likely than min_p times the most likely one; 0 is off.' })),
   user: Type.Optional(Type.Union([Type.String({ maxLength: 256 }), Type.Null()], { description: 'End-user id; accepted, not used.' })),
   logprobs: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'Return the log-probability of each generated token.' })),
   top_logprobs: Type.Optional(Type.Union([Type.Integer({ minimum: 0, maximum: TOP_LOGPROBS_MAX }), Type.Null()], {
@@ -95,6 +147,11 @@ export const ChatCompletionRequest = Type.Object({
   cache_salt: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: CACHE_SALT_MAX, pattern: '^[\\x20-\\x7e]+$' }), Type.Null()], {
     description: `1 to ${CACHE_SALT_MAX} printable ASCII characters: requests reuse the prefix cache only of requests of the same account with the same salt (none is a salt of its own).`,
   })),
+  tools: Type.Optional(Type.Union([Type.Array(Tool, { maxItems: TOOLS_MAX }), Type.Null()], {
+    description: `Function tools the model may call (at most ${TOOLS_MAX}); see docs/api.md for what each kind of model does with them.`,
+  })),
+  tool_choice: Type.Optional(Type.Union([ToolChoice, Type.Null()])),
+  parallel_tool_calls: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'false: at most one tool call per reply.' })),
   response_format: Type.Optional(Type.Union([ResponseFormat, Type.Null()], {
     description: '{"type":"text"} (default), {"type":"json_object"} or {"type":"json_schema","json_schema":{"name","schema","strict"}}: the answer is constrained to JSON (matching the schema).',
   })),
@@ -135,6 +192,9 @@ export const Usage = Type.Object({
   prompt_tokens_details: Type.Optional(Type.Object({
     cached_tokens: Type.Integer({ description: 'Prompt tokens served from the prefix cache (local models).' }),
   })),
+  completion_tokens_details: Type.Optional(Type.Object({
+    reasoning_tokens: Type.Integer({ description: 'Completion tokens generated inside thinking (local models: exact, tags included; upstream: as it reports).' }),
+  })),
 })
 
 /** One web search result given to the model (googleSearchStatus); `index` is the number the answer cites, [1] first. */
@@ -170,7 +230,21 @@ const ChoiceLogprobs = Type.Object({
 
 export type ChoiceLogprobs = Static<typeof ChoiceLogprobs>
 
-const FinishReason = Type.Enum(['stop', 'length'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out.' })
+const FinishReason = Type.Enum(['stop', 'length', 'tool_calls'], { description: 'stop: end of sequence or a stop string; length: max_tokens or the context ran out; tool_calls: the reply is tool calls.' })
+
+const ReplyToolCall = Type.Object({
+  id: Type.String(),
+  type: Type.Literal('function'),
+  function: Type.Object({ name: Type.String(), arguments: Type.String({ description: 'A JSON object, as text.' }) }),
+})
+
+/** A streamed piece of a tool call: `id`, `type` and the name first, then argument text to append. */
+const ToolCallChunk = Type.Object({
+  index: Type.Integer(),
+  id: Type.Optional(Type.String()),
+  type: Type.Optional(Type.Literal('function')),
+  function: Type.Optional(Type.Object({ name: Type.Optional(Type.String()), arguments: Type.Optional(Type.String()) })),
+})
 
 export const ChatCompletion = Type.Object({
   id: Type.String({ description: 'chatcmpl- followed by a random string.' }),
@@ -182,8 +256,9 @@ export const ChatCompletion = Type.Object({
     index: Type.Integer(),
     message: Type.Object({
       role: Type.Literal('assistant'),
-      content: Type.String(),
+      content: Type.Union([Type.String(), Type.Null()], { description: 'null when the reply is only tool calls.' }),
       reasoning_content: Type.Optional(Type.String({ description: 'The model\'s thinking, for reasoning models.' })),
+      tool_calls: Type.Optional(Type.Array(ReplyToolCall)),
     }),
     logprobs: Type.Optional(ChoiceLogprobs),
     finish_reason: FinishReason,
@@ -206,6 +281,7 @@ export const ChatCompletionChunk = Type.Object({
       role: Type.Optional(Type.Literal('assistant')),
       content: Type.Optional(Type.String()),
       reasoning_content: Type.Optional(Type.String()),
+      tool_calls: Type.Optional(Type.Array(ToolCallChunk)),
     }),
     logprobs: Type.Optional(ChoiceLogprobs),
     finish_reason: Type.Union([FinishReason, Type.Null()]),

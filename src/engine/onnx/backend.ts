@@ -12,6 +12,8 @@ import type { DeviceChoice } from './ort.ts'
 import { GrammarService, type GrammarLimits } from './grammar-service.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import type { SharedPrefix } from './shared-prefix.ts'
+import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
+import { parseToolCalls } from '../tools/call-parser.ts'
 
 export interface OnnxBackendOptions {
   id: string
@@ -56,6 +58,8 @@ export class OnnxBackend implements Backend {
   promptGraph?: boolean
   /** Prompt positions the engine computed ahead for conversations' next turns, since start. */
   promptTokensComputedAhead = 0
+  /** How the model writes tool calls (its template's family), once loaded. */
+  #toolFormat?: ToolCallFormat
   readonly #settings: WorkerSettings
   #current: BackendState = { state: 'loading' }
   #worker: Worker | null = null
@@ -135,6 +139,7 @@ export class OnnxBackend implements Backend {
           this.contextLength = message.contextLength
           this.device = message.device
           this.promptGraph = message.promptGraph
+          this.#toolFormat = TOOL_FORMATS[message.toolFormat]
           this.#current = { state: 'ready' }
           worker.on('message', (m: FromWorker) => this.#onMessage(m))
           resolve()
@@ -159,7 +164,19 @@ export class OnnxBackend implements Backend {
     })
   }
 
-  async * generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
+  /** Tools are rendered into the prompt (the route adds the tools block); calls are read from the answer. */
+  toolCallFormat (): ToolCallFormat | undefined {
+    return this.#toolFormat
+  }
+
+  generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
+    const events = this.#generate(request, signal)
+    const format = this.#toolFormat
+    if (!format || !request.tools || request.tools.length === 0 || request.toolChoice === 'none') return events
+    return parseToolCalls(events, { format, tools: request.tools, parallel: request.parallelToolCalls !== false })
+  }
+
+  async * #generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
     const worker = this.#worker
     if (this.#current.state !== 'ready' || !worker) {
       const why = this.#current.state === 'unavailable' ? this.#current.reason : 'it is still loading'

@@ -6,6 +6,8 @@
  */
 import type { ChatMessage } from '../backend.ts'
 import type { ChatTemplate } from './chat-template.ts'
+import { toolFormatForTemplate } from '../tools/format.ts'
+import { hasToolTurns, renderToolTurns } from './tool-turns.ts'
 import type { TextTokenizer } from './tokenizer.ts'
 
 export interface EncodedPrompt {
@@ -21,9 +23,11 @@ export function encodeChatPrompt (
   messages: readonly ChatMessage[],
   maxTokens?: number
 ): EncodedPrompt {
-  const quoted = messages.map(m => ({ role: m.role, content: tokenizer.quoting.quote(m.content) }))
+  const quote = (text: string): string => tokenizer.quoting.quote(text)
   // Rendered from quoted text, the `<think>` check sees only what the template wrote.
-  const rendered = template.render(quoted)
+  const rendered = hasToolTurns(messages)
+    ? renderToolTurns(template, toolFormatForTemplate(template.source), messages, quote)
+    : template.render(messages.map(m => ({ role: m.role, content: quote(m.content) })))
   // The template writes BOS itself; the encoder adds no special tokens of its own.
   return { ids: tokenizer.encodeQuoted(rendered.text, maxTokens), endsInThink: rendered.endsInThink }
 }

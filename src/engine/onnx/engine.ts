@@ -27,6 +27,7 @@ import { DecodeBatch } from './decode-batch.ts'
 import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import { PromptTooLong } from './quoted-encoding.ts'
+import { effortBudget } from './reasoning-effort.ts'
 import { DecoderSession } from './decoder-session.ts'
 import type { Constraint } from './grammar.ts'
 import { GrammarClient } from './grammar-client.ts'
@@ -219,6 +220,10 @@ export class LocalEngine {
 
   /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
+    const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
+    for (const key of Object.keys(request.logitBias ?? {})) {
+      if (!(Number(key) < vocab)) throw new ApiError('invalid_parameter', `logit_bias: token id ${key} is not in this model's vocabulary (ids 0 to ${vocab - 1}).`, { param: 'logit_bias' })
+    }
     const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
     const room = this.contextLength - promptIds.length
     if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
@@ -239,9 +244,17 @@ export class LocalEngine {
       startsInReasoning: endsInThink,
       tokens: this.tokens,
       ...this.#constraintOf(request),
+      ...this.#effortOf(request, request.maxTokens ?? room),
     }))
     if (!this.#looping) void this.#loop()
     return id
+  }
+
+  /** reasoning_effort's thinking budget and the ids that close the block when it is spent. */
+  #effortOf (request: GenerateRequest, maxNewTokens: number): { effortBudget?: number; closeThinking?: number[] } {
+    const budget = effortBudget(request.reasoningEffort, maxNewTokens)
+    if (budget === undefined) return {}
+    return { effortBudget: budget, closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) }
   }
 
   /** A JSON response_format's grammar (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
@@ -588,6 +601,7 @@ export class LocalEngine {
       completion_tokens: seq.generated,
       total_tokens: prompt + seq.generated,
       prompt_tokens_details: { cached_tokens: seq.reusedTokens },
+      completion_tokens_details: { reasoning_tokens: seq.reasoningTokens },
     })
   }
 

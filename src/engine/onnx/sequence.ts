@@ -12,6 +12,7 @@ import type { RowCache } from './kv-cache.ts'
 import { IncrementalDetokenizer } from './detokenizer.ts'
 import { createRng, type Rng } from './rng.ts'
 import { sample } from './sampler.ts'
+import { adjustLogits, adjustsLogits, TokenCounts, type LogitAdjustments } from './logit-adjust.ts'
 import { StopStringMatcher } from './stop-strings.ts'
 import { ReasoningSplitter, type SplitText } from '../reasoning.ts'
 import type { TextTokenizer } from './tokenizer.ts'
@@ -69,13 +70,19 @@ export class Sequence {
   /** The grammar of a JSON response_format: while it is being made, then made. */
   readonly #constraintMade: Promise<Constraint> | undefined
   #constraint: Constraint | undefined
-  /** Thinking tokens allowed before a constrained answer (0: no cap), and the ids that close the block. */
-  readonly #thinkingBudget: number
+  /** Thinking tokens allowed (a constrained answer's budget, reasoning_effort's); undefined: no cap, 0: closed at once. */
+  readonly #thinkingCap: number | undefined
   readonly #closeThinking: number[]
   #thinkingTokens = 0
+  /** Tokens generated inside thinking, its opening and closing tags included (usage's reasoning_tokens). */
+  reasoningTokens = 0
   /** Ids fed whatever the logits say (the thinking block's close, at the budget); forced once at most. */
   #forced: number[] = []
   #closeForced = false
+  /** The request's penalties, logit_bias and min_p; undefined when it has none. */
+  readonly #adjust: LogitAdjustments | undefined
+  /** How often each token was generated so far (for the penalties). */
+  readonly #counts = new TokenCounts()
   /** Tokens whose log-probabilities have not gone out yet, in order. */
   readonly #logprobs: PendingLogprob[] = []
   /** Characters the detokenizer has released; characters the stop matcher has passed on. */
@@ -96,8 +103,10 @@ export class Sequence {
     tokens?: TokenTable
     /** The grammar of the request's JSON response_format. */
     constraint?: Promise<Constraint>
-    /** The ids of `</think>`, forced when a constrained request's thinking reaches request.thinkingBudget. */
+    /** The ids of `</think>`, forced when thinking reaches its budget. */
     closeThinking?: number[]
+    /** reasoning_effort's thinking budget (reasoning-effort.ts); undefined: none. */
+    effortBudget?: number
   }) {
     this.id = opts.id
     this.promptIds = opts.promptIds
@@ -118,8 +127,18 @@ export class Sequence {
     this.#tokens = opts.request.logprobs ? opts.tokens : undefined
     this.#constraintMade = json ? opts.constraint : undefined
     this.#constraintMade?.catch(() => {}) // awaited in prepare(); a failure is reported there
-    this.#thinkingBudget = json ? opts.request.thinkingBudget ?? 0 : 0
+    const caps = [json && opts.request.thinkingBudget ? opts.request.thinkingBudget : undefined, opts.effortBudget].filter(c => c !== undefined)
+    this.#thinkingCap = caps.length > 0 ? Math.min(...caps) : undefined
     this.#closeThinking = opts.closeThinking ?? []
+    const r = opts.request
+    const adjust: LogitAdjustments = {
+      presencePenalty: r.presencePenalty,
+      frequencyPenalty: r.frequencyPenalty,
+      logitBias: r.logitBias ? new Map(Object.entries(r.logitBias).map(([id, bias]) => [Number(id), bias])) : undefined,
+      minP: r.minP,
+      temperature: r.temperature,
+    }
+    this.#adjust = adjustsLogits(adjust) ? adjust : undefined
   }
 
   /** Whether the next token is constrained: prepare() must run before advance(). */
@@ -127,9 +146,9 @@ export class Sequence {
     return this.#constraintMade !== undefined && !this.#reasoning.inReasoning && this.#forced.length === 0 && !this.#budgetSpent
   }
 
-  /** A constrained request's thinking has used its budget: the block is closed now. */
+  /** Thinking has used its budget (a constrained answer's, or reasoning_effort's): the block is closed now. */
   get #budgetSpent (): boolean {
-    return this.#thinkingBudget > 0 && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingBudget
+    return this.#thinkingCap !== undefined && !this.#closeForced && this.#reasoning.inReasoning && this.#thinkingTokens >= this.#thinkingCap
   }
 
   /** Computes the grammar's mask for the next token (the grammar is made first if need be). */
@@ -172,7 +191,9 @@ export class Sequence {
     const forced = this.#forced.shift()
     const constrained = forced === undefined && this.#constraint !== undefined && !this.#reasoning.inReasoning
     if (constrained) this.#constraint?.apply(logits, n)
+    if (forced === undefined && this.#adjust) adjustLogits(logits, n, this.#adjust, this.#counts)
     const id = forced ?? sample(logits, this.#request, this.#rng, n)
+    this.#counts.add(id)
     if (this.#eosIds.has(id)) return this.#withLogprobs({ ...this.#finishText(), finish: 'stop' }, true)
     if (constrained && !this.#constraint?.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
     const thinkingBefore = this.#reasoning.inReasoning
@@ -193,6 +214,7 @@ export class Sequence {
     } else {
       result = this.#split(piece.emit, false)
     }
+    if (thinkingBefore || this.#reasoning.inReasoning) this.reasoningTokens++
     if (pending) pending.thinking = thinkingBefore || this.#reasoning.inReasoning
     return this.#withLogprobs(result, result.finish !== undefined)
   }

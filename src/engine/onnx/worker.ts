@@ -5,6 +5,7 @@ import { parentPort, workerData } from 'node:worker_threads'
 import { ApiError } from '../../errors.ts'
 import { LocalEngine } from './engine.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
+import { toolFormatForTemplate } from '../tools/format.ts'
 
 const port = parentPort
 if (!port) throw new Error('engine worker must run in a worker thread')
@@ -45,7 +46,7 @@ try {
         break
     }
   })
-  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device, promptGraph: engine.session.hasPromptGraph })
+  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device, promptGraph: engine.session.hasPromptGraph, toolFormat: toolFormatForTemplate(engine.template.source).name })
 } catch (err) {
   send({ type: 'load_error', message: (err as Error).message })
 }

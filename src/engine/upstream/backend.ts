@@ -18,7 +18,7 @@ import { ReasoningSplitter } from '../reasoning.ts'
 import { networkCause } from '../../network-errors.ts'
 import { cutOff, refused, relayedParamRefused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
 import { readChunk, readCompletion, type ReplyPiece } from './reply.ts'
-import { upstreamBody, type UpstreamModel } from './request-body.ts'
+import { sendsMaxCompletionTokens, upstreamBody, type UpstreamModel } from './request-body.ts'
 import { DEFAULT_UPSTREAM_SETTINGS, type UpstreamSettings } from './settings.ts'
 import { estimatePromptTokens, estimateTokens } from './usage.ts'
 
@@ -32,6 +32,8 @@ export interface UpstreamBackendOptions {
   passTopK?: boolean
   /** Send the cache scope as `cache_salt` (vLLM); see UpstreamModel. */
   passCacheSalt?: boolean
+  /** Send max_completion_tokens instead of max_tokens; default: true for api.openai.com. */
+  maxCompletionTokens?: boolean
   /** The upstream's chat template leaves the prompt inside an open `<think>` (R1 served without a reasoning parser). */
   startsInReasoning?: boolean
   contextLength?: number
@@ -90,7 +92,12 @@ export class UpstreamBackend implements Backend {
       'user-agent': 'chatd',
       ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}),
     }
-    this.#model = { upstreamModel: opts.upstreamModel, passTopK: opts.passTopK ?? false, passCacheSalt: opts.passCacheSalt ?? false }
+    this.#model = {
+      upstreamModel: opts.upstreamModel,
+      passTopK: opts.passTopK ?? false,
+      passCacheSalt: opts.passCacheSalt ?? false,
+      maxCompletionTokens: sendsMaxCompletionTokens(this.#endpoint, opts.maxCompletionTokens),
+    }
     this.#startsInReasoning = opts.startsInReasoning ?? false
     this.#settings = opts.settings ?? DEFAULT_UPSTREAM_SETTINGS
     this.#agent = new Agent({
@@ -117,13 +124,14 @@ export class UpstreamBackend implements Backend {
     if (signal.aborted) abort()
 
     let textDeltas = 0
+    let toolDeltas = 0
     let allText = ''
     let whole = false
     let reportedUsage: Usage | undefined
     const usage = (): Usage => {
       if (reportedUsage) return this.#model.passCacheSalt ? reportedUsage : withoutCachedTokens(reportedUsage)
       const prompt = estimatePromptTokens(request.messages)
-      const completion = whole ? estimateTokens(allText) : textDeltas
+      const completion = whole ? estimateTokens(allText) : textDeltas + toolDeltas
       return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
     }
 
@@ -150,6 +158,11 @@ export class UpstreamBackend implements Backend {
       for await (const piece of pieces) {
         if (piece.usage) reportedUsage = piece.usage
         if (piece.finishReason !== undefined) finishReason = piece.finishReason
+        if (piece.toolCalls) {
+          toolDeltas++
+          allText += piece.toolCalls.map(c => (c.name ?? '') + (c.arguments ?? '')).join('')
+          yield { type: 'delta', toolCalls: piece.toolCalls }
+        }
         if (piece.content === '' && piece.reasoning === '') {
           if (piece.logprobs) yield { type: 'delta', logprobs: piece.logprobs }
           continue
@@ -221,9 +234,9 @@ function delta (reasoning: string, content: string, logprobs?: DeltaLogprobs): G
   return event
 }
 
-/** `length` stays `length`; every other reason (stop, eos, content_filter, tool_calls) ended the reply normally. */
+/** `length` and `tool_calls` are kept; every other reason (stop, eos, content_filter) ended the reply normally. */
 function finishReasonOf (reason: string | undefined): FinishReason {
-  return reason === 'length' ? 'length' : 'stop'
+  return reason === 'length' || reason === 'tool_calls' ? reason : 'stop'
 }
 
 /** The pieces of an SSE reply; sets `progress.done` at `data: [DONE]`. */

@@ -4,7 +4,7 @@
 // of the wrong shape throws, so a confused upstream gives a clean 502 instead
 // of a half-understood answer.
 
-import type { DeltaLogprobs, TokenLogprob, TopLogprob, Usage } from '../backend.ts'
+import type { DeltaLogprobs, TokenLogprob, ToolCallDelta, TopLogprob, Usage } from '../backend.ts'
 import { reportedError, unreadable } from './failures.ts'
 
 /** What one chunk (or a whole completion) contributes. */
@@ -17,7 +17,12 @@ export interface ReplyPiece {
   usage?: Usage
   /** The choice's `logprobs`, when the upstream sent any: its `content` list (and a `reasoning_content` list, if it keeps one). */
   logprobs?: DeltaLogprobs
+  /** Tool calls (a whole reply's) or pieces of them (a chunk's `delta.tool_calls`), as the upstream sent them. */
+  toolCalls?: ToolCallDelta[]
 }
+
+/** A reply's calls are numbered from 0; more than this many is no reply chatd relays. */
+export const MAX_TOOL_CALL_INDEX = 127
 
 type Json = Record<string, unknown>
 
@@ -45,6 +50,11 @@ function readUsage (value: unknown): Usage | undefined {
   // The upstream's own prompt-cache count (OpenAI's field; vLLM and chatd send it too), relayed as given.
   const details = value.prompt_tokens_details
   if (isObject(details) && Number.isInteger(details.cached_tokens)) usage.prompt_tokens_details = { cached_tokens: details.cached_tokens as number }
+  // The upstream's count of reasoning tokens, when it reports one, relayed as given.
+  const completionDetails = value.completion_tokens_details
+  if (isObject(completionDetails) && Number.isInteger(completionDetails.reasoning_tokens)) {
+    usage.completion_tokens_details = { reasoning_tokens: completionDetails.reasoning_tokens as number }
+  }
   return usage
 }
 
@@ -74,6 +84,25 @@ function readLogprobs (value: unknown): DeltaLogprobs | undefined {
   return logprobs.content.length > 0 || logprobs.reasoning.length > 0 ? logprobs : undefined
 }
 
+/** `tool_calls` of a delta (pieces with `index`) or of a message (whole calls, numbered in order). */
+function readToolCalls (value: unknown, part: 'delta' | 'message'): ToolCallDelta[] | undefined {
+  if (value === undefined || value === null) return undefined
+  if (!Array.isArray(value)) throw unreadable('"tool_calls" is not a list')
+  const calls = value.map((item: unknown, i): ToolCallDelta => {
+    if (!isObject(item)) throw unreadable('a tool call that is not an object')
+    const index = part === 'message' ? i : item.index
+    if (!Number.isInteger(index) || (index as number) < 0 || (index as number) > MAX_TOOL_CALL_INDEX) throw unreadable('a tool call without a valid index')
+    const fn = item.function === undefined || item.function === null ? {} : item.function
+    if (!isObject(fn)) throw unreadable('a tool call whose "function" is not an object')
+    const call: ToolCallDelta = { index: index as number }
+    if (item.id !== undefined && item.id !== null) call.id = optionalText(item.id, 'tool_calls.id')
+    if (fn.name !== undefined && fn.name !== null) call.name = optionalText(fn.name, 'tool_calls.function.name')
+    if (fn.arguments !== undefined && fn.arguments !== null) call.arguments = optionalText(fn.arguments, 'tool_calls.function.arguments')
+    return call
+  })
+  return calls.length > 0 ? calls : undefined
+}
+
 /** One piece from `choices[0]` and `usage` of a chunk or completion; `part` is `delta` or `message`. */
 function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
   if (!isObject(json)) throw unreadable('a JSON value that is not an object')
@@ -90,6 +119,8 @@ function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
     piece.content = optionalText(body.content, 'content')
     // Lenient here: some providers put structured data (effort settings, detail lists) under these names.
     piece.reasoning = textOrNothing(body.reasoning_content) || textOrNothing(body.reasoning)
+    const toolCalls = readToolCalls(body.tool_calls, part)
+    if (toolCalls) piece.toolCalls = toolCalls
   }
   const logprobs = readLogprobs(choice.logprobs)
   if (logprobs) piece.logprobs = logprobs

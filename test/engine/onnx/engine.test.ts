@@ -80,6 +80,7 @@ t.test('stories260k through the engine worker: goldens as text, usage, finish re
       completion_tokens: golden.generated_ids.length,
       total_tokens: golden.prompt_ids.length + golden.generated_ids.length,
       prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
     }, 'usage counts the template-rendered prompt and every generated token')
   }
 })

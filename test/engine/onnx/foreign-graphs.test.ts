@@ -109,6 +109,7 @@ t.test('fp32 export: the public goldens through the HTTP API, one at a time and 
       completion_tokens: golden.generated_ids.length,
       total_tokens: golden.prompt_ids.length + golden.generated_ids.length,
       prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
     })
   }
   const together = await Promise.all(goldens.map(ask))
