@@ -9,8 +9,14 @@ export function refChain (levels = 200): Record<string, unknown> {
   return { $ref: '#/$defs/d0', $defs: defs }
 }
 
-/** Nested repetitions: seconds of compile even on a 512-token vocabulary. */
+/** Nested repetitions: seconds of compile even on a 512-token vocabulary (5 to 16 s on 2 cores). */
 export const NESTED_PATTERN = { type: 'string', pattern: '^(((a|b){20}){20}){20}$' }
+
+/**
+ * One more level of the same: no compile ends within any limit a test sets (over a minute on
+ * stories260k), so a test that needs a compile still running, or timed out, never races its end.
+ */
+export const ENDLESS_PATTERN = { type: 'string', pattern: '^((((a|b){20}){20}){20}){20}$' }
 
 /** Each level two ways to the next, 70 deep: the compile never ends. */
 export function anyOfChain (levels = 70): Record<string, unknown> {

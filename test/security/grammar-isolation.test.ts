@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
-import { anyOfChain, NESTED_PATTERN, refChain } from '../helpers/hostile-schemas.ts'
+import { anyOfChain, ENDLESS_PATTERN, refChain } from '../helpers/hostile-schemas.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const MODEL = 'stories260k'
@@ -75,7 +75,7 @@ async function until (what: string, check: () => Promise<boolean>): Promise<void
 t.test('each hostile schema gets a 4xx naming response_format while another account\'s completions complete', async t => {
   // The bystander's own schema, compiled before (its cache), and a plain request: both must flow.
   t.equal((await post(BYSTANDER, { max_tokens: 40, response_format: format(ANIMAL) })).status, 200)
-  for (const [name, schema] of [['the 200-level $ref chain', refChain(200)], ['the nested pattern', NESTED_PATTERN], ['the 70-level anyOf chain', anyOfChain(70)]] as const) {
+  for (const [name, schema] of [['the 200-level $ref chain', refChain(200)], ['the nested pattern', ENDLESS_PATTERN], ['the 70-level anyOf chain', anyOfChain(70)]] as const) {
     const started = await metric('started')
     let settled = false
     const hostile = post(KEY, { max_tokens: 5, response_format: format(schema) }).finally(() => { settled = true })
@@ -128,10 +128,10 @@ t.test('a client that leaves cancels its compile; at most two compiles per accou
   const cancelled = await metric('cancelled')
   const first = new AbortController()
   const second = new AbortController()
-  const a = post(KEY, { max_tokens: 5, response_format: format(NESTED_PATTERN) }, first.signal).catch(() => null)
-  const b = post(KEY, { max_tokens: 5, response_format: format({ ...NESTED_PATTERN, description: 'another' }) }, second.signal).catch(() => null)
+  const a = post(KEY, { max_tokens: 5, response_format: format(ENDLESS_PATTERN) }, first.signal).catch(() => null)
+  const b = post(KEY, { max_tokens: 5, response_format: format({ ...ENDLESS_PATTERN, description: 'another' }) }, second.signal).catch(() => null)
   await until('two compiles in flight', async () => await metric('in_flight') >= 2)
-  const third = await post(KEY, { max_tokens: 5, response_format: format({ ...NESTED_PATTERN, description: 'a third' }) })
+  const third = await post(KEY, { max_tokens: 5, response_format: format({ ...ENDLESS_PATTERN, description: 'a third' }) })
   t.equal(third.status, 429, 'a third new schema of the same account at once is refused')
   const error = (await json(third)).error
   t.equal(error.code, 'rate_limit_exceeded')
