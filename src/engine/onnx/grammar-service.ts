@@ -297,10 +297,11 @@ export class GrammarService extends EventEmitter {
     const have = this.#serving.get(scope)
     if (have) return have
     if (this.#serving.size >= this.#limits.workers) {
-      let idle: Serving | undefined
-      for (const serving of this.#serving.values()) {
-        if (!idle && unused(serving)) idle = serving // the map is in order of use, least recent first
-      }
+      // In order of use, least recent first; one with no matcher left before one whose matchers
+      // outlive their requests (a close still on its way, a cancelled sequence not yet stopped:
+      // replies nobody reads any more). A request holds its worker until it ends (hold()).
+      const free = [...this.#serving.values()].filter(serving => serving.users === 0 && serving.pending.size === 0)
+      const idle = free.find(serving => serving.open === 0) ?? free[0]
       if (!idle) {
         this.counts.busy++
         throw new ApiError('server_overloaded',

@@ -58,3 +58,49 @@ t.test('a slow compile for account B does not hold up account A\'s constrained g
   t.ok(events.slice(0, end).includes('a1:delta'), 'with its tokens')
   t.ok(end < events.indexOf('b:compiled'), `A finished while B's schema was still compiling (${events.join(' ')})`)
 })
+
+t.test('serving workers are bounded: the least recently used idle one goes; none free is a 503', async t => {
+  const ports: string[] = []
+  const service = new GrammarService(MODEL, { workers: 2 }, (_port, scope) => { ports.push(scope) })
+  t.teardown(() => service.close())
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  await service.compile(format(ANIMAL), { scope: 'b' })
+  t.match(service.counts, { workers: 2, retired: 0, compiles: 2 })
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  t.equal(service.counts.compiles, 2, 'a schema its account compiled is cached, and marks its worker as used')
+
+  await service.compile(format(ANIMAL), { scope: 'c' })
+  t.match(service.counts, { workers: 2, retired: 1, compiles: 3 }, 'a third account took the place of one')
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  t.equal(service.counts.compiles, 3, 'the least recently used (b) went, not a')
+
+  // Both workers hold running requests: nothing can go.
+  const releaseA = service.hold('a')
+  const releaseC = service.hold('c')
+  const err = await service.compile(format(ANIMAL), { scope: 'd' }).catch((e: unknown) => e)
+  t.match(err, { code: 'server_overloaded', param: 'response_format', headers: { 'retry-after': '1' }, message: /GRAMMAR_WORKERS_MAX/ })
+  t.match(service.counts, { workers: 2, retired: 1, compiles: 3, inFlight: 0 }, 'refused before any compile')
+  releaseC()
+  await service.compile(format(ANIMAL), { scope: 'd' })
+  t.match(service.counts, { workers: 2, retired: 2, compiles: 4 }, 'once c ended, d took its place')
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  t.equal(service.counts.compiles, 4, 'a, held throughout, kept its worker and its grammars')
+  releaseA()
+  t.same(ports, ['a', 'b', 'c', 'd'], 'each new worker\'s port went to the engine with its scope')
+})
+
+t.test('a worker whose requests have ended makes room at once for another account', async t => {
+  const { engine, run } = await engineWith(t)
+  const service = new GrammarService(MODEL, { workers: 1 }, (port, scope) => engine.grammars.setPort(port, scope))
+  t.teardown(() => service.close())
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  const releaseA = service.hold('a')
+  t.equal(await run('a1', 'a', ANIMAL), 'stop', 'A generates')
+  releaseA()
+  // Its matcher's close may still be on its way to the worker: no 503 for that.
+  await service.compile(format(ANIMAL), { scope: 'b' })
+  t.match(service.counts, { workers: 1, retired: 1 }, 'A\'s worker made room for B')
+  t.equal(await run('b1', 'b', ANIMAL), 'stop', 'B generates through its own worker')
+  const err = await run('a2', 'a', ANIMAL).catch((e: unknown) => e)
+  t.match(err, { message: /grammar worker/ }, 'a request of A\'s that skipped its compile finds no worker: an error, not another account\'s grammars')
+})
