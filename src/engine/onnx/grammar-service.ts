@@ -10,7 +10,9 @@
 //   its scope's (its account's) own serving worker, which holds that scope's
 //   grammars and its sequences' matchers (a compiled grammar cannot leave the
 //   WebAssembly instance that made it), so a compile there delays only that
-//   account's own constrained sequences;
+//   account's own requests, and it waits until none of them is running (and
+//   new ones wait for it before they start), so decode steps shared with
+//   other accounts do not wait on it;
 // - serving workers are bounded (each holds the vocabulary): a new scope lets
 //   the least recently used one go that nothing uses, or is refused with 503;
 // - compiles in flight are bounded per scope (an account) and in all;
@@ -65,6 +67,12 @@ interface Serving {
   open: number
   /** Compiles for it in flight, and requests that will open or have opened a matcher there (hold()). */
   users: number
+  /** Requests that will open or have opened a matcher there (hold()). */
+  requests: number
+  /** Settles when the serving compile waiting or running there ends; none then. */
+  gate: Promise<void> | undefined
+  /** Called when a matcher closes or a request ends: a serving compile may be waiting for quiet. */
+  changed: Array<() => void>
   /** Past its memory bound: replaced once it holds no matcher. */
   retiring: boolean
   /** It came up: one that fails after this is replaced at once, one that never did is not (it would fail again). */
@@ -85,7 +93,21 @@ const unused = (serving: Serving): boolean => serving.open === 0 && serving.pend
 /** The client left while its schema's trial ran: the trial was terminated. */
 export class CompileCancelled extends Error {}
 
-/** Emits 'serving' ({ scope }) when a schema's serving compile starts and 'served' ({ scope }) when it ends (metrics, tests). */
+/** `promise`, or CompileCancelled once `signal` aborts. */
+function abortable (promise: Promise<void>, signal: AbortSignal | undefined): Promise<void> {
+  if (!signal) return promise
+  if (signal.aborted) return Promise.reject(new CompileCancelled('the client left while its response_format was compiling'))
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(new CompileCancelled('the client left while its response_format was compiling'))
+    signal.addEventListener('abort', onAbort, { once: true })
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort))
+  })
+}
+
+/**
+ * Emits, for a new schema whose trial passed, 'waiting' ({ scope }) while its serving compile waits
+ * for the scope's running requests to end, 'serving' when it starts and 'served' when it ends (tests).
+ */
 export class GrammarService extends EventEmitter {
   readonly #model: { modelDir: string; dtype: ModelDtype }
   readonly #limits: GrammarLimits
@@ -115,6 +137,11 @@ export class GrammarService extends EventEmitter {
    */
   async compile (format: JsonFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
     const key = grammarKey({ format, scope: opts.scope })
+    // While the scope's worker compiles a new schema it answers no steps: the scope's requests wait
+    // here, before their sequences start, so none of them holds up a decode step it shares.
+    for (let gate = this.#serving.get(opts.scope)?.gate; gate; gate = this.#serving.get(opts.scope)?.gate) {
+      await this.#abortable(gate, opts.signal)
+    }
     const have = this.#serving.get(opts.scope)
     if (have) this.#touch(have)
     if (have?.compiled.has(key)) {
@@ -130,12 +157,27 @@ export class GrammarService extends EventEmitter {
       held = this.#servingWorker(opts.scope)
       held.users++
       await this.#trial(key, format, opts.signal)
-      const serving = this.#serving.get(opts.scope) ?? held // replaced (crashed) meanwhile: its successor
-      this.emit('serving', { scope: opts.scope })
+      let serving = this.#serving.get(opts.scope) ?? held // replaced (crashed) meanwhile: its successor
+      while (serving.gate) {
+        await this.#abortable(serving.gate, opts.signal)
+        serving = this.#serving.get(opts.scope) ?? serving
+      }
+      let open!: () => void
+      const gate = serving.gate = new Promise<void>(resolve => { open = resolve })
       try {
-        await this.#serve(serving, key, format)
+        // Not beside the scope's running requests: their rows would wait for masks, and the decode
+        // steps they share with other accounts' rows with them.
+        this.emit('waiting', { scope: opts.scope })
+        await this.#quiet(serving, opts.signal)
+        this.emit('serving', { scope: opts.scope })
+        try {
+          await this.#serve(serving, key, format)
+        } finally {
+          this.emit('served', { scope: opts.scope })
+        }
       } finally {
-        this.emit('served', { scope: opts.scope })
+        if (serving.gate === gate) serving.gate = undefined
+        open()
       }
     } finally {
       if (held) {
@@ -143,6 +185,23 @@ export class GrammarService extends EventEmitter {
         if (held.retiring && unused(held)) this.#replace(held)
       }
       release()
+    }
+  }
+
+  /** Settles once the worker holds no matcher and no request of its scope runs (or it was let go). */
+  async #quiet (serving: Serving, signal: AbortSignal | undefined): Promise<void> {
+    while ((serving.open > 0 || serving.requests > 0) && this.#serving.get(serving.scope) === serving) {
+      await this.#abortable(new Promise<void>(resolve => serving.changed.push(resolve)), signal)
+    }
+  }
+
+  /** Waits for `promise`; the client leaving while it waits is a cancelled compile. */
+  async #abortable (promise: Promise<void>, signal: AbortSignal | undefined): Promise<void> {
+    try {
+      await abortable(promise, signal)
+    } catch (err) {
+      if (err instanceof CompileCancelled) this.counts.cancelled++
+      throw err
     }
   }
 
@@ -325,6 +384,9 @@ export class GrammarService extends EventEmitter {
       pending: new Map(),
       open: 0,
       users: 0,
+      requests: 0,
+      gate: undefined,
+      changed: [],
       retiring: false,
       started: false,
     }
@@ -335,7 +397,10 @@ export class GrammarService extends EventEmitter {
         ready()
         return
       }
-      if (message.type === 'matchers') serving.open = message.open
+      if (message.type === 'matchers') {
+        serving.open = message.open
+        for (const call of serving.changed.splice(0)) call()
+      }
       if (message.type === 'failed' && message.broken) {
         // A schema its trial took broke the serving instance: replaced; this request is a 400.
         serving.pending.get(message.id)?.reject(new ApiError('invalid_parameter', message.message, { param: 'response_format' }))
@@ -378,11 +443,14 @@ export class GrammarService extends EventEmitter {
     const serving = this.#serving.get(scope)
     if (!serving) return () => {}
     serving.users++
+    serving.requests++
     let released = false
     return () => {
       if (released) return
       released = true
       serving.users--
+      serving.requests--
+      for (const call of serving.changed.splice(0)) call()
       if (serving.retiring && unused(serving)) this.#replace(serving)
     }
   }

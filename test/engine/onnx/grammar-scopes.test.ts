@@ -104,3 +104,30 @@ t.test('a worker whose requests have ended makes room at once for another accoun
   const err = await run('a2', 'a', ANIMAL).catch((e: unknown) => e)
   t.match(err, { message: /grammar worker/ }, 'a request of A\'s that skipped its compile finds no worker: an error, not another account\'s grammars')
 })
+
+t.test('an account\'s new schema compiles where it serves only once that account\'s running requests have ended', async t => {
+  const order: string[] = []
+  const service = new GrammarService(MODEL, { compileTimeoutMs: 120_000 }, () => {})
+  t.teardown(() => service.close())
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  const running = service.hold('a') // A's constrained request is generating
+  for (const event of ['waiting', 'serving', 'served']) service.on(event, () => order.push(event))
+  const waiting = once(service, 'waiting')
+  const slow = service.compile(format({ type: 'string', pattern: '^(ab|ba){3}$' }), { scope: 'a' }).then(() => order.push('compiled'))
+  await waiting
+  // A's next request, its schema cached, waits for the compile before it starts.
+  const cached = service.compile(format(ANIMAL), { scope: 'a' }).then(() => order.push('cached'))
+  order.push('request ended')
+  running()
+  await Promise.all([slow, cached])
+  t.same(order, ['waiting', 'request ended', 'serving', 'served', 'compiled', 'cached'],
+    'the serving compile waited for the running request; the next request waited for the compile')
+  const left = new AbortController()
+  const again = service.hold('a')
+  const pending = service.compile(format({ type: 'string', pattern: '^(ab|ba){4}$' }), { scope: 'a', signal: left.signal }).catch((e: unknown) => e)
+  await once(service, 'waiting')
+  left.abort()
+  t.match(await pending, { name: 'Error', message: /client left/ }, 'a client that leaves while it waits is let go')
+  again()
+  t.match(service.counts, { inFlight: 0 })
+})
