@@ -463,6 +463,7 @@ export class GrammarService extends EventEmitter {
     this.counts.workers = this.#serving.size
     serving.worker.removeAllListeners('exit')
     void serving.worker.terminate()
+    for (const call of serving.changed.splice(0)) call() // a serving compile waiting for quiet finds it gone
   }
 
   /** Lets a serving worker go: its pending compiles fail with `err`; its scope gets a new one. */
@@ -475,6 +476,7 @@ export class GrammarService extends EventEmitter {
     serving.pending.clear()
     serving.worker.removeAllListeners('exit')
     void serving.worker.terminate()
+    for (const call of serving.changed.splice(0)) call() // a serving compile waiting for quiet finds it gone
     // The engine gets the new worker's port at once, so the scope's sequences opening after this go
     // there; one that never came up is made again by the next compile, not in a loop.
     if (!this.#closed && serving.started) this.#start(serving.scope)
