@@ -221,6 +221,10 @@ export interface GrammarCounts {
   busy: number
   inFlight: number
   replaced: number
+  /** Serving grammar workers running (one per scope). */
+  workers: number
+  /** Serving workers let go to make room for another scope's. */
+  retired: number
 }
 
 export interface Backend {

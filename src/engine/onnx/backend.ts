@@ -39,7 +39,7 @@ export interface OnnxBackendOptions {
   mixedBatches?: boolean
   /** PROMPT_GRAPH; default true. */
   promptGraph?: boolean
-  /** GRAMMAR_COMPILE_TIMEOUT_MS, GRAMMAR_COMPILES_PER_ACCOUNT, GRAMMAR_COMPILES_MAX, GRAMMAR_WORKER_MEMORY_MB. */
+  /** GRAMMAR_COMPILE_TIMEOUT_MS, GRAMMAR_COMPILES_PER_ACCOUNT, GRAMMAR_COMPILES_MAX, GRAMMAR_WORKER_MEMORY_MB, GRAMMAR_WORKERS_MAX. */
   grammar?: Partial<GrammarLimits>
 }
 
@@ -97,7 +97,7 @@ export class OnnxBackend implements Backend {
       promptGraph: opts.promptGraph,
     }
     this.#grammars = new GrammarService({ modelDir: opts.path, dtype }, opts.grammar ?? {},
-      port => this.#worker?.postMessage({ type: 'grammar_port', port } satisfies ToWorker, [port]))
+      (port, scope) => this.#worker?.postMessage({ type: 'grammar_port', port, scope } satisfies ToWorker, [port]))
   }
 
   get grammarCounts (): GrammarCounts {
@@ -187,6 +187,8 @@ export class OnnxBackend implements Backend {
       })
     }
     const id = randomUUID()
+    // Its scope's grammar worker holds its matcher: not let go for another scope until it ends.
+    const releaseGrammar = request.responseFormat && jsonFormatOf(request.responseFormat) ? this.#grammars.hold(request.grammarScope ?? '') : undefined
     const stream = new Readable({ objectMode: true, read () {} })
     this.#streams.set(id, stream)
     const cancel = (): void => this.#post({ type: 'cancel', id })
@@ -206,6 +208,7 @@ export class OnnxBackend implements Backend {
     } finally {
       signal.removeEventListener('abort', cancel)
       this.#streams.delete(id)
+      releaseGrammar?.()
       // The consumer stopped reading early: the worker must stop too.
       if (!finished) cancel()
     }

@@ -1,6 +1,6 @@
 // The engine's side of the grammars: each constrained sequence's matcher lives
-// in the model's serving grammar worker (grammar-service.ts), reached over a
-// port. One round trip per step: accepting a sampled token sends it and asks
+// in its scope's (its account's) serving grammar worker (grammar-service.ts),
+// reached over that worker's port. One round trip per step: accepting a sampled token sends it and asks
 // for the next mask at once, so the worker computes it while the engine runs
 // the next step's graph, and prepare() awaits it; apply() and accept() work on
 // the mask here, so sampling itself never waits on the worker.
@@ -19,14 +19,48 @@ interface Pending {
 /** How long an opening step waits for a new worker once its worker's port closed. */
 const REOPEN_GRACE_MS = 2000
 
-/** The port to the serving grammar worker and the steps waiting on it. */
+/**
+ * The ports to the scopes' serving grammar workers (one per account, grammar-service.ts): a
+ * sequence's steps go to its own scope's worker, so one scope's compile never holds up another's.
+ */
 export class GrammarClient {
+  readonly #channels = new Map<string, GrammarChannel>()
+  #nextSeq = 1
+
+  /** Takes the port to `scope`'s (new) serving worker. */
+  setPort (port: MessagePort, scope = ''): void {
+    let channel = this.#channels.get(scope)
+    if (!channel) {
+      channel = new GrammarChannel(() => { if (this.#channels.get(scope) === channel) this.#channels.delete(scope) })
+      this.#channels.set(scope, channel)
+    }
+    channel.setPort(port)
+  }
+
+  /** A constraint for one sequence of `scope`; its matcher opens on its first step, in that scope's worker. */
+  constraint (format: JsonFormat, scope: string): Constraint {
+    let channel = this.#channels.get(scope)
+    if (!channel) {
+      // No worker for the scope (let go before this sequence started): its steps fail.
+      channel = new GrammarChannel(() => {})
+    }
+    return new RemoteConstraint(channel, this.#nextSeq++, grammarKey({ format, scope }), format)
+  }
+}
+
+/** The port to one scope's serving grammar worker and the steps waiting on it. */
+class GrammarChannel {
   #port: MessagePort | undefined
   /** Bumped with each new port: constraints opened on an older one have lost their matcher. */
   #generation = 0
   readonly #pending = new Map<number, Pending>()
-  #nextSeq = 1
   #grace: NodeJS.Timeout | undefined
+  /** Called once its worker is gone for good (let go, no new port within the grace). */
+  readonly #gone: () => void
+
+  constructor (gone: () => void) {
+    this.#gone = gone
+  }
 
   /**
    * Takes the port to a (new) serving worker. Steps waiting on the old one fail, except a
@@ -54,15 +88,13 @@ export class GrammarClient {
       this.#port = undefined
       this.#failAll(new Error('the grammar worker stopped'), true)
       // First steps wait a moment for the new worker's port, then fail too.
-      this.#grace = setTimeout(() => this.#failAll(new Error('the grammar worker stopped'), false), REOPEN_GRACE_MS)
+      this.#grace = setTimeout(() => {
+        this.#failAll(new Error('the grammar worker stopped'), false)
+        this.#gone()
+      }, REOPEN_GRACE_MS)
       this.#grace.unref()
     })
     port.unref() // the engine's thread ends when the engine does, not when the port does
-  }
-
-  /** A constraint for one sequence; its matcher opens on its first step. */
-  constraint (format: JsonFormat, scope: string): Constraint {
-    return new RemoteConstraint(this, this.#nextSeq++, grammarKey({ format, scope }), format)
   }
 
   get generation (): number {
@@ -94,7 +126,7 @@ export class GrammarClient {
 }
 
 class RemoteConstraint implements Constraint {
-  readonly #client: GrammarClient
+  readonly #client: GrammarChannel
   readonly #seq: number
   readonly #key: string
   readonly #format: JsonFormat
@@ -107,7 +139,7 @@ class RemoteConstraint implements Constraint {
   #next: Promise<Int32Array> | undefined
   #disposed = false
 
-  constructor (client: GrammarClient, seq: number, key: string, format: JsonFormat) {
+  constructor (client: GrammarChannel, seq: number, key: string, format: JsonFormat) {
     this.#client = client
     this.#seq = seq
     this.#key = key

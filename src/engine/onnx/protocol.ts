@@ -36,8 +36,8 @@ export type ToWorker =
   | { type: 'cancel'; id: string }
   /** A finished reply's conversation, as the next turn will start: compute it ahead when idle, for `cacheScope` alone. */
   | { type: 'next_turn'; messages: ChatMessage[]; cacheScope?: string }
-  /** The port to the model's (new) serving grammar worker. */
-  | { type: 'grammar_port'; port: MessagePort }
+  /** The port to a scope's (new) serving grammar worker. */
+  | { type: 'grammar_port'; port: MessagePort; scope: string }
   | { type: 'close' }
 
 export type FromWorker =

@@ -36,7 +36,7 @@ try {
         engine.prepareNextTurn(message.messages, message.cacheScope)
         break
       case 'grammar_port':
-        engine.grammars.setPort(message.port)
+        engine.grammars.setPort(message.port, message.scope)
         break
       case 'close':
         void engine.close().then(() => {

@@ -2,7 +2,9 @@
 // a sequence's first step, still unanswered when its worker is replaced (one
 // retired while idle may not have read it), goes to the new worker, and the
 // sequence carries on there; a later step's worker held the matcher, so that
-// step fails; accepted tokens travel with the next step, asked for at once.
+// step fails; accepted tokens travel with the next step, asked for at once;
+// each scope's steps go to its own worker's port, so a busy worker holds up
+// only its own scope.
 import { MessageChannel, type MessagePort } from 'node:worker_threads'
 import t from 'tap'
 import { GrammarClient } from '../../../src/engine/onnx/grammar-client.ts'
@@ -35,7 +37,7 @@ function worker () {
 t.test('a first step unanswered when the worker is replaced goes to the new worker', async t => {
   const client = new GrammarClient()
   const first = worker()
-  client.setPort(first.port)
+  client.setPort(first.port, 'account')
   const constraint = client.constraint(FORMAT, 'account')
   const read = first.next()
   const prepared = constraint.prepare()
@@ -43,7 +45,7 @@ t.test('a first step unanswered when the worker is replaced goes to the new work
   t.match(first.got[0], { type: 'step', tokens: [], open: { format: FORMAT } }, 'the first step opens the matcher')
   const second = worker()
   const resent = second.next()
-  client.setPort(second.port) // the first worker was retired before it answered
+  client.setPort(second.port, 'account') // the first worker was retired before it answered
   await resent
   t.match(second.got[0], { type: 'step', tokens: [], open: { format: FORMAT } }, 'sent again to the new worker')
   second.answer((second.got[0] as { seq: number }).seq, [3, 5])
@@ -63,7 +65,7 @@ t.test('a first step unanswered when the worker is replaced goes to the new work
 t.test('a later step fails when its worker is replaced: the matcher was there', async t => {
   const client = new GrammarClient()
   const first = worker()
-  client.setPort(first.port)
+  client.setPort(first.port, 'account')
   const constraint = client.constraint(FORMAT, 'account')
   let read = first.next()
   const opened = constraint.prepare()
@@ -74,8 +76,34 @@ t.test('a later step fails when its worker is replaced: the matcher was there', 
   constraint.accept(1)
   await read
   const second = worker()
-  client.setPort(second.port)
+  client.setPort(second.port, 'account')
   await t.rejects(constraint.prepare(), /replaced/)
   first.close()
   second.close()
+})
+
+t.test('each sequence\'s steps go to its own scope\'s worker; a busy worker holds up only its scope', async t => {
+  const client = new GrammarClient()
+  const a = worker()
+  const b = worker()
+  client.setPort(a.port, 'a')
+  client.setPort(b.port, 'b')
+  const ofB = client.constraint(FORMAT, 'b')
+  const readB = b.next()
+  const waitingB = ofB.prepare()
+  await readB // b's worker got the step and does not answer (compiling)
+  const ofA = client.constraint(FORMAT, 'a')
+  const readA = a.next()
+  const preparedA = ofA.prepare()
+  await readA
+  a.answer((a.got[0] as { seq: number }).seq, [1])
+  await preparedA
+  t.ok(ofA.accept(1), 'A got its mask while B\'s worker was busy')
+  t.equal(b.got.length, 1, 'B\'s worker saw only B\'s step')
+  t.match(a.got[0], { type: 'step', open: { key: /^a/ } })
+  b.answer((b.got[0] as { seq: number }).seq, [2])
+  await waitingB
+  t.ok(ofB.accept(2))
+  a.close()
+  b.close()
 })

@@ -66,9 +66,9 @@ t.test('a serving worker past its memory bound is replaced once idle; generation
   const done = new Map<string, (reason: string) => void>()
   const failed = new Map<string, (err: Error) => void>()
   let ports = 0
-  const service = new GrammarService(MODEL, { memoryBytes: 1, trialMemoryBytes: 2 ** 30 }, port => {
+  const service = new GrammarService(MODEL, { memoryBytes: 1, trialMemoryBytes: 2 ** 30 }, (port, scope) => {
     ports++
-    engine.grammars.setPort(port)
+    engine.grammars.setPort(port, scope)
   })
   t.teardown(() => service.close())
   const run = (id: string): Promise<string> => {
