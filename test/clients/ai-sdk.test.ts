@@ -109,6 +109,28 @@ t.test('the multi-step loop: the tool runs, its result goes back as a tool messa
   t.equal(result.totalUsage.inputTokens, 40, 'usage of both steps, as chatd reported it')
 })
 
+t.test('the loop with a reasoning model: the thinking comes back as reasoning, and the next step, which sends it back, is accepted', async t => {
+  const script = callThenAnswer({ calls: ['{"city":"Oslo"}'], reasoning: 'The user wants Oslo.' })
+  const capture = await captureServer(t, script)
+  await generateText({ model: provider(capture.baseURL, 'k')('m'), maxRetries: 0, prompt: 'Weather in Oslo?', tools: { get_weather: weatherTool() }, stopWhen: stepCountIs(5) })
+  const secondStep = capture.bodies()[1]
+  t.match((secondStep.messages as unknown[]).at(-2), { role: 'assistant', reasoning_content: 'The user wants Oslo.' }, 'the SDK sends the thinking back on the assistant message')
+
+  const relay = await relayThroughChatd(t, script, { reasoning: 'separate' })
+  const replay = await relay.app.inject({ method: 'POST', url: CHAT, headers: relay.auth, payload: { ...secondStep, model: MODEL } })
+  t.equal(replay.statusCode, 200, replay.body)
+  t.notOk('reasoning_content' in sentBodies(relay.upstream)[0].messages.at(-2), 'earlier thinking is not sent on (docs/api.md)')
+  for (const stream of [false, true]) {
+    const ran: WeatherInput[] = []
+    const opts = { model: provider(relay.baseURL, relay.key)(MODEL), maxRetries: 0, prompt: 'Weather in Oslo?', tools: { get_weather: weatherTool(ran) }, stopWhen: stepCountIs(5) }
+    const result = stream ? streamText(opts) : await generateText(opts)
+    t.equal(await result.text, ANSWER, `${stream ? 'streamed' : 'whole'}: the answer`)
+    const steps = await result.steps
+    t.equal(steps[0].reasoningText, 'The user wants Oslo.', 'chatd\'s reasoning_content is the SDK\'s reasoning')
+    t.same(ran, [{ city: 'Oslo' }])
+  }
+})
+
 t.test('streamText: the call streams as input deltas and arrives parsed, however its arguments are cut', async t => {
   const args = '{"city":"Oslo","unit":"celsius","days":3}'
   let cut = 0

@@ -5,6 +5,7 @@
 import type http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Test } from 'tap'
+import type { ReasoningMode } from '../../src/engine/models-file.ts'
 import { UpstreamBackend } from '../../src/engine/upstream/backend.ts'
 import { buildTestApp, type TestApp } from '../helpers/app.ts'
 import { chunk, loopbackServer, sseData, sseHead, type Handler, type Loopback } from '../upstream/loopback.ts'
@@ -17,6 +18,8 @@ export interface Script {
   calls: string[]
   /** How the streamed arguments are cut: the lengths of the pieces before the rest (default: two pieces). */
   cuts?: number[]
+  /** Thinking the upstream sends before its calls, as `reasoning_content` (as vLLM and DeepSeek do). */
+  reasoning?: string
 }
 
 const defaultScript: Script = { calls: ['{"city":"Oslo"}'] }
@@ -35,7 +38,7 @@ function pieces (text: string, cuts: number[] | undefined): string[] {
 
 const usage = { prompt_tokens: 20, completion_tokens: 9, total_tokens: 29 }
 
-function reply (res: http.ServerResponse, stream: boolean, message: { content: string | null; tool_calls?: Array<{ id: string; name: string; arguments: string }> }, cuts?: number[]): void {
+function reply (res: http.ServerResponse, stream: boolean, message: { content: string | null; reasoning?: string; tool_calls?: Array<{ id: string; name: string; arguments: string }> }, cuts?: number[]): void {
   const calls = message.tool_calls ?? []
   const finish = calls.length > 0 ? 'tool_calls' : 'stop'
   if (!stream) {
@@ -47,7 +50,7 @@ function reply (res: http.ServerResponse, stream: boolean, message: { content: s
       model: 'm',
       choices: [{
         index: 0,
-        message: { role: 'assistant', content: message.content, ...(calls.length > 0 ? { tool_calls: calls.map(c => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) } : {}) },
+        message: { role: 'assistant', content: message.content, ...(message.reasoning ? { reasoning_content: message.reasoning } : {}), ...(calls.length > 0 ? { tool_calls: calls.map(c => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) } : {}) },
         finish_reason: finish,
       }],
       usage,
@@ -56,6 +59,7 @@ function reply (res: http.ServerResponse, stream: boolean, message: { content: s
   }
   sseHead(res)
   sseData(res, chunk({ role: 'assistant', content: message.content === null ? null : '' }))
+  if (message.reasoning) sseData(res, chunk({ reasoning_content: message.reasoning }))
   if (message.content) sseData(res, chunk({ content: message.content }))
   calls.forEach((c, index) => {
     // As OpenAI streams a call: id and name first, then the arguments in pieces.
@@ -74,7 +78,7 @@ export function callThenAnswer (script: Script = defaultScript): Handler {
     const body = JSON.parse(recorded.body) as { stream?: boolean; messages: Array<{ role: string }> }
     const stream = body.stream === true
     if (body.messages.some(m => m.role === 'tool')) return reply(res, stream, { content: ANSWER })
-    reply(res, stream, { content: null, tool_calls: script.calls.map((args, i) => ({ id: `call_up${i + 1}`, name: 'get_weather', arguments: args })) }, script.cuts)
+    reply(res, stream, { content: null, reasoning: script.reasoning, tool_calls: script.calls.map((args, i) => ({ id: `call_up${i + 1}`, name: 'get_weather', arguments: args })) }, script.cuts)
   }
 }
 
@@ -86,11 +90,11 @@ export interface Relay extends TestApp {
 }
 
 /** chatd listening on loopback with one model, MODEL, relayed to a scripted upstream. */
-export async function relayThroughChatd (t: Test, handler: Handler = callThenAnswer()): Promise<Relay> {
+export async function relayThroughChatd (t: Test, handler: Handler = callThenAnswer(), opts: { reasoning?: ReasoningMode } = {}): Promise<Relay> {
   const upstream = await loopbackServer(t, handler)
   const backend = new UpstreamBackend({ id: MODEL, baseUrl: `${upstream.url}/v1`, upstreamModel: 'upstream-model' })
   t.teardown(() => backend.close())
-  const test = await buildTestApp(t, { backends: [backend] })
+  const test = await buildTestApp(t, { backends: [{ backend, reasoning: opts.reasoning }] })
   await test.app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = test.app.server.address() as AddressInfo
   return { ...test, upstream, baseURL: `http://127.0.0.1:${port}/api/v1` }
