@@ -182,6 +182,10 @@ t.test('on stories260k: auto answers; required gives a call valid against the sc
   const auto = await generateText({ model, maxRetries: 0, prompt: 'Oslo?', tools, stopWhen: stepCountIs(1), maxOutputTokens: 16, temperature: 0 })
   t.ok(['stop', 'length', 'tool-calls'].includes(auto.finishReason), `auto: an answer (${auto.finishReason})`)
   for (const call of auto.toolCalls) t.ok(cityInput.safeParse(call.input).success, `auto: a call, valid: ${JSON.stringify(call.input)}`)
+  const streamed = streamText({ model, maxRetries: 0, prompt: 'Oslo?', tools, stopWhen: stepCountIs(1), maxOutputTokens: 16, temperature: 0 })
+  for await (const part of streamed.fullStream) if (part.type === 'error') t.fail(String(part.error))
+  t.equal(await streamed.text, auto.text, 'auto, streamed: the same answer at temperature 0')
+  t.equal((await streamed.totalUsage).outputTokens, auto.usage.outputTokens)
 
   for (let seed = 0; seed < 3; seed++) {
     const outcome = await generateText({ model, maxRetries: 0, prompt: 'Oslo?', tools, toolChoice: 'required', stopWhen: stepCountIs(1), maxOutputTokens: 64, seed })

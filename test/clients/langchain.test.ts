@@ -140,6 +140,8 @@ t.test('on stories260k: auto answers; tool_choice any gives a call valid against
   t.type(auto.content, 'string', 'auto: an answer')
   t.same(auto.invalid_tool_calls ?? [], [], 'auto: no malformed call')
   for (const call of auto.tool_calls ?? []) t.ok(cityInput.safeParse(call.args).success, `auto: a call, valid: ${JSON.stringify(call.args)}`)
+  const streamed = await concatStream(await model.bindTools([small]).stream('Oslo?'))
+  t.equal(streamed.content, auto.content, 'auto, streamed: the same answer at temperature 0')
 
   for (let seed = 0; seed < 3; seed++) {
     const outcome = await chat(`${server.url}/api/v1`, KEY, 'stories260k', { maxTokens: 64, modelKwargs: { seed } }).bindTools([small], { tool_choice: 'any' }).invoke('Oslo?')
