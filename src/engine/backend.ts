@@ -41,6 +41,12 @@ export interface ToolCallFormat {
    * well-formed calls with JSON-object arguments.
    */
   parse (text: string): WrittenCall[] | undefined
+  /**
+   * A call written by construction (tool_choice `required` or a named tool): `open`, then the
+   * tool's name, then `afterName`, then the arguments (one JSON object, under the tool's schema),
+   * then `close`. Written this way, the text parses back with `parse`.
+   */
+  readonly forced: { open: string; afterName: string; close: string }
 }
 
 /** A function tool the client declares: `parameters` is a JSON Schema of its arguments. */
