@@ -54,14 +54,9 @@ function listTools (tools: ToolDefinition[]): string[] {
  */
 export function forcedCallInstructions (tools: ToolDefinition[]): string {
   return [
-    '# Tools',
-    '',
-    tools.length === 1
-      ? 'Your answer is a call of this tool (function): its name, what it does, and the JSON Schema of its arguments.'
-      : 'Your answer is a call of one of these tools (functions). Each line is one tool: its name, what it does, and the JSON Schema of its arguments.',
+    `# Tools\nYour answer calls ${tools.length === 1 ? 'this tool' : 'one of these tools'} (name, what it does, JSON Schema of the arguments):`,
     '<tools>',
     ...listTools(tools),
     '</tools>',
-    'Give the arguments as one JSON object valid against the tool\'s parameters. The result comes back in the next message.',
   ].join('\n')
 }
