@@ -270,8 +270,9 @@ export interface Backend {
   prepareNextTurn? (messages: ChatMessage[], cacheScope?: string): void
   /**
    * The way this backend's model writes tool calls, where the backend renders `tools` into the
-   * prompt itself (the local engine: the prompt layer adds the tools block of this format, and a
-   * call cannot yet be guaranteed). Absent: the backend passes tools on (upstream).
+   * prompt itself (the local engine: the prompt layer adds the tools block of this format; with
+   * tool_choice `required` or a named tool the backend writes the call by construction, its tools'
+   * schemas compiled through prepareResponseFormat first). Absent: the backend passes tools on (upstream).
    */
   toolCallFormat? (): ToolCallFormat | undefined
   close (): Promise<void>
