@@ -108,7 +108,7 @@ const tools = [
   { type: 'function' as const, function: { name: 'search_flights', parameters: { type: 'object', properties: { from: { type: 'string' }, to: { type: 'string' }, date: { type: 'string', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' }, passengers: { type: 'integer', minimum: 1, maximum: 9 }, cabin: { enum: ['economy', 'business'] }, notes: { type: 'string' } }, required: ['from', 'to', 'date', 'passengers', 'cabin', 'notes'], additionalProperties: false }, strict: true } },
 ]
 const form = TOOL_FORMATS.json.forced
-const forcedText = new ForcedText(table, validVocab)
+const forcedText = new ForcedText(table, validVocab, tokenizer.specialTokenIds)
 const argumentsLocal = await Promise.all(tools.map(tool => grammars.compile(argumentsFormat(tool)).then(() => argumentsFormat(tool))))
 const callArgs = JSON.stringify({ from: 'Oslo', to: 'Lisbon', date: '2026-12-01', passengers: 2, cabin: 'economy', notes }).replaceAll('":', '": ').replaceAll(',"', ', "')
 const callIds = [

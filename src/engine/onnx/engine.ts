@@ -273,7 +273,7 @@ export class LocalEngine {
       // tool_choice required or a named tool: the call in the template's own form, its arguments under the tool's grammar.
       const form = toolFormatForTemplate(this.template.source).forced
       const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
-      this.#forcedText ??= new ForcedText(this.tokens, vocab)
+      this.#forcedText ??= new ForcedText(this.tokens, vocab, this.tokenizer.specialTokenIds)
       const forced = this.#forcedText
       const encode = (text: string): number[] => forced.ids(text)
       constraint = new ToolCallConstraint({

@@ -1,7 +1,8 @@
 // The ids that write a fixed text exactly (a forced tool call's opening, the text after a name, its
 // closing), whatever the tokenizer's pre-tokenizer would add on its own (a SentencePiece model puts
 // a space before text encoded alone): at each point the longest token whose bytes come next.
-// Added tokens (R1's tool tokens) are found the same way, their bytes being their text.
+// Added tokens (R1's tool tokens) are found the same way, their bytes being their text; special
+// tokens are never used, since the reply's text leaves them out and the call must parse from it.
 import type { TokenTable } from './token-bytes.ts'
 
 export class ForcedText {
@@ -9,8 +10,9 @@ export class ForcedText {
   readonly #byBytes = new Map<string, number>()
   #longest = 0
 
-  constructor (tokens: TokenTable, vocab: number) {
+  constructor (tokens: TokenTable, vocab: number, special: ReadonlySet<number>) {
     for (let id = Math.min(tokens.size, vocab) - 1; id >= 0; id--) {
+      if (special.has(id)) continue
       const bytes = tokens.bytes(id)
       if (bytes.length === 0) continue
       this.#byBytes.set(Buffer.from(bytes).toString('latin1'), id)
