@@ -226,6 +226,7 @@ t.test('the local engine (stories260k) writes a required or named call by constr
       t.same({ name: streamedCall.function.name, arguments: streamedCall.function.arguments }, call.function, `${label}, seed ${seed}: streamed, the same call assembles`)
       t.equal(final.choices[0].finish_reason, 'tool_calls')
       t.match(pieces[0], { index: 0, id: /^call_/, function: { name: call.function.name } }, 'the name comes first')
+      t.ok(pieces.filter(p => p.function?.arguments).length > 1, 'then the arguments in several pieces, as they are written')
     }
   }
 

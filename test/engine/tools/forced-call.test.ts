@@ -3,7 +3,9 @@
 import t from 'tap'
 import type { Constraint } from '../../../src/engine/onnx/grammar.ts'
 import { ToolCallConstraint } from '../../../src/engine/onnx/tool-call-constraint.ts'
+import type { GenerateEvent } from '../../../src/engine/backend.ts'
 import { forcedCallTools } from '../../../src/engine/tools/forced-call.ts'
+import { streamForcedCall } from '../../../src/engine/tools/forced-stream.ts'
 import { TOOL_FORMATS } from '../../../src/engine/tools/format.ts'
 
 t.test('each family\'s forced form, filled in, parses back to the call', async t => {
@@ -86,4 +88,48 @@ t.test('the constraint writes the opening, one of the names, the chosen tool\'s 
   t.notOk(constraint.accept(2), 'a token out of the form is refused')
   t.ok(constraint.accept(1))
   constraint.dispose()
+})
+
+async function collectCall (pieces: string[], reason: 'stop' | 'length', format = TOOL_FORMATS.json) {
+  async function * events (): AsyncGenerator<GenerateEvent> {
+    yield { type: 'delta', reasoning: 'hm' }
+    for (const content of pieces) yield { type: 'delta', content }
+    yield { type: 'finish', reason, usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }
+  }
+  const tools = [{ type: 'function' as const, function: { name: 'get' } }, { type: 'function' as const, function: { name: 'get_weather' } }]
+  let name = ''
+  let args = ''
+  let content = ''
+  let reasoning = ''
+  let finish = ''
+  let argPieces = 0
+  for await (const event of streamForcedCall(events(), { format, tools })) {
+    if (event.type === 'finish') { finish = event.reason; continue }
+    content += event.content ?? ''
+    reasoning += event.reasoning ?? ''
+    for (const piece of event.toolCalls ?? []) {
+      name += piece.name ?? ''
+      args += piece.arguments ?? ''
+      if (piece.arguments) argPieces++
+    }
+  }
+  return { name, args, content, reasoning, finish, argPieces }
+}
+
+t.test('a forced call streams as written: any split of the answer gives the same call', async t => {
+  for (const format of Object.values(TOOL_FORMATS)) {
+    const args = '{"a": {"b": "}"}, "c": [1]}'
+    const text = format.forced.open + 'get_weather' + format.forced.afterName + args + format.forced.close
+    const whole = await collectCall([text], 'stop', format)
+    t.same(whole, { name: 'get_weather', args, content: '', reasoning: 'hm', finish: 'tool_calls', argPieces: 1 }, `${format.name}: whole`)
+    for (const size of [1, 2, 3, 7]) {
+      const split = await collectCall(text.match(new RegExp(`[\\s\\S]{1,${size}}`, 'g')) ?? [], 'stop', format)
+      t.same({ ...split, argPieces: 1 }, whole, `${format.name}: pieces of ${size}`)
+      t.ok(split.argPieces > 1, 'the arguments come in pieces')
+    }
+  }
+  const cut = await collectCall(['<tool_call>\n{"name": "get_weather", "arguments": {"a": 1'], 'length')
+  t.same(cut, { name: 'get_weather', args: '{"a": 1', content: '', reasoning: 'hm', finish: 'length', argPieces: 1 }, 'cut by max_tokens: what was written, finish length')
+  const early = await collectCall(['<tool_call>\n{"na'], 'length')
+  t.same(early, { name: '', args: '', content: '<tool_call>\n{"na', reasoning: 'hm', finish: 'length', argPieces: 0 }, 'cut before the name: text')
 })
