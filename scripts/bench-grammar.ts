@@ -11,6 +11,11 @@
 // own time on the same row (and the opt-in logprobs' time). Rows without a
 // response_format do none of this work.
 //
+// Then the same for a forced tool call (tool_choice required, two tools): the
+// constraint (tool-call-constraint.ts) writes the generic form's opening, the
+// name, the arguments under the tool's compiled schema, the closing; per step
+// it adds to the arguments' grammar one pass over the row (reading the mask).
+//
 //   npm run bench:grammar -- [--tokenizer-dir DIR] [--vocab-size N] [--steps 400] [--runs 3]
 import fs from 'node:fs'
 import path from 'node:path'
@@ -20,6 +25,11 @@ import { tokenLogprob } from '../src/engine/onnx/logprobs.ts'
 import { createRng } from '../src/engine/onnx/rng.ts'
 import { sample } from '../src/engine/onnx/sampler.ts'
 import { TokenTable } from '../src/engine/onnx/token-bytes.ts'
+import { ForcedText } from '../src/engine/onnx/forced-text.ts'
+import { ToolCallConstraint } from '../src/engine/onnx/tool-call-constraint.ts'
+import type { Constraint } from '../src/engine/onnx/grammar.ts'
+import { argumentsFormat } from '../src/engine/tools/forced-call.ts'
+import { TOOL_FORMATS } from '../src/engine/tools/format.ts'
 import { loadTokenizer } from '../src/engine/onnx/tokenizer.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
@@ -92,11 +102,39 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length
 const p95 = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length * 0.95)]
 
-async function walk (): Promise<Times> {
+// The tool call: two tools, the call naming the second, in the generic form (the Qwen vocabulary's).
+const tools = [
+  { type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
+  { type: 'function' as const, function: { name: 'search_flights', parameters: { type: 'object', properties: { from: { type: 'string' }, to: { type: 'string' }, date: { type: 'string', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' }, passengers: { type: 'integer', minimum: 1, maximum: 9 }, cabin: { enum: ['economy', 'business'] }, notes: { type: 'string' } }, required: ['from', 'to', 'date', 'passengers', 'cabin', 'notes'], additionalProperties: false }, strict: true } },
+]
+const form = TOOL_FORMATS.json.forced
+const forcedText = new ForcedText(table, validVocab, tokenizer.specialTokenIds)
+const argumentsLocal = await Promise.all(tools.map(tool => grammars.compile(argumentsFormat(tool)).then(() => argumentsFormat(tool))))
+const callArgs = JSON.stringify({ from: 'Oslo', to: 'Lisbon', date: '2026-12-01', passengers: 2, cabin: 'economy', notes }).replaceAll('":', '": ').replaceAll(',"', ', "')
+const callIds = [
+  ...forcedText.ids(form.open + tools[1].function.name + form.afterName),
+  ...tokenizer.encode(callArgs, { addSpecialTokens: false }),
+  ...forcedText.ids(form.close),
+]
+const toolSteps = Math.min(Number(values.steps), callIds.length)
+async function toolConstraint (): Promise<Constraint> {
+  // Made ahead (as the engine's remote constraint is when the name is chosen): the walk is synchronous.
+  const made = await Promise.all(argumentsLocal.map(f => grammars.constraint(f)))
+  return new ToolCallConstraint({
+    open: forcedText.ids(form.open),
+    names: tools.map((tool, i) => ({ ids: forcedText.ids(tool.function.name + form.afterName), arguments: () => made[i] })),
+    close: forcedText.ids(form.close),
+    stopIds,
+    vocab: validVocab,
+  })
+}
+
+async function walk (tool = false): Promise<Times> {
   const times: Times = { mask: [], apply: [], accept: [], greedy: [], sampled: [], logprobs: [] }
-  const constraint = await grammars.constraint(format)
-  for (let s = 0; s < steps; s++) {
-    const id = answerIds[s]
+  const constraint = tool ? await toolConstraint() : await grammars.constraint(format)
+  const ids = tool ? callIds : answerIds
+  for (let s = 0; s < (tool ? toolSteps : steps); s++) {
+    const id = ids[s]
     let t = performance.now()
     await constraint.prepare()
     times.mask.push(performance.now() - t)
@@ -122,14 +160,20 @@ async function walk (): Promise<Times> {
   return times
 }
 
-await walk() // warm-up
-const all: Times = { mask: [], apply: [], accept: [], greedy: [], sampled: [], logprobs: [] }
-for (let r = 0; r < Number(values.runs); r++) {
-  const times = await walk()
-  for (const key of Object.keys(all) as Array<keyof Times>) all[key].push(...times[key])
+async function runs (tool: boolean): Promise<Times> {
+  await walk(tool) // warm-up
+  const all: Times = { mask: [], apply: [], accept: [], greedy: [], sampled: [], logprobs: [] }
+  for (let r = 0; r < Number(values.runs); r++) {
+    const times = await walk(tool)
+    for (const key of Object.keys(all) as Array<keyof Times>) all[key].push(...times[key])
+  }
+  return all
 }
+const all = await runs(false)
+const toolTimes = await runs(true)
 const figures = (xs: number[]) => ({ median_ms: Number(median(xs).toFixed(3)), mean_ms: Number(mean(xs).toFixed(3)), p95_ms: Number(p95(xs).toFixed(3)) })
 const perStep = all.mask.map((m, i) => m + all.apply[i] + all.accept[i])
+const toolPerStep = toolTimes.mask.map((m, i) => m + toolTimes.apply[i] + toolTimes.accept[i])
 const report = {
   tokenizer: path.relative(ROOT, values['tokenizer-dir']),
   vocab_size: vocabSize,
@@ -146,6 +190,10 @@ const report = {
   for_scale_sampler_greedy: figures(all.greedy),
   for_scale_sampler_t06_top_p095: figures(all.sampled),
   for_scale_logprobs_top5: figures(all.logprobs),
+  tool_call_steps_per_run: toolSteps,
+  tool_call_per_step: figures(toolPerStep),
+  tool_call_mask: figures(toolTimes.mask),
+  tool_call_apply: figures(toolTimes.apply),
 }
 console.log(JSON.stringify(report, null, 2))
 fs.mkdirSync(path.join(ROOT, 'bench-out'), { recursive: true })

@@ -41,6 +41,12 @@ export interface ToolCallFormat {
    * well-formed calls with JSON-object arguments.
    */
   parse (text: string): WrittenCall[] | undefined
+  /**
+   * A call written by construction (tool_choice `required` or a named tool): `open`, then the
+   * tool's name, then `afterName`, then the arguments (one JSON object, under the tool's schema),
+   * then `close`. Written this way, the text parses back with `parse`.
+   */
+  readonly forced: { open: string; afterName: string; close: string }
 }
 
 /** A function tool the client declares: `parameters` is a JSON Schema of its arguments. */
@@ -268,8 +274,9 @@ export interface Backend {
   prepareNextTurn? (messages: ChatMessage[], cacheScope?: string): void
   /**
    * The way this backend's model writes tool calls, where the backend renders `tools` into the
-   * prompt itself (the local engine: the prompt layer adds the tools block of this format, and a
-   * call cannot yet be guaranteed). Absent: the backend passes tools on (upstream).
+   * prompt itself (the local engine: the prompt layer adds the tools block of this format; with
+   * tool_choice `required` or a named tool the backend writes the call by construction, its tools'
+   * schemas compiled through prepareResponseFormat first). Absent: the backend passes tools on (upstream).
    */
   toolCallFormat? (): ToolCallFormat | undefined
   close (): Promise<void>

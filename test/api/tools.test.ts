@@ -1,12 +1,16 @@
 // Conversations with tools: assistant tool calls with content null, tool results, the developer
 // role, and the tools field, checked and passed to the backend; their hostile forms refused with
 // 400 naming the field. On the local engine (stories260k): the tools block reaches the prompt,
-// "auto" and "none" answer, "required" and a named tool are refused (no call can be guaranteed).
+// "auto" and "none" answer, "required" and a named tool get a call written by construction (a
+// model that cannot write one by itself: its arguments valid against the tool's schema, whole
+// and streamed alike), hostile tool schemas get 400.
 import t from 'tap'
+import OpenAI from 'openai'
 import type { GenerateEvent, GenerateRequest, ToolCallFormat } from '../../src/engine/backend.ts'
 import { parseToolCalls } from '../../src/engine/tools/call-parser.ts'
 import { TOOL_FORMATS } from '../../src/engine/tools/format.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
+import { refChain } from '../helpers/hostile-schemas.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
 
@@ -95,12 +99,6 @@ t.test('the local engine (stories260k)', async t => {
     method: 'POST', url: URL, headers: auth, payload: { model: 'stories260k', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 4, temperature: 0, ...patch },
   })
 
-  for (const choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
-    const res = await send({ tools: [weatherTool], tool_choice: choice })
-    t.equal(res.statusCode, 400, `${JSON.stringify(choice)}: refused, never answered with prose`)
-    t.match(res.json().error, { code: 'invalid_parameter', param: 'tool_choice', message: /cannot yet guarantee a tool call/ })
-  }
-
   const plain = await send({})
   const auto = await send({ tools: [weatherTool] })
   const none = await send({ tools: [weatherTool], tool_choice: 'none' })
@@ -152,9 +150,111 @@ t.test('a backend that prompts for tools: the block reaches the system text, a w
   t.same(assembled, { name: message.tool_calls[0].function.name, arguments: message.tool_calls[0].function.arguments }, 'the pieces assemble to the whole reply\'s call')
   t.equal(chunks.map(c => c.choices[0]?.finish_reason).find(Boolean), 'tool_calls')
 
-  const refused = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ tools: [weatherTool], tool_choice: 'required' }) })
-  t.equal(refused.statusCode, 400)
   const none = await app.inject({ method: 'POST', url: URL, headers: auth, payload: chatBody({ tools: [weatherTool], tool_choice: 'none' }) })
   t.equal(none.json().choices[0].message.content, 'Checking. ' + call, 'none: nothing is parsed')
   t.notOk(backend.lastRequest?.messages.some(m => m.content.includes('# Tools')), 'none: no tools block')
+})
+
+// Two tools whose arguments a check by hand can validate (no JSON-schema validator is a dependency);
+// strict: no property beyond those named. Small, as stories260k's context is 512 tokens.
+const forecastTool = {
+  type: 'function',
+  function: {
+    name: 'get_forecast',
+    parameters: { type: 'object', properties: { days: { type: 'integer', minimum: 1, maximum: 7 }, unit: { enum: ['c', 'f'] } }, required: ['days', 'unit'] },
+    strict: true,
+  },
+}
+const cityTool = {
+  type: 'function',
+  function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'] }, strict: true },
+}
+
+/** The reasons `args` (a call's arguments text) is not valid against the tool's schema above; [] when it is. */
+function schemaFaults (name: string, args: string): string[] {
+  let value: unknown
+  try {
+    value = JSON.parse(args)
+  } catch {
+    return [`arguments are not JSON: ${args}`]
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return ['arguments are not an object']
+  const v = value as Record<string, unknown>
+  const faults: string[] = []
+  const allowed = name === 'get_forecast' ? ['days', 'unit'] : ['city']
+  for (const key of Object.keys(v)) if (!allowed.includes(key)) faults.push(`unknown property ${key}`)
+  if (v.city !== undefined && (typeof v.city !== 'string' || [...v.city].length > 12)) faults.push('city is not a string of at most 12 characters')
+  if (name === 'get_forecast') {
+    if (!Number.isInteger(v.days) || (v.days as number) < 1 || (v.days as number) > 7) faults.push('days is not an integer in 1..7')
+    if (v.unit !== 'c' && v.unit !== 'f') faults.push('unit is not one of the enum')
+  } else if (v.city === undefined) {
+    faults.push('city is missing')
+  }
+  return faults
+}
+
+t.test('the local engine (stories260k) writes a required or named call by construction, valid against the tool\'s schema', async t => {
+  const KEY = `sk-chatd-${'toolCall'.repeat(4)}`
+  const server = await startStoriesServer(t, { modelId: 'stories260k', key: KEY })
+  const client = new OpenAI({ apiKey: KEY, baseURL: `${server.url}/api/v1`, maxRetries: 0 })
+  const messages = [{ role: 'user' as const, content: 'Once upon a time' }]
+  const tools = [cityTool, forecastTool] as OpenAI.ChatCompletionTool[]
+  const choices: Array<[string, OpenAI.ChatCompletionToolChoiceOption]> = [
+    ['required', 'required'],
+    ['named get_forecast', { type: 'function', function: { name: 'get_forecast' } }],
+    ['named get_weather', { type: 'function', function: { name: 'get_weather' } }],
+  ]
+  for (const [label, toolChoice] of choices) {
+    for (const seed of [1, 2, 3]) {
+      const request = { model: 'stories260k', messages, tools, tool_choice: toolChoice, temperature: 1, seed }
+      const whole = await client.chat.completions.create(request)
+      const choice = whole.choices[0]
+      t.equal(choice.finish_reason, 'tool_calls', `${label}, seed ${seed}: finish_reason`)
+      t.equal(choice.message.content, null, `${label}, seed ${seed}: no text`)
+      t.equal(choice.message.tool_calls?.length, 1, `${label}, seed ${seed}: one call`)
+      const call = choice.message.tool_calls?.[0] as OpenAI.ChatCompletionMessageFunctionToolCall
+      t.match(call, { id: /^call_/, type: 'function' })
+      if (typeof toolChoice === 'object') t.equal(call.function.name, (toolChoice as { function: { name: string } }).function.name, `${label}: the named tool`)
+      else t.ok(['get_weather', 'get_forecast'].includes(call.function.name), `${label}: a declared tool (${call.function.name})`)
+      t.same(schemaFaults(call.function.name, call.function.arguments), [], `${label}, seed ${seed}: ${call.function.arguments} is valid against ${call.function.name}'s schema`)
+
+      const stream = client.chat.completions.stream(request)
+      const pieces: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = []
+      stream.on('chunk', c => { if (c.choices[0]?.delta.tool_calls) pieces.push(...c.choices[0].delta.tool_calls) })
+      const final = await stream.finalChatCompletion()
+      const streamedCall = final.choices[0].message.tool_calls?.[0] as OpenAI.ChatCompletionMessageFunctionToolCall
+      t.same({ name: streamedCall.function.name, arguments: streamedCall.function.arguments }, call.function, `${label}, seed ${seed}: streamed, the same call assembles`)
+      t.equal(final.choices[0].finish_reason, 'tool_calls')
+      t.match(pieces[0], { index: 0, id: /^call_/, function: { name: call.function.name } }, 'the name comes first')
+      t.ok(pieces.filter(p => p.function?.arguments).length > 1, 'then the arguments in several pieces, as they are written')
+    }
+  }
+
+  // Without the constraint this model writes prose: auto stays as it was.
+  const auto = await client.chat.completions.create({ model: 'stories260k', messages, tools: [cityTool] as OpenAI.ChatCompletionTool[], max_tokens: 20, temperature: 0 })
+  t.equal(auto.choices[0].message.tool_calls, undefined, 'auto: this model writes no call by itself')
+})
+
+t.test('hostile tool schemas with a required call get 400 naming the tool, and the server keeps serving', async t => {
+  const KEY = `sk-chatd-${'toolHost'.repeat(4)}`
+  const server = await startStoriesServer(t, { modelId: 'stories260k', key: KEY })
+  const auth = { authorization: `Bearer ${KEY}` }
+  const send = (patch: Record<string, unknown>) => server.app.inject({
+    method: 'POST', url: URL, headers: auth, payload: { model: 'stories260k', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 150, ...patch },
+  })
+  const chain = { type: 'function', function: { name: 'chain', parameters: refChain(200), strict: true } }
+  let res = await send({ tools: [weatherTool, chain], tool_choice: 'required' })
+  t.equal(res.statusCode, 400, res.body)
+  t.match(res.json().error, { code: 'invalid_parameter', param: 'tools[1].function.parameters', message: /^tools\[1\]\.function\.parameters: / })
+  res = await send({ tools: [{ type: 'function', function: { name: 'nowhere', parameters: { $ref: '#/$defs/missing' } } }], tool_choice: { type: 'function', function: { name: 'nowhere' } } })
+  t.equal(res.statusCode, 400, 'a $ref to nowhere: refused before admission')
+  t.match(res.json().error, { code: 'invalid_parameter', param: 'tools[0].function.parameters' })
+  res = await send({ tools: [weatherTool], tool_choice: 'required', response_format: { type: 'json_object' } })
+  t.equal(res.statusCode, 400, 'a forced call and a JSON response_format together')
+  t.match(res.json().error, { code: 'invalid_parameter', param: 'tool_choice' })
+
+  res = await send({ tools: [cityTool], tool_choice: 'required', seed: 5 })
+  t.equal(res.statusCode, 200, 'still serving')
+  t.equal(res.json().choices[0].finish_reason, 'tool_calls')
+  t.same(schemaFaults('get_weather', res.json().choices[0].message.tool_calls[0].function.arguments), [])
 })

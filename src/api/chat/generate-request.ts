@@ -4,7 +4,8 @@
 // (controls -> instruction, sources, earlier thinking) is src/prompt's.
 
 import { jsonFormatOf, type ChatMessage, type GenerateRequest, type ResponseFormat, type ToolChoice, type ToolDefinition } from '../../engine/backend.ts'
-import { toolInstructions, type ToolCallFormat } from '../../engine/tools/format.ts'
+import { forcedCallInstructions, toolInstructions, type ToolCallFormat } from '../../engine/tools/format.ts'
+import { forcedCallTools } from '../../engine/tools/forced-call.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
 import { wordcountBudget } from '../../prompt/budget.ts'
 import { controlInstruction } from '../../prompt/controls.ts'
@@ -88,8 +89,8 @@ function checkToolMessages (body: ChatCompletionRequest): void {
 
 /**
  * tools, tool_choice and parallel_tool_calls: names unique, a named choice among the tools. A
- * backend that prompts for tools (the local engine) cannot yet guarantee a call, so `required`
- * and a named tool are refused there rather than answered with prose.
+ * backend that prompts for tools (the local engine) writes a `required` or named call by
+ * construction (a constraint on the answer), which excludes a JSON response_format there.
  */
 function checkTools (body: ChatCompletionRequest, promptsTools: boolean): void {
   const names = new Set<string>()
@@ -103,8 +104,9 @@ function checkTools (body: ChatCompletionRequest, promptsTools: boolean): void {
   if (typeof choice === 'object' && !names.has(choice.function.name)) {
     throw invalidParam('tool_choice', `tool_choice names '${choice.function.name}', which is not among the tools.`)
   }
-  if (promptsTools) {
-    throw invalidParam('tool_choice', `This model cannot yet guarantee a tool call, so tool_choice ${JSON.stringify(choice)} is refused; use "auto" (the model may call a tool) or "none".`)
+  // The engine writes the call by construction; a JSON response_format would constrain the same answer.
+  if (promptsTools && body.response_format !== undefined && body.response_format !== null && body.response_format.type !== 'text') {
+    throw invalidParam('tool_choice', `tool_choice ${JSON.stringify(choice)} makes the answer a tool call, so it cannot also follow a JSON response_format on this model; send one or the other.`)
   }
 }
 
@@ -120,9 +122,12 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
   const sources = ctx.search ? sourcesBlock(ctx.search.query, ctx.search.results) : ''
   const tools = toolFields(body)
   // A backend that prompts for tools gets them listed in the system text; none: they are not offered.
-  const toolsBlock = ctx.toolFormat && tools.tools && tools.toolChoice !== 'none'
-    ? toolInstructions(ctx.toolFormat, tools.tools, tools.parallelToolCalls !== false)
-    : ''
+  const forced = ctx.toolFormat ? forcedCallTools(tools.tools, tools.toolChoice) : undefined
+  const toolsBlock = forced
+    ? forcedCallInstructions(forced)
+    : ctx.toolFormat && tools.tools && tools.toolChoice !== 'none'
+      ? toolInstructions(ctx.toolFormat, tools.tools, tools.parallelToolCalls !== false)
+      : ''
   const messages = shapeConversation(clientMessages(body), [instruction, sources, toolsBlock], ctx.systemPrompt)
 
   let maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
@@ -141,6 +146,8 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
     stop,
     ...(body.logprobs === true ? { logprobs: true, topLogprobs: body.top_logprobs ?? 0 } : {}),
     ...responseFields(responseFormatOf(body), ctx.thinkingBudget),
+    // A forced call is a constrained answer too: the same thinking budget leaves it room.
+    ...(forced && ctx.thinkingBudget ? { thinkingBudget: ctx.thinkingBudget } : {}),
     ...tools,
     ...(body.presence_penalty ? { presencePenalty: body.presence_penalty } : {}),
     ...(body.frequency_penalty ? { frequencyPenalty: body.frequency_penalty } : {}),

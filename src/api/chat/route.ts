@@ -1,15 +1,15 @@
 // POST /api/v1/chat/completions. The flow (DESIGN.md section 2): schema
 // validation (done by Fastify before this handler) -> size limits -> model
-// lookup -> request checks (a JSON response_format's schema included) -> tier
-// limits (metering.ts) -> the schema's compile (local models) -> web search
+// lookup -> request checks (a JSON response_format's schema, or a forced tool
+// call's tools' schemas, included) -> tier limits (metering.ts) -> the
+// schemas' compile (local models) -> web search
 // (googleSearchStatus) -> prompt shaping -> backend.generate(request, signal)
 // -> JSON or SSE -> usage record.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { jsonFormatOf, type GenerateEvent } from '../../engine/backend.ts'
+import type { GenerateEvent } from '../../engine/backend.ts'
 import { withReasoningMode } from '../../engine/reasoning.ts'
-import { checkResponseFormat } from '../../engine/schema-check.ts'
 import { unavailableError, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
@@ -18,8 +18,9 @@ import type { Metrics } from '../metrics/metrics.ts'
 import { Admission } from './admission.ts'
 import { cacheScope } from './cache-scope.ts'
 import { chunkMaker, collect, completionBody, hasLogprobs, newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
-import { checkRequest, responseFormatOf, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
+import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { admitCompletion, type ChatLimits } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
 import { observeGeneration } from './observe.ts'
@@ -98,9 +99,10 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
     // A JSON response_format for the local engine: its schema is checked before the request counts
     // (cheap and bounded: what the grammar could not compile or, with strict, not enforce is a 400)...
-    const jsonFormat = jsonFormatOf(responseFormatOf(body))
-    const compiles = jsonFormat !== undefined && model.backend.prepareResponseFormat !== undefined
-    if (compiles) checkResponseFormat(jsonFormat)
+    // A forced tool call's tools' arguments take the same path (grammar-formats.ts).
+    const formats = model.backend.prepareResponseFormat !== undefined ? grammarFormats(body, toolFormat !== undefined) : []
+    const compiles = formats.length > 0
+    checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const completionId = newCompletionId()
     const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
@@ -111,13 +113,13 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const scope = String(request.account?.id ?? '')
     try {
       // ...and compiled only now, once admitted: a compile is paid for, and a refused key compiles nothing.
-      if (compiles) {
+      for (const { format, param } of formats) {
         try {
-          await model.backend.prepareResponseFormat?.(jsonFormat, { scope, signal })
+          await model.backend.prepareResponseFormat?.(format, { scope, signal })
         } catch (err) {
           if (stop.byShutdown()) throw drainDeadlineError()
           if (signal.aborted) return reply // the client left while its schema compiled: the compile was stopped
-          throw err
+          throw asFieldError(err, param)
         }
       }
       if (body.googleSearchStatus && search) {

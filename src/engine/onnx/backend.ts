@@ -14,6 +14,8 @@ import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import type { SharedPrefix } from './shared-prefix.ts'
 import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
 import { parseToolCalls } from '../tools/call-parser.ts'
+import { forcedCallTools } from '../tools/forced-call.ts'
+import { streamForcedCall } from '../tools/forced-stream.ts'
 
 export interface OnnxBackendOptions {
   id: string
@@ -164,7 +166,7 @@ export class OnnxBackend implements Backend {
     })
   }
 
-  /** Tools are rendered into the prompt (the route adds the tools block); calls are read from the answer. */
+  /** Tools are rendered into the prompt (the route adds the tools block); calls are read from the answer, or, forced, streamed as written. */
   toolCallFormat (): ToolCallFormat | undefined {
     return this.#toolFormat
   }
@@ -173,6 +175,9 @@ export class OnnxBackend implements Backend {
     const events = this.#generate(request, signal)
     const format = this.#toolFormat
     if (!format || !request.tools || request.tools.length === 0 || request.toolChoice === 'none') return events
+    // A forced call is written in the form by construction: its arguments stream as they come.
+    const forced = forcedCallTools(request.tools, request.toolChoice)
+    if (forced) return streamForcedCall(events, { format, tools: forced })
     return parseToolCalls(events, { format, tools: request.tools, parallel: request.parallelToolCalls !== false })
   }
 

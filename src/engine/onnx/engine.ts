@@ -31,6 +31,10 @@ import { effortBudget } from './reasoning-effort.ts'
 import { DecoderSession } from './decoder-session.ts'
 import type { Constraint } from './grammar.ts'
 import { GrammarClient } from './grammar-client.ts'
+import { ToolCallConstraint } from './tool-call-constraint.ts'
+import { ForcedText } from './forced-text.ts'
+import { argumentsFormat, forcedCallTools } from '../tools/forced-call.ts'
+import { toolFormatForTemplate } from '../tools/format.ts'
 import { TokenTable } from './token-bytes.ts'
 import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from './kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from './kv-cache.ts'
@@ -116,6 +120,8 @@ export class LocalEngine {
   readonly prefixes: CacheManager | null
   /** Each token's bytes and text (logprobs, grammars); built on first use. */
   readonly tokens: TokenTable
+  /** The ids of a forced tool call's fixed text; made on the first such call. */
+  #forcedText: ForcedText | undefined
   /** JSON response_format grammars: the matchers live in the model's grammar worker, reached through this. */
   readonly grammars = new GrammarClient()
   /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
@@ -257,12 +263,33 @@ export class LocalEngine {
     return { effortBudget: budget, closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) }
   }
 
-  /** A JSON response_format's grammar (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
+  /** A JSON response_format's grammar or a forced tool call's (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
   #constraintOf (request: GenerateRequest): { constraint?: Promise<Constraint>; closeThinking?: number[] } {
+    const scope = request.grammarScope ?? ''
     const json = jsonFormatOf(request.responseFormat)
-    if (!json) return {}
+    const tools = forcedCallTools(request.tools, request.toolChoice)
+    let constraint: Constraint
+    if (tools) {
+      // tool_choice required or a named tool: the call in the template's own form, its arguments under the tool's grammar.
+      const form = toolFormatForTemplate(this.template.source).forced
+      const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
+      this.#forcedText ??= new ForcedText(this.tokens, vocab, this.tokenizer.specialTokenIds)
+      const forced = this.#forcedText
+      const encode = (text: string): number[] => forced.ids(text)
+      constraint = new ToolCallConstraint({
+        open: encode(form.open),
+        names: tools.map(tool => ({ ids: encode(tool.function.name + form.afterName), arguments: () => this.grammars.constraint(argumentsFormat(tool), scope) })),
+        close: encode(form.close),
+        stopIds: this.model.eosTokenIds,
+        vocab,
+      })
+    } else if (json) {
+      constraint = this.grammars.constraint(json, scope)
+    } else {
+      return {}
+    }
     return {
-      constraint: Promise.resolve(this.grammars.constraint(json, request.grammarScope ?? '')),
+      constraint: Promise.resolve(constraint),
       ...(request.thinkingBudget ? { closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) } : {}),
     }
   }

@@ -2,9 +2,10 @@
 // cache, sampler, and the text pipeline (incremental detokenizer, then stop
 // strings) that turns sampled ids into deltas safe to send. With a JSON
 // response_format, a grammar masks the logits before sampling (grammar.ts);
-// with logprobs, each token's log-probability travels with the delta that
-// releases its text.
-import { jsonFormatOf, type DeltaLogprobs, type FinishReason, type GenerateRequest, type TokenLogprob } from '../backend.ts'
+// a forced tool call is such a constraint too (tool-call-constraint.ts); with
+// logprobs, each token's log-probability travels with the delta that releases
+// its text.
+import type { DeltaLogprobs, FinishReason, GenerateRequest, TokenLogprob } from '../backend.ts'
 import type { Constraint } from './grammar.ts'
 import { tokenLogprob } from './logprobs.ts'
 import type { TokenTable } from './token-bytes.ts'
@@ -101,7 +102,7 @@ export class Sequence {
     startsInReasoning: boolean
     /** Each token's bytes and text: needed with request.logprobs. */
     tokens?: TokenTable
-    /** The grammar of the request's JSON response_format. */
+    /** The grammar of the request's JSON response_format, or of its forced tool call. */
     constraint?: Promise<Constraint>
     /** The ids of `</think>`, forced when thinking reaches its budget. */
     closeThinking?: number[]
@@ -116,7 +117,8 @@ export class Sequence {
     this.seeded = opts.request.seed !== undefined
     this.cacheScope = opts.request.cacheScope ?? ''
     this.#detokenizer = new IncrementalDetokenizer(opts.tokenizer, opts.promptIds)
-    const json = jsonFormatOf(opts.request.responseFormat) !== undefined && opts.constraint !== undefined
+    // A JSON response_format's grammar, or a tool call's (tool-call-constraint.ts).
+    const json = opts.constraint !== undefined
     // A constrained answer ends where its grammar ends: a stop string could cut the JSON short.
     this.#stops = new StopStringMatcher(json ? [] : opts.request.stop)
     this.#reasoning = new ReasoningSplitter(opts.startsInReasoning)

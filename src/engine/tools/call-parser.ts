@@ -22,7 +22,7 @@ export function newToolCallId (): string {
 }
 
 /** The length of the longest end of `text` that is a start of `word` (and not all of it). */
-function partialTail (text: string, word: string): number {
+export function partialTail (text: string, word: string): number {
   for (let n = Math.min(text.length, word.length - 1); n > 0; n--) {
     if (word.startsWith(text.slice(text.length - n))) return n
   }

@@ -21,11 +21,7 @@ export function toolFormatForTemplate (templateSource: string): ToolCallFormat {
  * the exact form of a call, with an example in the family's form.
  */
 export function toolInstructions (format: ToolCallFormat, tools: ToolDefinition[], parallel: boolean): string {
-  const listed = tools.map(t => JSON.stringify({
-    name: t.function.name,
-    ...(t.function.description !== undefined ? { description: t.function.description } : {}),
-    parameters: t.function.parameters ?? { type: 'object', properties: {} },
-  }))
+  const listed = listTools(tools)
   const example = format.calls([{ name: 'TOOL_NAME', arguments: '{"ARGUMENT": "VALUE"}' }])
   return [
     '# Tools',
@@ -41,5 +37,26 @@ export function toolInstructions (format: ToolCallFormat, tools: ToolDefinition[
       ? 'To call several tools at once, write each call in turn in the same form.'
       : 'Call at most one tool per answer.',
     'The results come back in the next message. When no tool is needed, answer as usual.',
+  ].join('\n')
+}
+
+function listTools (tools: ToolDefinition[]): string[] {
+  return tools.map(t => JSON.stringify({
+    name: t.function.name,
+    ...(t.function.description !== undefined ? { description: t.function.description } : {}),
+    parameters: t.function.parameters ?? { type: 'object', properties: {} },
+  }))
+}
+
+/**
+ * The tools block of a forced call (tool_choice `required` or a named tool): the engine writes the
+ * call's form itself, so the block lists only the tools the call may name and says a call comes.
+ */
+export function forcedCallInstructions (tools: ToolDefinition[]): string {
+  return [
+    `# Tools\nYour answer calls ${tools.length === 1 ? 'this tool' : 'one of these tools'} (name, what it does, JSON Schema of the arguments):`,
+    '<tools>',
+    ...listTools(tools),
+    '</tools>',
   ].join('\n')
 }

@@ -21,6 +21,7 @@ const CALL = /^\s*<tool_call>([\s\S]*?)<\/tool_call>/
 export const jsonForm: ToolCallFormat = {
   name: 'json',
   callStart: OPEN,
+  forced: { open: `${OPEN}\n{"name": "`, afterName: '", "arguments": ', close: `}\n${CLOSE}` },
   calls: calls => calls.map(c => `${OPEN}\n{"name": ${JSON.stringify(c.name)}, "arguments": ${c.arguments}}\n${CLOSE}`).join('\n'),
   parse (text) {
     let rest = text

@@ -39,6 +39,7 @@ const CALL = /^\s*<｜tool▁call▁begin｜>\s*function\s*<｜tool▁sep｜>\s*
 export const r1Form: ToolCallFormat = {
   name: 'r1',
   callStart: T.callsBegin,
+  forced: { open: `${T.callsBegin}${T.callBegin}function${T.sep}`, afterName: `\n${FENCE}json\n`, close: `\n${FENCE}${T.callEnd}${T.callsEnd}` },
   calls: calls => T.callsBegin + calls.map(call).join('\n') + T.callsEnd,
   parse (text) {
     if (!text.startsWith(T.callsBegin)) return undefined
