@@ -114,11 +114,11 @@ export function sentBodies (upstream: Loopback): Array<Record<string, any>> {
 /**
  * What the local engine may answer a client's body: 200, or one of the refusals docs/api.md
  * describes for it, never one of a field the client sent: stories260k's context is 512 tokens
- * (a tools block may not fit), and required or named tool choices that the engine cannot yet
- * guarantee.
+ * (a tools block may not fit), and a required or named tool choice together with a JSON
+ * response_format (both would constrain the same answer).
  */
 export function answeredOrDocumented (res: { statusCode: number; json: () => any }): boolean {
   if (res.statusCode === 200) return true
   const error = res.json().error
-  return error?.code === 'context_length_exceeded' || (error?.param === 'tool_choice' && /cannot yet guarantee/.test(error.message))
+  return error?.code === 'context_length_exceeded' || (error?.param === 'tool_choice' && /cannot also follow a JSON response_format/.test(error.message))
 }

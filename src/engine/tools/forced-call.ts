@@ -15,14 +15,19 @@ export function forcedCallTools (tools: ToolDefinition[] | undefined, choice: To
   return named.length > 0 ? named : undefined
 }
 
-/** The JSON format of a tool's arguments: its `parameters` (absent: an object with no declared properties). */
+/**
+ * The JSON format of a tool's arguments: its `parameters` (absent: an object with no declared
+ * properties), strict unless the tool says `strict: false`: only declared properties are written,
+ * so every call still validates against the schema, and a small model cannot ramble through
+ * undeclared properties until max_tokens cuts the call short.
+ */
 export function argumentsFormat (tool: ToolDefinition): JsonFormat {
   return {
     type: 'json_schema',
     json_schema: {
       name: tool.function.name,
       schema: tool.function.parameters ?? { type: 'object', properties: {} },
-      ...(tool.function.strict === true ? { strict: true } : {}),
+      strict: tool.function.strict !== false,
     },
   }
 }
