@@ -78,7 +78,8 @@ function failures (tap: string): string[] {
       continue
     }
     const failed = /^( *)not ok \d+ - (.*?)(?: # time=[\d.]+m?s)?$/.exec(line)
-    if (!failed) continue
+    // A todo or skipped assertion is expected not to pass: not a failure.
+    if (!failed || / # (TODO|SKIP)\b/i.test(failed[2])) continue
     const depth = failed[1].length / 4
     const where = [...names.slice(0, depth), failed[2]]
     const last = found.at(-1)
