@@ -17,9 +17,11 @@ import { startChatd } from '../helpers/chatd-process.ts'
 import { fakeModelsFile, fakeUpstream } from '../helpers/fake-upstream.ts'
 import { driveLoad, phaseClock, tally, type Outcome } from '../helpers/fault-load.ts'
 import { faultProxy } from '../helpers/fault-proxy.ts'
+import { exitIfLingering } from '../helpers/linger.ts'
 import { POSTGRES_URL, throwawayPostgres } from '../helpers/services.ts'
 
 const TIMEOUT_MS = 1500
+exitIfLingering(t)
 const sleep = (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
 
 t.test('PostgreSQL restarted, partitioned and its connections ended during load', async t => {
