@@ -8,7 +8,7 @@ import { generateText, jsonSchema, Output, stepCountIs, streamText, tool } from 
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible'
 import { z } from 'zod'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { answeredOrDocumented, ANSWER, callThenAnswer, captureServer, MODEL, relayThroughChatd, sentBodies } from './harness.ts'
+import { ANSWER, callThenAnswer, captureServer, MODEL, relayThroughChatd, replayCaptured, sentBodies } from './harness.ts'
 
 const CHAT = '/api/v1/chat/completions'
 const weatherInput = z.object({
@@ -68,15 +68,7 @@ t.test('every body the SDK sends is accepted by chatd as sent (relayed, and on s
   t.ok(bodies.some(b => b.stream === true && (b.stream_options as { include_usage?: boolean } | undefined)?.include_usage === true), 'streamText asks for usage')
   t.ok(bodies.some(b => (b.messages as Array<{ role: string }>).some(m => m.role === 'tool')), 'the loop\'s second step carries the tool result')
 
-  const relay = await relayThroughChatd(t)
-  const KEY = `sk-chatd-${'aiSdkTst'.repeat(4)}`
-  const local = await startStoriesServer(t, { modelId: 'stories260k', key: KEY })
-  for (const body of bodies) {
-    const res = await relay.app.inject({ method: 'POST', url: CHAT, headers: relay.auth, payload: { ...body, model: MODEL } })
-    t.equal(res.statusCode, 200, `relayed: ${JSON.stringify(body).slice(0, 160)}: ${res.body.slice(0, 300)}`)
-    const onLocal = await local.app.inject({ method: 'POST', url: CHAT, headers: { authorization: `Bearer ${KEY}` }, payload: { ...body, model: 'stories260k', max_tokens: 8 } })
-    t.ok(answeredOrDocumented(onLocal), `stories260k: ${JSON.stringify(body).slice(0, 160)}: ${onLocal.body.slice(0, 300)}`)
-  }
+  await replayCaptured(t, bodies, `sk-chatd-${'aiSdkTst'.repeat(4)}`)
 })
 
 t.test('generateText with toolChoice required: the call comes back with its input parsed and valid', async t => {

@@ -8,9 +8,11 @@ import type { Test } from 'tap'
 import type { ReasoningMode } from '../../src/engine/models-file.ts'
 import { UpstreamBackend } from '../../src/engine/upstream/backend.ts'
 import { buildTestApp, type TestApp } from '../helpers/app.ts'
+import { startStoriesServer } from '../helpers/stories-server.ts'
 import { chunk, loopbackServer, sseData, sseHead, type Handler, type Loopback } from '../upstream/loopback.ts'
 
 export const MODEL = 'relay'
+const CHAT = '/api/v1/chat/completions'
 export const ANSWER = 'It is 3 degrees in Oslo.'
 
 export interface Script {
@@ -117,8 +119,23 @@ export function sentBodies (upstream: Loopback): Array<Record<string, any>> {
  * (a tools block may not fit), and a required or named tool choice together with a JSON
  * response_format (both would constrain the same answer).
  */
-export function answeredOrDocumented (res: { statusCode: number; json: () => any }): boolean {
+function answeredOrDocumented (res: { statusCode: number; json: () => any }): boolean {
   if (res.statusCode === 200) return true
   const error = res.json().error
   return error?.code === 'context_length_exceeded' || (error?.param === 'tool_choice' && /cannot also follow a JSON response_format/.test(error.message))
+}
+
+/**
+ * Sends each body a client sent, unchanged, to chatd: relayed to the scripted upstream it must get
+ * 200; on stories260k (a server started here with `key`) 200 or a documented refusal.
+ */
+export async function replayCaptured (t: Test, bodies: Array<Record<string, unknown>>, key: string): Promise<void> {
+  const relay = await relayThroughChatd(t)
+  const local = await startStoriesServer(t, { modelId: 'stories260k', key })
+  for (const body of bodies) {
+    const res = await relay.app.inject({ method: 'POST', url: CHAT, headers: relay.auth, payload: { ...body, model: MODEL } })
+    t.equal(res.statusCode, 200, `relayed: ${JSON.stringify(body).slice(0, 160)}: ${res.body.slice(0, 300)}`)
+    const onLocal = await local.app.inject({ method: 'POST', url: CHAT, headers: { authorization: `Bearer ${key}` }, payload: { ...body, model: 'stories260k', max_tokens: 8 } })
+    t.ok(answeredOrDocumented(onLocal), `stories260k: ${JSON.stringify(body).slice(0, 160)}: ${onLocal.body.slice(0, 300)}`)
+  }
 }

@@ -9,9 +9,8 @@ import { AIMessageChunk, HumanMessage, type BaseMessage } from '@langchain/core/
 import { tool } from '@langchain/core/tools'
 import { z } from 'zod'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { answeredOrDocumented, ANSWER, callThenAnswer, captureServer, MODEL, relayThroughChatd, sentBodies } from './harness.ts'
+import { ANSWER, callThenAnswer, captureServer, MODEL, relayThroughChatd, replayCaptured, sentBodies } from './harness.ts'
 
-const CHAT = '/api/v1/chat/completions'
 const weatherInput = z.object({
   city: z.string().min(1),
   unit: z.enum(['celsius', 'fahrenheit']).optional(),
@@ -51,15 +50,7 @@ t.test('every body ChatOpenAI sends is accepted by chatd as sent (relayed, and o
   t.match(bodies[2], { stream: true, stream_options: { include_usage: true }, tool_choice: { type: 'function', function: { name: 'get_weather' } } })
   t.match(bodies[3], { response_format: { type: 'json_schema', json_schema: { strict: true } } })
 
-  const relay = await relayThroughChatd(t)
-  const KEY = `sk-chatd-${'lgChain1'.repeat(4)}`
-  const local = await startStoriesServer(t, { modelId: 'stories260k', key: KEY })
-  for (const body of bodies) {
-    const res = await relay.app.inject({ method: 'POST', url: CHAT, headers: relay.auth, payload: { ...body, model: MODEL } })
-    t.equal(res.statusCode, 200, `relayed: ${JSON.stringify(body).slice(0, 160)}: ${res.body.slice(0, 300)}`)
-    const onLocal = await local.app.inject({ method: 'POST', url: CHAT, headers: { authorization: `Bearer ${KEY}` }, payload: { ...body, model: 'stories260k', max_tokens: 8 } })
-    t.ok(answeredOrDocumented(onLocal), `stories260k: ${JSON.stringify(body).slice(0, 160)}: ${onLocal.body.slice(0, 300)}`)
-  }
+  await replayCaptured(t, bodies, `sk-chatd-${'lgChain1'.repeat(4)}`)
 })
 
 t.test('bindTools().invoke: tool_calls with parsed args, valid against the schema', async t => {
