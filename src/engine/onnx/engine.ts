@@ -131,6 +131,8 @@ export class LocalEngine {
   /** Prompt positions computed ahead for conversations' next turns, in all. */
   tokensComputedAhead = 0
   #closing = false
+  /** The ids of `</think>`, forced when a thinking budget is spent; encoded on first use. */
+  #closeThinkingIds: number[] | undefined
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
     scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
@@ -256,11 +258,16 @@ export class LocalEngine {
     return id
   }
 
+  #closeThinking (): number[] {
+    this.#closeThinkingIds ??= this.tokenizer.encode('</think>', { addSpecialTokens: false })
+    return this.#closeThinkingIds
+  }
+
   /** reasoning_effort's thinking budget and the ids that close the block when it is spent. */
   #effortOf (request: GenerateRequest, maxNewTokens: number): { effortBudget?: number; closeThinking?: number[] } {
     const budget = effortBudget(request.reasoningEffort, maxNewTokens)
     if (budget === undefined) return {}
-    return { effortBudget: budget, closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) }
+    return { effortBudget: budget, closeThinking: this.#closeThinking() }
   }
 
   /** A JSON response_format's grammar or a forced tool call's (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
@@ -290,7 +297,7 @@ export class LocalEngine {
     }
     return {
       constraint: Promise.resolve(constraint),
-      ...(request.thinkingBudget ? { closeThinking: this.tokenizer.encode('</think>', { addSpecialTokens: false }) } : {}),
+      ...(request.thinkingBudget ? { closeThinking: this.#closeThinking() } : {}),
     }
   }
 
