@@ -17,6 +17,7 @@ import { bearerAuth } from './api/auth.ts'
 import { installBaselineHeaders } from './api/baseline-headers.ts'
 import { ConnectionGuard, frameworkErrors, timeoutOptions } from './api/connections.ts'
 import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
+import { CompletionPipeline } from './api/chat/pipeline.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { installDraining } from './api/draining.ts'
 import { installErrorHandling } from './api/error-handler.ts'
@@ -187,16 +188,17 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       }
       return payload
     })
-    await api.register(chatRoute, {
+    // One pipeline behind every door: QUEUE_SIZE, limits and metering count all of them together.
+    const pipeline = new CompletionPipeline({
       models,
       metrics,
-      sseKeepAliveMs: config.sseKeepAliveMs,
       queueSize: config.queueSize,
       inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS,
       search: config.search ? WebSearch.fromSettings(config.search) : undefined,
       limits,
       drainDeadline,
     })
+    await api.register(chatRoute, { pipeline, sseKeepAliveMs: config.sseKeepAliveMs })
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })

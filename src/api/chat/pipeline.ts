@@ -1,0 +1,186 @@
+// The one way a completion starts, whichever door it came in by (chat
+// completions, the Responses API, the Messages API: DESIGN.md "three wire
+// formats, one house"). A front door translates its body into a
+// ChatCompletionRequest and calls `start`; what comes back is the stream of
+// GenerateEvents to render in its own shape. Everything between lives here
+// once: size limits -> model lookup -> request checks (a JSON
+// response_format's schema, or a forced tool call's tools' schemas, included)
+// -> tier limits (metering.ts) -> the schemas' compile (local models) -> web
+// search (googleSearchStatus) -> prompt shaping -> backend.generate(request,
+// signal), with the metrics, the admission permit and the usage row wrapped
+// around the events.
+
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { GenerateEvent, GenerateRequest } from '../../engine/backend.ts'
+import { withReasoningMode } from '../../engine/reasoning.ts'
+import { unavailableError, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
+import { ApiError } from '../../errors.ts'
+import type { WebSearch } from '../../search/web-search.ts'
+import { drainDeadlineError } from '../drain-deadline.ts'
+import type { Metrics } from '../metrics/metrics.ts'
+import { Admission } from './admission.ts'
+import { cacheScope } from './cache-scope.ts'
+import { newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { checkInputLimits, type InputLimits } from './input-limits.ts'
+import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
+import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
+import { admitCompletion, type ChatLimits, type RequestMeter } from './metering.ts'
+import { withNextTurn } from './next-turn.ts'
+import { observeGeneration } from './observe.ts'
+import type { ChatCompletionRequest } from './schema.ts'
+import { stopSignal, type StopSignal } from './stop-signal.ts'
+
+export interface PipelineOptions {
+  models: ModelRegistry
+  metrics: Metrics
+  /** Completions per model that may be in progress at once (QUEUE_SIZE), over every door. */
+  queueSize: number
+  /** How many messages, how long each, how many parts (MAX_MESSAGES, MAX_MESSAGE_CHARS, MAX_CONTENT_PARTS). */
+  inputLimits: InputLimits
+  /** The web search for googleSearchStatus; absent when SEARCH_PROVIDER is not set. */
+  search?: WebSearch
+  /** Tier limits, checked before any work, and the usage records written when a request ends. */
+  limits: ChatLimits
+  /** Aborts when the shutdown's grace period is over: generations still running stop (drain-deadline.ts). */
+  drainDeadline: AbortSignal
+}
+
+/** The sampling fields a body carried as the client sent it (before the schema's defaults). */
+export type ClientSampling = NonNullable<GenerateRequest['clientSampling']>
+
+export interface StartOptions {
+  /** Which sampling fields the client set itself: a relay sends only those. */
+  clientSampling?: ClientSampling
+  /** The id the response will carry (and the usage row); a chat completion id when absent. */
+  id?: string
+  /** Adjusts the backend's request after shaping (a door's own fields the chat body has no place for). */
+  adjust?: (request: GenerateRequest) => void
+}
+
+export interface StartedCompletion {
+  model: RegisteredModel
+  /** The generation's events, metered, observed and holding the admission permit until they end. */
+  events: AsyncIterable<GenerateEvent>
+  meta: CompletionMeta
+  stop: StopSignal
+  /** The web search done for the request, if any. */
+  searched?: SearchDone
+  /** The backend's request as sent (the shaped conversation). */
+  generateRequest: GenerateRequest
+  meter: RequestMeter
+}
+
+/** The model to answer with, or the ApiError saying why none can. */
+export function resolveModel (models: ModelRegistry, id: string): RegisteredModel {
+  const model = models.get(id)
+  if (!model) throw new ApiError('model_not_found', `The model '${id}' does not exist. GET /api/v1/models lists the available ones.`, { param: 'model' })
+  const state = models.state(id)
+  if (state.state === 'loading') {
+    throw new ApiError('model_unavailable', `The model '${id}' is still loading; retry shortly.`, { param: 'model', headers: { 'retry-after': '5' } })
+  }
+  if (state.state === 'unavailable') throw unavailableError(id, state)
+  return model
+}
+
+export class CompletionPipeline {
+  readonly #opts: PipelineOptions
+  readonly #admission: Admission
+
+  constructor (opts: PipelineOptions) {
+    this.#opts = opts
+    this.#admission = new Admission(opts.queueSize)
+  }
+
+  get metrics (): Metrics {
+    return this.#opts.metrics
+  }
+
+  get searchConfigured (): boolean {
+    return this.#opts.search !== undefined
+  }
+
+  get models (): ModelRegistry {
+    return this.#opts.models
+  }
+
+  /**
+   * Checks, admits and starts one completion. Throws an ApiError for every refusal (before or
+   * after admission: after it, the usage row says how it ended). Resolves undefined when the client
+   * left before generation started (nobody to answer).
+   */
+  async start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions = {}): Promise<StartedCompletion | undefined> {
+    const { models, metrics, inputLimits, search, limits, drainDeadline } = this.#opts
+    const startedAt = performance.now()
+    checkInputLimits(body, inputLimits)
+    const model = resolveModel(models, body.model)
+    const toolFormat = model.backend.toolCallFormat?.()
+    checkRequest(body, { searchConfigured: search !== undefined, promptsTools: toolFormat !== undefined })
+    this.#admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
+    // A JSON response_format for the local engine: its schema is checked before the request counts
+    // (cheap and bounded: what the grammar could not compile or, with strict, not enforce is a 400)...
+    // A forced tool call's tools' arguments take the same path (grammar-formats.ts).
+    const formats = model.backend.prepareResponseFormat !== undefined ? grammarFormats(body, toolFormat !== undefined) : []
+    const compiles = formats.length > 0
+    checkGrammarFormats(formats)
+    // From here on the request counts: every way it ends writes its usage row (metering.ts).
+    const completionId = opts.id ?? newCompletionId()
+    const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
+    const stop = stopSignal(reply, drainDeadline)
+    const signal = stop.signal
+    let events: AsyncIterable<GenerateEvent>
+    let searched: SearchDone | undefined
+    let generateRequest: GenerateRequest
+    const scope = String(request.account?.id ?? '')
+    try {
+      // ...and compiled only now, once admitted: a compile is paid for, and a refused key compiles nothing.
+      for (const { format, param } of formats) {
+        try {
+          await model.backend.prepareResponseFormat?.(format, { scope, signal })
+        } catch (err) {
+          if (stop.byShutdown()) throw drainDeadlineError()
+          if (signal.aborted) return undefined // the client left while its schema compiled: the compile was stopped
+          throw asFieldError(err, param)
+        }
+      }
+      if (body.googleSearchStatus && search) {
+        try {
+          searched = await searchFor(body, search, signal)
+        } catch (err) {
+          if (stop.byShutdown()) throw drainDeadlineError()
+          if (signal.aborted) return undefined // the client left while the search ran
+          throw err
+        }
+      }
+      generateRequest = toGenerateRequest(body, {
+        thinkingBudget: model.thinkingBudget,
+        contextLength: model.backend.contextLength,
+        systemPrompt: model.systemPrompt,
+        search: searched,
+        toolFormat,
+        clientSampling: opts.clientSampling,
+      })
+      generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
+      // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
+      generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
+      if (compiles) generateRequest.grammarScope = scope // whose compiled grammars the request may use
+      opts.adjust?.(generateRequest)
+      const release = this.#admission.acquire(model.id)
+      try {
+        const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)
+        events = meter.wrap(observeGeneration(
+          // A searched reply's next turn searches again, so its start is not worth computing ahead.
+          searched ? shaped : withNextTurn(shaped, model.backend, generateRequest),
+          metrics, model.id, startedAt, release
+        ))
+      } catch (err) {
+        release() // a backend whose generate() throws synchronously never starts the observer
+        throw err
+      }
+    } catch (err) {
+      await meter.fail(err)
+      throw err
+    }
+    const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results, completionId)
+    return { model, events, meta, stop, searched, generateRequest, meter }
+  }
+}
