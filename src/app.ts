@@ -3,6 +3,7 @@
 // registry, metrics) ready-made, so tests can build it around a temp database
 // and in-test backends, and server.ts decides how they are opened and closed.
 
+import { randomBytes } from 'node:crypto'
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type RouteOptions } from 'fastify'
 import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
@@ -19,6 +20,7 @@ import { ConnectionGuard, frameworkErrors, timeoutOptions } from './api/connecti
 import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { CompletionPipeline } from './api/chat/pipeline.ts'
 import { chatRoute } from './api/chat/route.ts'
+import { ReasoningSeal } from './api/reasoning-seal.ts'
 import { installDraining } from './api/draining.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
@@ -35,6 +37,7 @@ import type { ModelRegistry } from './engine/registry.ts'
 import { Limiter } from './limits/limiter.ts'
 import { openLimitStore } from './limits/open-store.ts'
 import { loggerOptions } from './logging.ts'
+import { sharedSetting } from './store/settings.ts'
 import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
@@ -199,6 +202,10 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       drainDeadline,
     })
     await api.register(chatRoute, { pipeline, sseKeepAliveMs: config.sseKeepAliveMs })
+    // Reasoning handed to clients to send back (Responses encrypted_content, Messages signatures):
+    // sealed under a key every replica on the database shares.
+    const reasoningSeal = new ReasoningSeal(await sharedSetting(accounts.database, 'reasoning_seal_secret', () => randomBytes(32).toString('base64url')))
+    void reasoningSeal // the Responses and Messages doors take it
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })
