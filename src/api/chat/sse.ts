@@ -32,6 +32,11 @@ export class SseBody {
     await this.#write(`data: ${typeof value === 'string' ? value : JSON.stringify(value)}\n\n`)
   }
 
+  /** Writes one named event (`event:` then `data:`), as the Responses and Messages streams frame theirs. */
+  async event (name: string, value: unknown): Promise<void> {
+    await this.#write(`event: ${name}\ndata: ${JSON.stringify(value)}\n\n`)
+  }
+
   comment (text: string): Promise<void> {
     return this.#write(`: ${text}\n\n`)
   }
