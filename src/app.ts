@@ -21,6 +21,7 @@ import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { CompletionPipeline } from './api/chat/pipeline.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { ReasoningSeal } from './api/reasoning-seal.ts'
+import { storedResponsesRoutes } from './api/responses/stored-routes.ts'
 import { installDraining } from './api/draining.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
@@ -30,20 +31,22 @@ import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
 import { meterRefusals } from './api/refusals.ts'
 import { usageRoute } from './api/usage/route.ts'
-import { DEFAULT_CONNECTION_LIMITS, DEFAULT_TIERS_FILE, type Config } from './config.ts'
+import { DEFAULT_CONNECTION_LIMITS, DEFAULT_STORED_RESPONSE_LIMITS, DEFAULT_TIERS_FILE, type Config } from './config.ts'
 import { dashboard } from './dashboard/plugin.ts'
 import { docsSecurityHeaders } from './dashboard/security-headers.ts'
 import type { ModelRegistry } from './engine/registry.ts'
 import { Limiter } from './limits/limiter.ts'
 import { openLimitStore } from './limits/open-store.ts'
 import { loggerOptions } from './logging.ts'
+import { ResponseRetention } from './responses/retention.ts'
+import { StoredResponses } from './responses/stored-responses.ts'
 import { sharedSetting } from './store/settings.ts'
 import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
-    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute'>>
+    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'storedResponses'>>
   accounts: Accounts
   models: ModelRegistry
   metrics?: Metrics
@@ -144,6 +147,13 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   }
   const limits = { limiter, usage }
 
+  // Stored responses (the Responses API's store: true), in the database; expired ones removed hourly.
+  const storedLimits = config.storedResponses ?? DEFAULT_STORED_RESPONSE_LIMITS
+  const storedResponses = new StoredResponses(accounts.database, { limits: storedLimits, log: app.log })
+  const retention = new ResponseRetention(storedResponses, { retentionDays: storedLimits.retentionDays, log: app.log })
+  retention.start()
+  app.addHook('onClose', () => retention.stop())
+
   // 5. OpenAPI, collected from the route schemas registered after it.
   await app.register(swagger, {
     openapi: {
@@ -208,6 +218,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     void reasoningSeal // the Responses and Messages doors take it
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
+    await api.register(storedResponsesRoutes, { stored: storedResponses })
   }, { prefix: '/api/v1' })
 
   // 8. The dashboard at /api: web pages behind a session cookie, with their own

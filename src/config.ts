@@ -44,6 +44,25 @@ export const DEFAULT_INPUT_LIMITS: InputLimits = {
   maxContentParts: 256,
 }
 
+/** How the Responses API's stored responses are bounded (responses/stored-responses.ts, responses/retention.ts). */
+export interface StoredResponseLimits {
+  /** RESPONSES_RETENTION_DAYS; 0: kept until deleted or evicted. */
+  retentionDays: number
+  /** RESPONSES_MAX_PER_ACCOUNT; past it the account's oldest are evicted; 0: nothing is stored. */
+  maxPerAccount: number
+  /** RESPONSES_MAX_BYTES: a larger response (with its input) is not stored. */
+  maxBytes: number
+  /** RESPONSES_MAX_CONVERSATION_BYTES: the most a conversation read back may hold. */
+  maxConversationBytes: number
+}
+
+export const DEFAULT_STORED_RESPONSE_LIMITS: StoredResponseLimits = {
+  retentionDays: 30,
+  maxPerAccount: 10_000,
+  maxBytes: 4 * 2 ** 20,
+  maxConversationBytes: 16 * 2 ** 20,
+}
+
 /**
  * Every setting chatd reads. Each property's `description` is its documentation:
  * `npm run docs:config` (scripts/docs-config.ts) writes docs/configuration.md's
@@ -78,6 +97,11 @@ export const ConfigSchema = Type.Object({
     description: '`sqlite://<path>` (the path is everything after `sqlite://`, relative to the working directory or absolute), or `postgres://user:password@host:5432/database` to share one database between several replicas (the same migrations run on both; replicas starting together migrate once).',
   }),
   DATABASE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'PostgreSQL only: how long connecting, or one query, may take (ms) before the request gets 503 `database_unavailable` (`Retry-After: 1`) instead of waiting on a database that went away.' }),
+  // --- stored responses (the Responses API's store: true) ---
+  RESPONSES_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36500, default: DEFAULT_STORED_RESPONSE_LIMITS.retentionDays, description: 'Days a stored response (`POST /api/v1/responses` with `store`, the default) is kept; a job on every replica removes older ones hourly, in small batches. A conversation whose first response is removed can no longer be continued (`previous_response_id` gets 404). 0: kept until deleted or evicted.' }),
+  RESPONSES_MAX_PER_ACCOUNT: Type.Integer({ minimum: 0, default: DEFAULT_STORED_RESPONSE_LIMITS.maxPerAccount, description: 'Stored responses per account; storing one more evicts that account\'s oldest. 0: nothing is stored (every `previous_response_id` then gets 404).' }),
+  RESPONSES_MAX_BYTES: Type.Integer({ minimum: 1024, default: DEFAULT_STORED_RESPONSE_LIMITS.maxBytes, description: 'Largest response, with that turn\'s input, that is stored (bytes of JSON); a larger one is still answered, but not stored (logged as a warning), so it cannot be retrieved or continued.' }),
+  RESPONSES_MAX_CONVERSATION_BYTES: Type.Integer({ minimum: 1024, default: DEFAULT_STORED_RESPONSE_LIMITS.maxConversationBytes, description: 'Most stored JSON (bytes) that one conversation read back through `previous_response_id` may hold, its responses and inputs together; a longer one gets 400 `invalid_parameter` naming `previous_response_id` (send the conversation as `input` instead). At most 1,000 earlier responses are followed either way.' }),
   // --- accounts, tiers, limits and the dashboard (issue 4) ---
   CHATD_ADMIN_EMAIL: Type.String({ minLength: 3, default: 'admin@localhost', description: 'The admin account that the first start on an empty database creates, printing its API key once.' }),
   CHATD_ADMIN_KEY: Type.Optional(Type.String({
@@ -199,6 +223,8 @@ export interface Config {
   /** 'auto': Secure when the request came over HTTPS (directly, or per X-Forwarded-Proto with TRUST_PROXY). */
   cookieSecure: 'auto' | boolean
   loginAttemptsPerMinute: number
+  /** RESPONSES_RETENTION_DAYS, RESPONSES_MAX_PER_ACCOUNT, RESPONSES_MAX_BYTES, RESPONSES_MAX_CONVERSATION_BYTES. */
+  storedResponses: StoredResponseLimits
   /**
    * What `${VAR}` in models.json reads: the environment over the .env file
    * (real variables win), so a variable set only in .env reaches models.json too.
@@ -360,6 +386,12 @@ export function loadConfig (source: Record<string, string | undefined> = process
     sessionSecret: raw.SESSION_SECRET,
     cookieSecure: raw.COOKIE_SECURE === 'auto' ? 'auto' : raw.COOKIE_SECURE === 'true',
     loginAttemptsPerMinute: raw.LOGIN_ATTEMPTS_PER_MINUTE,
+    storedResponses: {
+      retentionDays: raw.RESPONSES_RETENTION_DAYS,
+      maxPerAccount: raw.RESPONSES_MAX_PER_ACCOUNT,
+      maxBytes: raw.RESPONSES_MAX_BYTES,
+      maxConversationBytes: raw.RESPONSES_MAX_CONVERSATION_BYTES,
+    },
     env,
   }
 }

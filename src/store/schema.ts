@@ -66,14 +66,35 @@ export interface SettingsTable {
   value: string
 }
 
+export interface StoredResponsesTable {
+  /** Insertion order; the per-account cap evicts the lowest. */
+  seq: Generated<number>
+  /** resp_…, as the client saw it. */
+  id: string
+  account_id: number
+  /** The response this one continues; null for a conversation's first. */
+  previous_response_id: string | null
+  model: string
+  /** When it was stored; the retention job removes rows past RESPONSES_RETENTION_DAYS. */
+  created_at: string
+  /** UTF-8 bytes of `response` + `input`. */
+  bytes: number
+  /** The response object, JSON, exactly as it was returned. */
+  response: string
+  /** That turn's input items (not the earlier turns'), a JSON array. */
+  input: string
+}
+
 export interface Database {
   accounts: AccountsTable
   api_keys: ApiKeysTable
   sessions: SessionsTable
   usage_records: UsageRecordsTable
   settings: SettingsTable
+  stored_responses: StoredResponsesTable
 }
 
 export type AccountRow = Selectable<AccountsTable>
 export type ApiKeyRow = Selectable<ApiKeysTable>
 export type NewUsageRecordRow = Insertable<UsageRecordsTable>
+export type StoredResponseRow = Selectable<StoredResponsesTable>

@@ -8,6 +8,7 @@ import { sessionsUsageSettings } from './002-sessions-usage-settings.ts'
 import { usageRequestId } from './003-usage-request-id.ts'
 import { normalizedEmails } from './004-normalized-emails.ts'
 import { emailSkeletons } from './005-email-skeletons.ts'
+import { storedResponses } from './006-stored-responses.ts'
 
 export const migrations: Record<string, Migration> = {
   '001-accounts-and-keys': accountsAndKeys,
@@ -15,4 +16,5 @@ export const migrations: Record<string, Migration> = {
   '003-usage-request-id': usageRequestId,
   '004-normalized-emails': normalizedEmails,
   '005-email-skeletons': emailSkeletons,
+  '006-stored-responses': storedResponses,
 }
