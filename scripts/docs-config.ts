@@ -54,6 +54,12 @@ const GROUPS: Group[] = [
     variables: ['DATABASE_URL', 'DATABASE_TIMEOUT_MS'],
   },
   {
+    title: 'Stored responses',
+    env: 'stored responses (the Responses API)',
+    intro: 'Responses created with `store` (the default) are kept per account in the database; see [Stored responses](api.md#stored-responses).',
+    variables: ['RESPONSES_RETENTION_DAYS', 'RESPONSES_MAX_PER_ACCOUNT', 'RESPONSES_MAX_BYTES', 'RESPONSES_MAX_CONVERSATION_BYTES'],
+  },
+  {
     title: 'Accounts',
     env: 'accounts',
     variables: ['CHATD_ADMIN_EMAIL', 'CHATD_ADMIN_KEY', 'REGISTRATION', 'TIERS_FILE', 'LOGIN_ATTEMPTS_PER_MINUTE', 'COOKIE_SECURE', 'SESSION_SECRET'],

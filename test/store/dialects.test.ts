@@ -14,15 +14,16 @@ const now = (): string => new Date().toISOString()
 onEachDatabase(t, 'migrations create every table with the same columns; running again is a no-op', async (t, db) => {
   const tables = await db.introspection.getTables()
   const columns = Object.fromEntries(tables.map(table => [table.name, table.columns.map(c => c.name)]))
-  t.same(Object.keys(columns).sort(), ['accounts', 'api_keys', 'sessions', 'settings', 'usage_records'])
+  t.same(Object.keys(columns).sort(), ['accounts', 'api_keys', 'sessions', 'settings', 'stored_responses', 'usage_records'])
   t.same(columns.accounts, ['id', 'email', 'tier', 'is_admin', 'password_hash', 'created_at', 'email_skeleton'])
   t.same(columns.api_keys, ['id', 'account_id', 'name', 'prefix', 'hash', 'created_at', 'last_used_at', 'revoked_at'])
   t.same(columns.sessions, ['id', 'account_id', 'token_hash', 'created_at', 'expires_at'])
   t.same(columns.usage_records, ['id', 'account_id', 'key_prefix', 'model', 'prompt_tokens', 'completion_tokens', 'status', 'error_code', 'latency_ms', 'created_at', 'request_id'])
   t.same(columns.settings, ['name', 'value'])
+  t.same(columns.stored_responses, ['seq', 'id', 'account_id', 'previous_response_id', 'model', 'created_at', 'bytes', 'response', 'input'])
   await migrateToLatest(db)
   const { rows } = await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(db)
-  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails', '005-email-skeletons'])
+  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails', '005-email-skeletons', '006-stored-responses'])
 })
 
 onEachDatabase(t, 'ids, defaults, booleans and counts read back as the code expects', async (t, db) => {
