@@ -12,6 +12,7 @@
 import t, { type Test } from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
 import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
+import { StoredResponses } from '../../src/responses/stored-responses.ts'
 import { buildTestApp, chatBody, type TestApp } from '../helpers/app.ts'
 import { Browser, csrfToken } from '../dashboard/jar.ts'
 import { dashboardKey, loggedIn, signedUp } from './people.ts'
@@ -135,6 +136,46 @@ const ROUTES: Record<string, Rule> = {
     },
   },
 
+  'GET /api/v1/responses/:response_id': {
+    access: 'key',
+    sample: '/api/v1/responses/resp_sample',
+    async check (t, w) {
+      await storeTurns(w)
+      for (const [me, other] of [[w.ann, w.bob], [w.bob, w.ann]] as const) {
+        const own = await w.app.inject({ url: `/api/v1/responses/resp_${me.id}`, headers: bearer(me.key) })
+        t.equal(own.statusCode, 200, `${me.email} reads their own response`)
+        t.equal(own.json().id, `resp_${me.id}`)
+        const theirs = await w.app.inject({ url: `/api/v1/responses/resp_${other.id}`, headers: bearer(me.key) })
+        t.equal(theirs.statusCode, 404, `${me.email} cannot read ${other.email}'s`)
+        showsNone(t, 'the refusal', theirs, [other.email, other.prefix, `secret of ${other.id}`])
+      }
+    },
+  },
+  'GET /api/v1/responses/:response_id/input_items': {
+    access: 'key',
+    sample: '/api/v1/responses/resp_sample/input_items',
+    async check (t, w) {
+      await storeTurns(w)
+      const own = await w.app.inject({ url: `/api/v1/responses/resp_${w.ann.id}/input_items`, headers: bearer(w.ann.key) })
+      t.equal(own.statusCode, 200)
+      t.match(own.body, `secret of ${w.ann.id}`, 'Ann lists her own input')
+      const theirs = await w.app.inject({ url: `/api/v1/responses/resp_${w.bob.id}/input_items`, headers: bearer(w.ann.key) })
+      t.equal(theirs.statusCode, 404, 'not Bob\'s')
+      showsNone(t, 'the refusal', theirs, [`secret of ${w.bob.id}`])
+    },
+  },
+  'DELETE /api/v1/responses/:response_id': {
+    access: 'key',
+    sample: '/api/v1/responses/resp_sample',
+    async check (t, w) {
+      await storeTurns(w)
+      const theirs = await w.app.inject({ method: 'DELETE', url: `/api/v1/responses/resp_${w.bob.id}`, headers: bearer(w.ann.key) })
+      t.equal(theirs.statusCode, 404, 'Ann cannot delete Bob\'s response')
+      t.equal((await w.app.inject({ url: `/api/v1/responses/resp_${w.bob.id}`, headers: bearer(w.bob.key) })).statusCode, 200, 'it is still Bob\'s')
+      const own = await w.app.inject({ method: 'DELETE', url: `/api/v1/responses/resp_${w.ann.id}`, headers: bearer(w.ann.key) })
+      t.equal(own.statusCode, 200, 'her own she can')
+    },
+  },
   // Public dashboard forms: anyone may use them, and they only ever act on the account whose password is given.
   'GET /api/login': { access: 'public', check: noAccountData('/api/login') },
   'POST /api/login': {
@@ -269,6 +310,22 @@ const ROUTES: Record<string, Rule> = {
       t.equal((await w.accounts.findById(w.ann.id))!.tier, 'free', 'and changes only the account named')
     },
   },
+}
+
+/** One stored response each for Ann and Bob (resp_<account id>), its input naming a secret of theirs; again is a no-op. */
+async function storeTurns (w: World): Promise<void> {
+  const store = new StoredResponses(w.db)
+  for (const p of [w.ann, w.bob]) {
+    await store.save({
+      id: `resp_${p.id}`,
+      accountId: p.id,
+      previousResponseId: null,
+      model: 'scripted',
+      createdAt: 0,
+      response: { id: `resp_${p.id}`, object: 'response', output: [] },
+      input: [{ id: `msg_${p.id}`, type: 'message', role: 'user', content: [{ type: 'input_text', text: `secret of ${p.id}` }] }],
+    })
+  }
 }
 
 async function passwordHash (w: World, id: number): Promise<string | null> {
