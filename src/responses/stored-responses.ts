@@ -74,10 +74,6 @@ export class StoredResponses {
     this.#log = opts.log ?? { warn: () => {} }
   }
 
-  get limits (): StoredResponseLimits {
-    return this.#limits
-  }
-
   /**
    * Stores a response. One larger than RESPONSES_MAX_BYTES is not stored (a
    * warning is logged; the reply the client got is unaffected); storing past

@@ -83,6 +83,7 @@ const RULES: Array<[string, string[], string]> = [
   ['accounts/', ['api/', 'dashboard/', 'prompt/', 'engine/', 'pull/', 'limits/'], 'accounts are the domain under the HTTP layer (limits build on accounts, not the reverse)'],
   ['limits/', ['api/', 'dashboard/', 'prompt/', 'engine/', 'pull/'], 'limits sit under the HTTP layer'],
   ['store/', ['api/', 'dashboard/', 'accounts/', 'limits/', 'prompt/', 'engine/', 'pull/'], 'the store is the bottom of the account side'],
+  ['responses/', ['api/', 'dashboard/', 'accounts/', 'limits/', 'prompt/', 'engine/', 'pull/'], 'stored responses sit on the store, under the doors that use them'],
   ['config.ts', ['api/', 'dashboard/', 'app.ts', 'server.ts'], 'settings are read by everything and read nothing above them'],
   ['api/', ['dashboard/', 'server.ts', 'cli.ts', 'pull/'], 'the API does not reach into the dashboard or the process entry points'],
   ['pull/', ['api/', 'dashboard/', 'app.ts', 'server.ts'], 'pull serves the engine (the server wraps the onnx factory with it); the registry never imports pull'],
