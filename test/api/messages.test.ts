@@ -292,11 +292,13 @@ t.test('hostile bodies are bounded and refused naming the field', async t => {
   t.match(longText.json().error.message, /messages\[0\]\.content: The message is 1200 characters long; at most 1000/)
   const longString = await send(body({ messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: 'a'.repeat(1001) }] }))
   t.match(longString.json().error.message, /messages\[1\]\.content/, 'the pipeline\'s own refusal names the Messages field')
-  const longResult = await send(body({ messages: [
-    { role: 'user', content: 'q' },
-    { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'f', input: {} }] },
-    { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: Array.from({ length: 9 }, () => ({ type: 'text', text: 'x' })) }] },
-  ] }))
+  const longResult = await send(body({
+    messages: [
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'f', input: {} }] },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: Array.from({ length: 9 }, () => ({ type: 'text', text: 'x' })) }] },
+    ]
+  }))
   t.match(longResult.json().error.message, /messages\[2\]\.content\[0\]\.content: Too many content blocks: 9/)
   const many = await send(body({ messages: Array.from({ length: 11 }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: 'x' })) }))
   t.equal(many.statusCode, 400)

@@ -142,7 +142,8 @@ t.test('stories260k: create and stream give the same greedy text; a forced tool\
   const again = await anthropic.messages.create(ask)
   t.equal(again.usage.input_tokens + (again.usage.cache_read_input_tokens ?? 0), whole.usage.input_tokens + (whole.usage.cache_read_input_tokens ?? 0), 'the same prompt, split between computed and cached')
 
-  const forced = await anthropic.messages.create({ model: 'stories260k', max_tokens: 256, temperature: 0, messages: [{ role: 'user', content: 'Weather?' }], tools: [weather], tool_choice: { type: 'tool', name: 'get_weather' } })
+  const forcedAsk: Anthropic.MessageCreateParamsNonStreaming = { model: 'stories260k', max_tokens: 256, messages: [{ role: 'user', content: 'Weather?' }], tools: [weather], tool_choice: { type: 'tool', name: 'get_weather' } }
+  const forced = await anthropic.messages.create({ ...forcedAsk, temperature: 0 } as Anthropic.MessageCreateParamsNonStreaming)
   const use = forced.content.find((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use')
   t.equal(forced.stop_reason, 'tool_use', 'room enough for the whole call (greedy, so the same every run)')
   t.equal(use?.name, 'get_weather')
