@@ -70,20 +70,20 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     const builder = new MessageBuilder({ id: meta.id, model: model.id, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay })
 
     if (body.stream !== true) {
+      // Read to the end (not only to the finish), so the usage row is written before the answer leaves.
+      let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
       for await (const event of events) {
-        if (event.type === 'delta') {
-          builder.delta(event)
-          continue
-        }
-        if (event.reason === 'cancelled') {
-          if (stop.byShutdown()) throw drainDeadlineError() // 503: the client is still there to be told
-          request.log.info({ model: model.id }, 'client disconnected; generation stopped')
-          return reply
-        }
-        builder.finish(event.reason, event.usage)
-        return reply.type('application/json; charset=utf-8').send(builder.message(event.reason, event.usage))
+        if (event.type === 'delta') builder.delta(event)
+        else finish = event
       }
-      throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
+      if (finish === undefined) throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
+      if (finish.reason === 'cancelled') {
+        if (stop.byShutdown()) throw drainDeadlineError() // 503: the client is still there to be told
+        request.log.info({ model: model.id }, 'client disconnected; generation stopped')
+        return reply
+      }
+      builder.finish(finish.reason, finish.usage)
+      return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage))
     }
     return streamMessage(request, reply, events, builder, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
   })
