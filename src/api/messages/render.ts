@@ -7,6 +7,7 @@
 
 import { randomBytes } from 'node:crypto'
 import type { FinishReason, GenerateEvent, ToolCallDelta, Usage } from '../../engine/backend.ts'
+import type { SearchDone } from '../chat/generate-request.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { AnthropicMessage, AnthropicUsage, ResponseBlock, StopReason } from './schema.ts'
 
@@ -26,10 +27,16 @@ export function stopReason (reason: Exclude<FinishReason, 'cancelled'>, madeCall
 }
 
 /** Anthropic's input_tokens leaves out the tokens read from the cache (they are cache_read_input_tokens). */
-export function anthropicUsage (usage: Usage | undefined): AnthropicUsage {
+export function anthropicUsage (usage: Usage | undefined, webSearches = 0): AnthropicUsage {
   const prompt = usage?.prompt_tokens ?? 0
   const cached = Math.min(usage?.prompt_tokens_details?.cached_tokens ?? 0, prompt)
-  return { input_tokens: prompt - cached, output_tokens: usage?.completion_tokens ?? 0, cache_read_input_tokens: cached, cache_creation_input_tokens: 0 }
+  return {
+    input_tokens: prompt - cached,
+    output_tokens: usage?.completion_tokens ?? 0,
+    cache_read_input_tokens: cached,
+    cache_creation_input_tokens: 0,
+    ...(webSearches > 0 ? { server_tool_use: { web_search_requests: webSearches } } : {}),
+  }
 }
 
 /** A tool call's arguments as the `input` object (a cut or malformed call: the object it parses to, or {}). */
@@ -70,9 +77,32 @@ export class MessageBuilder {
   /** A call whose id came before its name: held until the name is known. */
   #pending: { call: number; id: string; name: string; args: string } | undefined
   #madeCalls = false
+  #searches = 0
 
   constructor (ctx: RenderContext) {
     this.#ctx = ctx
+  }
+
+  /**
+   * The web search chatd ran for the request (the web_search server tool), as Anthropic shows a
+   * server tool's turn: a server_tool_use block with the query, then its web_search_tool_result.
+   */
+  searched (search: SearchDone): StreamEvent[] {
+    this.#searches++
+    const id = 'srvtoolu_' + randomBytes(12).toString('base64url')
+    const use: ResponseBlock = { type: 'server_tool_use', id, name: 'web_search', input: { query: search.query } }
+    const result: ResponseBlock = {
+      type: 'web_search_tool_result',
+      tool_use_id: id,
+      content: search.results.map(r => ({ type: 'web_search_result', url: r.url, title: r.title, page_age: null, encrypted_content: '' })),
+    }
+    const out: StreamEvent[] = []
+    for (const block of [use, result]) {
+      const index = this.blocks.length
+      this.blocks.push(block)
+      out.push({ type: 'content_block_start', index, content_block: block }, { type: 'content_block_stop', index })
+    }
+    return out
   }
 
   start (): StreamEvent {
@@ -116,7 +146,7 @@ export class MessageBuilder {
     const out: StreamEvent[] = []
     this.#flushPending(out)
     this.#close(out)
-    out.push({ type: 'message_delta', delta: { stop_reason: stopReason(reason, this.#madeCalls), stop_sequence: null }, usage: anthropicUsage(usage) })
+    out.push({ type: 'message_delta', delta: { stop_reason: stopReason(reason, this.#madeCalls), stop_sequence: null }, usage: anthropicUsage(usage, this.#searches) })
     out.push({ type: 'message_stop' })
     return out
   }
@@ -124,7 +154,7 @@ export class MessageBuilder {
   /** The whole message the events so far add up to (call after `finish`). */
   message (reason: Exclude<FinishReason, 'cancelled'>, usage: Usage): AnthropicMessage {
     const { id, model } = this.#ctx
-    return { id, type: 'message', role: 'assistant', model, content: this.blocks, stop_reason: stopReason(reason, this.#madeCalls), stop_sequence: null, usage: anthropicUsage(usage) }
+    return { id, type: 'message', role: 'assistant', model, content: this.blocks, stop_reason: stopReason(reason, this.#madeCalls), stop_sequence: null, usage: anthropicUsage(usage, this.#searches) }
   }
 
   #toolPiece (piece: ToolCallDelta, out: StreamEvent[]): void {

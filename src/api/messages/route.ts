@@ -58,7 +58,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
   }, async (request, reply) => {
     const body = request.body
     const accountId = request.account!.id // bearerAuth refused a request without one
-    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits })
+    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: pipeline.searchConfigured })
     let started
     try {
       started = await pipeline.start(request, reply, translated.chat, { clientSampling: translated.clientSampling, id: newMessageId() })
@@ -66,8 +66,9 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
       throw anthropicParam(err, translated)
     }
     if (started === undefined) return reply // the client left before generation started
-    const { events, meta, stop, model } = started
+    const { events, meta, stop, model, searched } = started
     const builder = new MessageBuilder({ id: meta.id, model: model.id, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay })
+    const searchEvents = searched ? builder.searched(searched) : []
 
     if (body.stream !== true) {
       // Read to the end (not only to the finish), so the usage row is written before the answer leaves.
@@ -85,7 +86,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
       builder.finish(finish.reason, finish.usage)
       return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage))
     }
-    return streamMessage(request, reply, events, builder, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
+    return streamMessage(request, reply, events, builder, searchEvents, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
   })
 
   app.post('/messages/count_tokens', {
@@ -127,6 +128,7 @@ async function streamMessage (
   reply: FastifyReply,
   events: AsyncIterable<GenerateEvent>,
   builder: MessageBuilder,
+  searchEvents: StreamEvent[],
   opts: { keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
@@ -146,7 +148,7 @@ async function streamMessage (
 
   void (async () => {
     try {
-      await send([builder.start(), { type: 'ping' }])
+      await send([builder.start(), { type: 'ping' }, ...searchEvents])
       let next = await firstEvent
       while (!next.done) {
         const event = next.value

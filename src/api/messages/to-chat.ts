@@ -90,6 +90,13 @@ export interface TranslateContext {
   accountId: string | number
   seal: ReasoningSeal
   limits: InputLimits
+  /** A search provider is configured: an offered web_search server tool searches. */
+  searchConfigured?: boolean
+}
+
+/** The web_search server tool (web_search_20250305 and later versions). */
+function isWebSearch (tool: { type?: string }): boolean {
+  return tool.type?.startsWith('web_search_') === true
 }
 
 /** The chat body for `body`; throws a 400 naming the Anthropic field at fault. */
@@ -194,6 +201,9 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
   })
 
   const { tools, toolOrigin } = toolsOf(body)
+  // chatd's models cannot ask for a search themselves: an offered web_search searches once per
+  // request, for the last user turn (the pipeline's googleSearchStatus), when a provider is set.
+  const search = ctx.searchConfigured === true && (body.tools ?? []).some(isWebSearch) && body.tool_choice?.type !== 'none'
   const chat: ChatCompletionRequest = {
     model: body.model,
     messages,
@@ -203,8 +213,9 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     top_p: body.top_p ?? 1,
     top_k: body.top_k ?? 0,
     ...(body.stop_sequences && body.stop_sequences.length > 0 ? { stop: body.stop_sequences } : {}),
+    ...(search ? { googleSearchStatus: true } : {}),
     ...(tools.length > 0 ? { tools } : {}),
-    ...toolChoiceOf(body, tools),
+    ...toolChoiceOf(body, tools, ctx.searchConfigured === true),
     ...reasoningOf(body),
     ...(body.output_config?.format ? { response_format: { type: 'json_schema', json_schema: { name: 'output', schema: body.output_config.format.schema, strict: true } } } : {}),
   }
@@ -246,7 +257,7 @@ function toolsOf (body: MessagesRequest): { tools: ChatTool[], toolOrigin: numbe
   return { tools, toolOrigin }
 }
 
-function toolChoiceOf (body: MessagesRequest, tools: ChatTool[]): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
+function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchConfigured: boolean): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
   const choice = body.tool_choice
   if (choice === undefined) return {}
   const fields: Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> = {}
@@ -255,6 +266,7 @@ function toolChoiceOf (body: MessagesRequest, tools: ChatTool[]): Pick<ChatCompl
     if (choice.name === undefined) throw invalidParam('tool_choice.name', 'tool_choice of type tool needs the name of the tool.')
     if (!tools.some(t => t.function.name === choice.name)) {
       const server = (body.tools ?? []).find(t => t.name === choice.name && isServerTool(t))
+      if (server && isWebSearch(server) && searchConfigured) return fields // the search runs anyway; the answer is free text
       if (server) throw invalidParam('tool_choice.name', `tool_choice forces '${choice.name}', a server tool (${server.type}) this server does not run.`)
       throw invalidParam('tool_choice.name', `tool_choice names '${choice.name}', which is not among the tools.`)
     }
