@@ -370,3 +370,13 @@ t.test('web_search with a search provider: one search, its blocks first; without
   t.equal(ignored.statusCode, 200)
   t.same(ignored.json().content.map((b: { type: string }) => b.type), ['text'], 'no provider: the tool is ignored')
 })
+
+t.test('refusals are metered per key when the key comes in x-api-key', async t => {
+  const { app, key } = await buildTestApp(t, { env: { REFUSED_PER_KEY_PER_MINUTE: '2', REFUSED_PER_ADDRESS_PER_MINUTE: '0' } })
+  const headers = { 'x-api-key': key }
+  for (let i = 0; i < 2; i++) t.equal((await app.inject({ method: 'POST', url: URL, headers, payload: body({ max_tokens: 0 }) })).statusCode, 400)
+  const limited = await app.inject({ method: 'POST', url: URL, headers, payload: body() })
+  t.equal(limited.statusCode, 429, 'the key is over its refusals')
+  t.equal(limited.json().error.type, 'rate_limit_error')
+  t.ok(Number(limited.headers['retry-after']) > 0)
+})
