@@ -380,3 +380,11 @@ t.test('refusals are metered per key when the key comes in x-api-key', async t =
   t.equal(limited.json().error.type, 'rate_limit_error')
   t.ok(Number(limited.headers['retry-after']) > 0)
 })
+
+t.test('the OpenAPI document lists both routes', async t => {
+  const { app } = await buildTestApp(t)
+  const res = await app.inject({ url: '/docs/json' })
+  t.equal(res.statusCode, 200)
+  const paths = Object.keys(res.json().paths)
+  t.ok(paths.includes('/api/v1/messages') && paths.includes('/api/v1/messages/count_tokens'), paths.join(' '))
+})
