@@ -12,8 +12,10 @@ import { TOOLS_MAX } from '../chat/schema.ts'
 export const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
 /** The most stop sequences a request may send (the chat completions limit: every backend honours it). */
 export const STOP_SEQUENCES_MAX = 4
-/** The longest model id, metadata.user_id, and tool_use id accepted. */
+/** The longest model id accepted. */
 export const ID_MAX = 256
+/** metadata.user_id: unused, and bounded; Claude Code sends a JSON text of about 150 characters there. */
+export const USER_ID_MAX = 4096
 
 /** One content block, as sent; its fields are checked by type in to-chat.ts. */
 export const ContentBlock = Type.Object({
@@ -68,7 +70,7 @@ export const MessagesRequest = Type.Object({
   tool_choice: Type.Optional(ToolChoice),
   thinking: Type.Optional(Thinking),
   output_config: Type.Optional(OutputConfig),
-  metadata: Type.Optional(Type.Object({ user_id: Type.Optional(Type.Union([Type.String({ maxLength: ID_MAX }), Type.Null()])) }, { additionalProperties: true })),
+  metadata: Type.Optional(Type.Object({ user_id: Type.Optional(Type.Union([Type.String({ maxLength: USER_ID_MAX }), Type.Null()])) }, { additionalProperties: true })),
   service_tier: Type.Optional(Type.String({ maxLength: 64 })),
 }, { additionalProperties: true, description: 'Anthropic\'s Messages API request. Unknown fields (context_management, container, mcp_servers, new betas\') are accepted and ignored.' })
 
