@@ -5,7 +5,7 @@
 // final answer (which quotes the output it was sent) and exit code 0. Without the binary the test
 // skips saying how to install it, unless CHATD_REQUIRE_SERVICES=1 (CI), where that is a failure.
 import { execFile } from 'node:child_process'
-import { existsSync, mkdtempSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import type http from 'node:http'
 import { homedir, tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -68,6 +68,10 @@ t.test('claude -p runs one Bash command through chatd and ends with the final an
   })
   const home = mkdtempSync(join(tmpdir(), 'claude-home-'))
   const work = mkdtempSync(join(tmpdir(), 'claude-work-'))
+  t.teardown(() => {
+    rmSync(home, { recursive: true, force: true })
+    rmSync(work, { recursive: true, force: true })
+  })
   const env = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     HOME: home,
