@@ -20,6 +20,7 @@ import { ConnectionGuard, frameworkErrors, timeoutOptions } from './api/connecti
 import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { CompletionPipeline } from './api/chat/pipeline.ts'
 import { chatRoute } from './api/chat/route.ts'
+import { messagesRoute } from './api/messages/route.ts'
 import { ReasoningSeal } from './api/reasoning-seal.ts'
 import { storedResponsesRoutes } from './api/responses/stored-routes.ts'
 import { installDraining } from './api/draining.ts'
@@ -215,7 +216,8 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     // Reasoning handed to clients to send back (Responses encrypted_content, Messages signatures):
     // sealed under a key every replica on the database shares.
     const reasoningSeal = new ReasoningSeal(await sharedSetting(accounts.database, 'reasoning_seal_secret', () => randomBytes(32).toString('base64url')))
-    void reasoningSeal // the Responses and Messages doors take it
+    // Anthropic's Messages API (Claude Code): the same pipeline, its own shapes (api/messages/).
+    await api.register(messagesRoute, { pipeline, reasoningSeal, inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS, sseKeepAliveMs: config.sseKeepAliveMs })
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
     await api.register(storedResponsesRoutes, { stored: storedResponses })

@@ -7,6 +7,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { redactSecretLooking } from '../logging.ts'
 import { CACHE_SALT_MAX, WORDCOUNT_MAX } from './chat/schema.ts'
+import { anthropicErrorBody, anthropicStatus } from './messages/errors.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'
 import type { Metrics } from './metrics/metrics.ts'
@@ -110,6 +111,11 @@ export function toApiError (err: FastifyError | Error): ApiError {
 export function sendApiError (reply: FastifyReply, error: ApiError): FastifyReply {
   // The server's inside (paths, operator commands) only to an admin account.
   const forOperator = reply.request.account?.isAdmin === true
+  // The Messages API's routes answer in Anthropic's shape and statuses (messages/errors.ts).
+  if (reply.request.routeOptions.config?.errorShape === 'anthropic') {
+    const message = forOperator ? error.operatorMessage ?? error.message : error.message
+    return reply.code(anthropicStatus(error).status).headers(error.headers).type('application/json; charset=utf-8').send(anthropicErrorBody(error, message))
+  }
   return reply.code(error.status).headers(error.headers).type('application/json; charset=utf-8').send(error.toBody({ forOperator }))
 }
 

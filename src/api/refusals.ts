@@ -20,6 +20,7 @@ import rateLimit, { normalizeIP } from '@fastify/rate-limit'
 import type { Redis } from 'ioredis'
 import { apiKeyPrefix, isWellFormedApiKey } from '../accounts/api-key-format.ts'
 import { ApiError } from '../errors.ts'
+import { xApiKey } from './auth.ts'
 
 export interface RefusalLimits {
   /** Refusals per API key per minute; 0: not metered. */
@@ -35,10 +36,11 @@ export function isRefusal (status: number): boolean {
   return status >= 400 && status < 500 && status !== 429
 }
 
-/** The display prefix of the key in the Authorization header, when one that could be valid is there. */
+/** The display prefix of the key in the Authorization header (or x-api-key where read), when one that could be valid is there. */
 function presentedPrefix (request: FastifyRequest): string | undefined {
   const match = /^\s*Bearer\s+(\S+)\s*$/i.exec(request.headers.authorization ?? '')
-  return match && isWellFormedApiKey(match[1]) ? apiKeyPrefix(match[1]) : undefined
+  const key = match?.[1] ?? (request.headers.authorization === undefined ? xApiKey(request) : undefined)
+  return key !== undefined && isWellFormedApiKey(key) ? apiKeyPrefix(key) : undefined
 }
 
 function addressOf (request: FastifyRequest): string {

@@ -45,6 +45,8 @@ interface Rule {
   anonymous?: number
   /** Proves the route keeps accounts apart (or that it shows no account's data at all). */
   check: (t: Test, w: World) => Promise<void>
+  /** The route's errors are in Anthropic's shape ({"type":"error","error":{"type","message"}}). */
+  anthropic?: boolean
 }
 
 // ---------------------------------------------------------------------------
@@ -115,6 +117,31 @@ const ROUTES: Record<string, Rule> = {
       t.ok(bobRows.every(r => r.key_prefix === w.bob.prefix), 'every row of Bob\'s names Bob\'s key')
       t.equal(rows.length, 6, 'no row belongs to anyone else')
       t.notMatch(claimed.body, w.bob.prefix, 'the reply names no other account')
+    },
+  },
+  'POST /api/v1/messages': {
+    access: 'key',
+    anthropic: true,
+    async check (t, w) {
+      // The Messages door: usage is the key's account's, whatever metadata.user_id claims; the key may come in x-api-key.
+      const before = await w.db.selectFrom('usage_records').select('account_id').execute()
+      const res = await w.app.inject({ method: 'POST', url: '/api/v1/messages', headers: { 'x-api-key': w.ann.key }, payload: { model: 'scripted', max_tokens: 8, metadata: { user_id: w.bob.email }, messages: [{ role: 'user', content: 'hi' }] } })
+      t.equal(res.statusCode, 200)
+      const rows = await w.db.selectFrom('usage_records').select(['account_id', 'key_prefix']).execute()
+      t.equal(rows.length, before.length + 1)
+      t.same(rows.at(-1), { account_id: w.ann.id, key_prefix: w.ann.prefix }, 'the row is Ann\'s')
+      t.notMatch(res.body, w.bob.prefix)
+    },
+  },
+  'POST /api/v1/messages/count_tokens': {
+    access: 'key',
+    anthropic: true,
+    async check (t, w) {
+      const before = (await w.db.selectFrom('usage_records').select('id').execute()).length
+      const res = await w.app.inject({ method: 'POST', url: '/api/v1/messages/count_tokens', headers: bearer(w.ann.key), payload: { model: 'scripted', messages: [{ role: 'user', content: w.bob.email }] } })
+      t.equal(res.statusCode, 200)
+      t.same(Object.keys(res.json()), ['input_tokens'], 'a count and nothing about any account')
+      t.equal((await w.db.selectFrom('usage_records').select('id').execute()).length, before, 'no usage row')
     },
   },
   'GET /api/v1/models': { access: 'key', check: keyedNoAccountData('/api/v1/models') },
@@ -393,7 +420,8 @@ t.test('anonymous callers: 401 on the API, sent to log in on the dashboard, let 
       : await w.app.inject({ method, url, headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' }, payload: new URLSearchParams({ _csrf: anonymousToken }).toString() })
     if (rule.access === 'key') {
       t.equal(res.statusCode, 401, `${route}: 401`)
-      t.equal(res.json().error.code, 'missing_api_key', `${route}: missing_api_key`)
+      if (rule.anthropic) t.equal(res.json().error.type, 'authentication_error', `${route}: authentication_error`)
+      else t.equal(res.json().error.code, 'missing_api_key', `${route}: missing_api_key`)
     } else if (rule.access === 'session' || rule.access === 'admin') {
       t.equal(res.statusCode, 303, `${route}: redirected`)
       t.equal(res.headers.location, '/api/login', `${route}: to the log-in page`)

@@ -1,0 +1,179 @@
+// POST /api/v1/messages and /api/v1/messages/count_tokens: Anthropic's Messages
+// API, as Claude Code and Anthropic's SDKs call it. The body is translated into
+// a chat completion request (to-chat.ts) and run by the one completion pipeline
+// (keys, tiers, limits, usage rows and refusal meters as every door); the
+// events are rendered as one message or as Anthropic's event stream
+// (render.ts). Errors on these routes leave in Anthropic's shape (errors.ts);
+// the key may come in `x-api-key`.
+
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { GenerateEvent } from '../../engine/backend.ts'
+import { ApiError } from '../../errors.ts'
+import { estimatePromptTokens } from '../../limits/request-cost.ts'
+import { drainDeadlineError } from '../drain-deadline.ts'
+import { checkInputLimits, type InputLimits } from '../chat/input-limits.ts'
+import { resolveModel, type CompletionPipeline } from '../chat/pipeline.ts'
+import { SSE_HEADERS, SseBody } from '../chat/sse.ts'
+import type { StopSignal } from '../chat/stop-signal.ts'
+import type { Metrics } from '../metrics/metrics.ts'
+import type { ReasoningSeal } from '../reasoning-seal.ts'
+import { anthropicErrorBody } from './errors.ts'
+import { MessageBuilder, newMessageId, type StreamEvent } from './render.ts'
+import { AnthropicError, AnthropicMessage, CountTokensRequest, MessagesRequest } from './schema.ts'
+import { anthropicParam, toChatRequest } from './to-chat.ts'
+
+export interface MessagesRouteOptions {
+  /** Checks, limits, metering and generation, shared with the other doors. */
+  pipeline: CompletionPipeline
+  /** Seals thinking into the `signature` of thinking blocks, and opens signatures sent back. */
+  reasoningSeal: ReasoningSeal
+  /** MAX_CONTENT_PARTS and MAX_MESSAGE_CHARS, applied to Anthropic's blocks before translation. */
+  inputLimits: InputLimits
+  sseKeepAliveMs: number
+}
+
+const errorResponses = { '4xx': AnthropicError, '5xx': AnthropicError }
+
+export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = async (app, { pipeline, reasoningSeal, inputLimits, sseKeepAliveMs }) => {
+  // Anthropic's error shape, and the key in x-api-key as its clients send it.
+  const config = { errorShape: 'anthropic' as const, xApiKey: true }
+
+  app.post('/messages', {
+    config,
+    schema: {
+      tags: ['messages'],
+      summary: 'Create a message (Anthropic Messages API)',
+      description: 'Anthropic\'s Messages API over chatd\'s models: one message, or with `stream: true` Anthropic\'s event stream. The key in `x-api-key` or `Authorization: Bearer`; `anthropic-version` and `anthropic-beta` are accepted and not needed. See docs/api.md.',
+      security: [{ bearerAuth: [] }],
+      body: MessagesRequest,
+      response: {
+        200: {
+          description: 'The reply',
+          content: { 'application/json': { schema: AnthropicMessage }, 'text/event-stream': { schema: { type: 'string' } } },
+        },
+        ...errorResponses,
+      },
+    },
+  }, async (request, reply) => {
+    const body = request.body
+    const accountId = request.account!.id // bearerAuth refused a request without one
+    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: pipeline.searchConfigured })
+    let started
+    try {
+      started = await pipeline.start(request, reply, translated.chat, { clientSampling: translated.clientSampling, id: newMessageId() })
+    } catch (err) {
+      throw anthropicParam(err, translated)
+    }
+    if (started === undefined) return reply // the client left before generation started
+    const { events, meta, stop, model, searched } = started
+    const builder = new MessageBuilder({ id: meta.id, model: model.id, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay })
+    const searchEvents = searched ? builder.searched(searched) : []
+
+    if (body.stream !== true) {
+      // Read to the end (not only to the finish), so the usage row is written before the answer leaves.
+      let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
+      for await (const event of events) {
+        if (event.type === 'delta') builder.delta(event)
+        else finish = event
+      }
+      if (finish === undefined) throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
+      if (finish.reason === 'cancelled') {
+        if (stop.byShutdown()) throw drainDeadlineError() // 503: the client is still there to be told
+        request.log.info({ model: model.id }, 'client disconnected; generation stopped')
+        return reply
+      }
+      builder.finish(finish.reason, finish.usage)
+      return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage))
+    }
+    return streamMessage(request, reply, events, builder, searchEvents, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
+  })
+
+  app.post('/messages/count_tokens', {
+    config,
+    schema: {
+      tags: ['messages'],
+      summary: 'Count a message request\'s input tokens (an estimate)',
+      description: 'The same body as POST /messages without max_tokens; answers {"input_tokens"}: an estimate (about 4 characters a token), computed without the model. Not counted against the tier\'s limits.',
+      security: [{ bearerAuth: [] }],
+      body: CountTokensRequest,
+      response: { 200: { description: 'The estimate', content: { 'application/json': { schema: { type: 'object', properties: { input_tokens: { type: 'integer' } } } } } }, ...errorResponses },
+    },
+  }, async request => {
+    const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
+    try {
+      checkInputLimits(translated.chat, inputLimits)
+      resolveModel(pipeline.models, request.body.model)
+    } catch (err) {
+      throw anthropicParam(err, translated)
+    }
+    // Bounded by the input limits just checked: one pass over the text, no tokenizer.
+    const texts = translated.chat.messages.map(m => ({
+      content: (typeof m.content === 'string' ? m.content : '') + (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
+    }))
+    if (translated.chat.tools) texts.push({ content: JSON.stringify(translated.chat.tools) })
+    return { input_tokens: estimatePromptTokens(texts) }
+  })
+}
+
+/**
+ * Streams one message as Anthropic's events. As the chat door does, the status line waits for the
+ * backend's first event (a refusal then still gets its status and error body); after one
+ * keep-alive interval the stream starts anyway with message_start and a `ping`, and a later
+ * refusal becomes an `error` event. Between events, SseBody's keep-alive comments (which
+ * Anthropic's SDK skips) keep proxies from timing out.
+ */
+async function streamMessage (
+  request: FastifyRequest,
+  reply: FastifyReply,
+  events: AsyncIterable<GenerateEvent>,
+  builder: MessageBuilder,
+  searchEvents: StreamEvent[],
+  opts: { keepAliveMs: number; metrics: Metrics; stop: StopSignal }
+): Promise<FastifyReply> {
+  const iterator = events[Symbol.asyncIterator]()
+  const firstEvent = iterator.next()
+  let timer: NodeJS.Timeout | undefined
+  const waited = await Promise.race([
+    firstEvent.then(() => 'ready' as const),
+    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
+  ]).finally(() => clearTimeout(timer))
+  if (waited === 'ready') await firstEvent // rethrows a refusal into the error handler (status + Anthropic body)
+
+  const sse = new SseBody(opts.keepAliveMs)
+  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
+  const send = async (events: StreamEvent[]): Promise<void> => {
+    for (const event of events) await sse.event(event.type, event)
+  }
+
+  void (async () => {
+    try {
+      await send([builder.start(), { type: 'ping' }, ...searchEvents])
+      let next = await firstEvent
+      while (!next.done) {
+        const event = next.value
+        if (event.type === 'delta') {
+          await send(builder.delta(event))
+        } else {
+          if (event.reason === 'cancelled') {
+            if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event
+            break // the client has gone
+          }
+          await send(builder.finish(event.reason, event.usage))
+          break
+        }
+        next = await iterator.next()
+      }
+    } catch (err) {
+      const apiError = err instanceof ApiError ? err : new ApiError('internal_error', 'The reply failed while streaming.')
+      if (!(err instanceof ApiError)) request.log.error({ err }, 'stream failed')
+      opts.metrics.errors.inc({ code: apiError.code })
+      await sse.event('error', anthropicErrorBody(apiError))
+    } finally {
+      // Closes the backend's generator (releasing the gauge and the permit) if we stopped early.
+      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
+      sse.end()
+    }
+  })()
+  return reply
+}

@@ -1,0 +1,320 @@
+// A Messages API request -> the ChatCompletionRequest the completion pipeline
+// takes. Anthropic's blocks become chat messages: a user turn's tool_result
+// blocks become tool messages (first, in order) and its other text a user
+// message after them; an assistant turn's tool_use blocks become its
+// tool_calls. Thinking sent back is verified (its signature is chatd's sealed
+// text for this account) and adds nothing to the prompt either way: earlier
+// thinking is stripped from every prompt. Each refusal is a 400 naming the
+// Anthropic field at fault; the pipeline's own refusals are renamed to it by
+// `anthropicParam`.
+
+import { ApiError, invalidParam } from '../../errors.ts'
+import type { InputLimits } from '../chat/input-limits.ts'
+import { codePoints } from '../chat/input-limits.ts'
+import type { ChatCompletionRequest } from '../chat/schema.ts'
+import type { ReasoningSeal } from '../reasoning-seal.ts'
+import { TOOL_NAME_PATTERN, type ContentBlock, type MessagesRequest } from './schema.ts'
+
+type ChatMessage = ChatCompletionRequest['messages'][number]
+type ChatTool = NonNullable<ChatCompletionRequest['tools']>[number]
+
+/** What the door needs besides the chat body: how to render thinking, and how to name the pipeline's refusals. */
+export interface Translated {
+  chat: ChatCompletionRequest
+  /** Which sampling fields the client set (a relay sends only those). */
+  clientSampling: { temperature: boolean; topP: boolean; topK: boolean }
+  /** omitted: thinking blocks carry '' (their signature still seals the thinking). */
+  thinkingDisplay: 'summarized' | 'omitted'
+  /** For each chat message, the index of the Anthropic message it came from (-1: the system prompt). */
+  messageOrigin: number[]
+  /** For each chat tool, the index of the Anthropic tool it came from. */
+  toolOrigin: number[]
+  /** Thinking blocks sent back whose signature opened for this account (the others were not chatd's, or not this account's). */
+  verifiedThinking: number
+  unverifiedThinking: number
+}
+
+/** Server tools chatd does not run: ignored when offered, refused when forced. */
+function isServerTool (tool: { type?: string }): boolean {
+  return tool.type !== undefined && tool.type !== 'custom'
+}
+
+/** Block types that carry something a text-only model cannot read. */
+const UNREADABLE = new Set(['image', 'document', 'search_result', 'container_upload'])
+
+function blockText (block: ContentBlock, at: string): string {
+  if (typeof block.text !== 'string') throw invalidParam(`${at}.text`, `${at}.text must be a string.`)
+  return block.text
+}
+
+/** A plain-text document ({"source":{"type":"text","data"}}) reads as text; any other source is refused like an image. */
+function documentText (block: ContentBlock, at: string): string | undefined {
+  const source = block.source as { type?: unknown; data?: unknown } | undefined
+  if (block.type === 'document' && source?.type === 'text' && typeof source.data === 'string') return source.data
+  return undefined
+}
+
+function unreadable (block: ContentBlock, at: string): ApiError {
+  return invalidParam(at, `${at}: ${block.type} blocks are not supported: the models on this server read text only. Send the content as text.`)
+}
+
+/** Text of a tool_result's content (a string or text blocks). */
+function toolResultText (content: unknown, at: string, limits: InputLimits): string {
+  if (content === undefined || content === null) return ''
+  if (typeof content === 'string') return content
+  if (!Array.isArray(content)) throw invalidParam(`${at}.content`, `${at}.content must be a string or an array of content blocks.`)
+  if (content.length > limits.maxContentParts) {
+    throw invalidParam(`${at}.content`, `Too many content blocks: ${content.length}; at most ${limits.maxContentParts} per tool result are accepted (MAX_CONTENT_PARTS).`)
+  }
+  return content.map((block: unknown, k) => {
+    const where = `${at}.content[${k}]`
+    if (typeof block !== 'object' || block === null) throw invalidParam(where, `${where} must be a content block object.`)
+    const b = block as ContentBlock
+    if (b.type === 'text') return blockText(b, where)
+    const doc = documentText(b, where)
+    if (doc !== undefined) return doc
+    if (UNREADABLE.has(b.type)) throw unreadable(b, where)
+    throw invalidParam(`${where}.type`, `${where}.type: '${b.type}' blocks are not accepted inside a tool_result (text only).`)
+  }).join('\n\n')
+}
+
+function toolUseId (value: unknown, at: string): string {
+  if (typeof value !== 'string' || value.length === 0 || value.length > 256) {
+    throw invalidParam(at, `${at} must be a string of 1 to 256 characters.`)
+  }
+  return value
+}
+
+export interface TranslateContext {
+  /** The authenticated account: signatures are opened for it. */
+  accountId: string | number
+  seal: ReasoningSeal
+  limits: InputLimits
+  /** A search provider is configured: an offered web_search server tool searches. */
+  searchConfigured?: boolean
+}
+
+/** The web_search server tool (web_search_20250305 and later versions). */
+function isWebSearch (tool: { type?: string }): boolean {
+  return tool.type?.startsWith('web_search_') === true
+}
+
+/** The chat body for `body`; throws a 400 naming the Anthropic field at fault. */
+export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Translated {
+  const messages: ChatMessage[] = []
+  const messageOrigin: number[] = []
+  let verifiedThinking = 0
+  let unverifiedThinking = 0
+
+  if (body.system !== undefined) {
+    const text = typeof body.system === 'string' ? body.system : body.system.map(b => b.text).join('\n\n')
+    if (text !== '') {
+      messages.push({ role: 'system', content: text })
+      messageOrigin.push(-1)
+    }
+  }
+
+  /** The ids of the tool_use blocks of the assistant turn just before (tool_results must answer them). */
+  let openCalls = new Set<string>()
+
+  body.messages.forEach((message, i) => {
+    const at = `messages[${i}]`
+    const push = (m: ChatMessage): void => {
+      messages.push(m)
+      messageOrigin.push(i)
+    }
+    if (typeof message.content === 'string') {
+      push({ role: message.role, content: message.content })
+      openCalls = new Set()
+      return
+    }
+    const blocks = message.content as ContentBlock[]
+    if (blocks.length > ctx.limits.maxContentParts) {
+      throw invalidParam(`${at}.content`, `Too many content blocks: ${blocks.length}; at most ${ctx.limits.maxContentParts} per message are accepted (MAX_CONTENT_PARTS).`)
+    }
+    const texts: string[] = []
+    const results: ChatMessage[] = []
+    const calls: NonNullable<ChatMessage['tool_calls']> = []
+    let chars = 0
+    blocks.forEach((block, j) => {
+      const where = `${at}.content[${j}]`
+      switch (block.type) {
+        case 'text':
+          texts.push(blockText(block, where))
+          break
+        case 'tool_use': {
+          if (message.role !== 'assistant') throw invalidParam(`${where}.type`, `${where}: tool_use blocks belong to assistant messages.`)
+          const id = toolUseId(block.id, `${where}.id`)
+          if (typeof block.name !== 'string' || !TOOL_NAME_PATTERN.test(block.name)) {
+            throw invalidParam(`${where}.name`, `${where}.name must be 1 to 128 letters, digits, _ or -.`)
+          }
+          const input = block.input ?? {}
+          if (typeof input !== 'object' || Array.isArray(input)) throw invalidParam(`${where}.input`, `${where}.input must be an object.`)
+          calls.push({ id, type: 'function', function: { name: block.name, arguments: JSON.stringify(input) } })
+          break
+        }
+        case 'tool_result': {
+          if (message.role !== 'user') throw invalidParam(`${where}.type`, `${where}: tool_result blocks belong to user messages.`)
+          const id = toolUseId(block.tool_use_id, `${where}.tool_use_id`)
+          if (!openCalls.has(id)) {
+            throw invalidParam(`${where}.tool_use_id`, `${where}.tool_use_id '${id.slice(0, 64)}' answers no tool_use block of the assistant message just before.`)
+          }
+          const text = toolResultText(block.content, where, ctx.limits)
+          // The chat format has no error flag on a tool message: the model reads it in the text.
+          results.push({ role: 'tool', tool_call_id: id, content: block.is_error === true ? `Error: ${text}` : text })
+          break
+        }
+        case 'thinking':
+        case 'redacted_thinking':
+          // Sent back as the client got it; it opens only if chatd sealed it for this account. Either
+          // way it adds nothing to the prompt (earlier turns' thinking is stripped): never an error.
+          if (ctx.seal.open(ctx.accountId, block.type === 'thinking' ? block.signature : block.data) !== undefined) verifiedThinking++
+          else unverifiedThinking++
+          break
+        case 'server_tool_use':
+        case 'web_search_tool_result':
+          // A server tool's turn sent back: its results reached the model on that turn already.
+          break
+        default: {
+          const doc = documentText(block, where)
+          if (doc !== undefined) {
+            texts.push(doc)
+            break
+          }
+          if (UNREADABLE.has(block.type)) throw unreadable(block, where)
+          throw invalidParam(`${where}.type`, `${where}.type: '${String(block.type).slice(0, 64)}' blocks are not supported (text, tool_use, tool_result, thinking and redacted_thinking are).`)
+        }
+      }
+    })
+    for (const r of results) chars += codePoints(r.content as string)
+    for (const t of texts) chars += codePoints(t)
+    for (const c of calls) chars += codePoints(c.function.name) + codePoints(c.function.arguments)
+    if (chars > ctx.limits.maxMessageChars) {
+      throw invalidParam(`${at}.content`, `The message is ${chars} characters long; at most ${ctx.limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
+    }
+    results.forEach(push)
+    const text = texts.join('\n\n')
+    if (calls.length > 0) push({ role: 'assistant', content: text === '' ? null : text, tool_calls: calls })
+    // A user turn of only tool results has no text of its own to add after them.
+    else if (results.length === 0 || text !== '') push({ role: message.role, content: text })
+    openCalls = new Set(calls.map(c => c.id))
+  })
+
+  const { tools, toolOrigin } = toolsOf(body)
+  // chatd's models cannot ask for a search themselves: an offered web_search searches once per
+  // request, for the last user turn (the pipeline's googleSearchStatus), when a provider is set.
+  const search = ctx.searchConfigured === true && (body.tools ?? []).some(isWebSearch) && body.tool_choice?.type !== 'none'
+  const chat: ChatCompletionRequest = {
+    model: body.model,
+    messages,
+    max_tokens: body.max_tokens,
+    stream: body.stream === true,
+    temperature: body.temperature ?? 1,
+    top_p: body.top_p ?? 1,
+    top_k: body.top_k ?? 0,
+    ...(body.stop_sequences && body.stop_sequences.length > 0 ? { stop: body.stop_sequences } : {}),
+    ...(search ? { googleSearchStatus: true } : {}),
+    ...(tools.length > 0 ? { tools } : {}),
+    ...toolChoiceOf(body, tools, ctx.searchConfigured === true),
+    ...reasoningOf(body),
+    ...(body.output_config?.format ? { response_format: { type: 'json_schema', json_schema: { name: 'output', schema: body.output_config.format.schema, strict: true } } } : {}),
+  }
+  return {
+    chat,
+    clientSampling: { temperature: body.temperature !== undefined, topP: body.top_p !== undefined, topK: body.top_k !== undefined },
+    thinkingDisplay: body.thinking?.display === 'omitted' ? 'omitted' : 'summarized',
+    messageOrigin,
+    toolOrigin,
+    verifiedThinking,
+    unverifiedThinking,
+  }
+}
+
+/** Client tools as chat tools; server tools (web_search_*, bash_*, …) are not offered. */
+function toolsOf (body: MessagesRequest): { tools: ChatTool[], toolOrigin: number[] } {
+  const tools: ChatTool[] = []
+  const toolOrigin: number[] = []
+  ;(body.tools ?? []).forEach((tool, i) => {
+    const at = `tools[${i}]`
+    if (isServerTool(tool)) return
+    if (!TOOL_NAME_PATTERN.test(tool.name)) throw invalidParam(`${at}.name`, `${at}.name must be 1 to 128 letters, digits, _ or -.`)
+    const t = tool as typeof tool & { description?: unknown; input_schema?: unknown; strict?: unknown }
+    if (typeof t.input_schema !== 'object' || t.input_schema === null || Array.isArray(t.input_schema)) {
+      throw invalidParam(`${at}.input_schema`, `${at}.input_schema must be a JSON Schema object.`)
+    }
+    if (t.description !== undefined && typeof t.description !== 'string') throw invalidParam(`${at}.description`, `${at}.description must be a string.`)
+    tools.push({
+      type: 'function',
+      function: {
+        name: tool.name,
+        ...(typeof t.description === 'string' ? { description: t.description } : {}),
+        parameters: t.input_schema as Record<string, unknown>,
+        ...(typeof t.strict === 'boolean' ? { strict: t.strict } : {}),
+      },
+    })
+    toolOrigin.push(i)
+  })
+  return { tools, toolOrigin }
+}
+
+function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchConfigured: boolean): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
+  const choice = body.tool_choice
+  if (choice === undefined) return {}
+  const fields: Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> = {}
+  if (choice.disable_parallel_tool_use === true) fields.parallel_tool_calls = false
+  if (choice.type === 'tool') {
+    if (choice.name === undefined) throw invalidParam('tool_choice.name', 'tool_choice of type tool needs the name of the tool.')
+    if (!tools.some(t => t.function.name === choice.name)) {
+      const server = (body.tools ?? []).find(t => t.name === choice.name && isServerTool(t))
+      if (server && isWebSearch(server) && searchConfigured) return fields // the search runs anyway; the answer is free text
+      if (server) throw invalidParam('tool_choice.name', `tool_choice forces '${choice.name}', a server tool (${server.type}) this server does not run.`)
+      throw invalidParam('tool_choice.name', `tool_choice names '${choice.name}', which is not among the tools.`)
+    }
+    fields.tool_choice = { type: 'function', function: { name: choice.name } }
+  } else if (choice.type === 'any') {
+    if (tools.length === 0) {
+      const server = (body.tools ?? []).find(isServerTool)
+      throw invalidParam('tool_choice', server
+        ? `tool_choice any would force a server tool (${server.type}) this server does not run; offer a client tool.`
+        : 'tool_choice any needs tools.')
+    }
+    fields.tool_choice = 'required'
+  } else if (tools.length > 0) {
+    fields.tool_choice = choice.type
+  }
+  return fields
+}
+
+/** thinking and output_config.effort -> reasoning_effort (how long a reasoning model may think). */
+function reasoningOf (body: MessagesRequest): Pick<ChatCompletionRequest, 'reasoning_effort'> {
+  const thinking = body.thinking
+  if (thinking?.type === 'disabled') return { reasoning_effort: 'none' }
+  if (thinking?.type === 'enabled' && thinking.budget_tokens !== undefined) {
+    const budget = thinking.budget_tokens
+    return { reasoning_effort: budget <= 1024 ? 'low' : budget <= 4096 ? 'medium' : 'high' }
+  }
+  const effort = body.output_config?.effort
+  if (effort === undefined) return {}
+  return { reasoning_effort: effort === 'low' ? 'low' : effort === 'medium' ? 'medium' : 'high' }
+}
+
+/**
+ * The pipeline names chat fields (messages[k] of the translated conversation, tools[k].function…,
+ * stop, max_tokens): the same refusal, naming the field of the Messages request instead.
+ */
+export function anthropicParam (err: unknown, t: Pick<Translated, 'messageOrigin' | 'toolOrigin'>): unknown {
+  if (!(err instanceof ApiError) || err.param === null) return err
+  const rename = (text: string): string => text
+    .replace(/messages\[(\d+)\](\.tool_calls|\.content|\.role|\.tool_call_id)?/g, (_m, k: string) => {
+      const origin = t.messageOrigin[Number(k)]
+      return origin === undefined ? `messages[${k}]` : origin < 0 ? 'system' : `messages[${origin}].content`
+    })
+    .replace(/tools\[(\d+)\]\.function\.parameters/g, (_m, k: string) => `tools[${t.toolOrigin[Number(k)] ?? k}].input_schema`)
+    .replace(/tools\[(\d+)\]\.function\.name/g, (_m, k: string) => `tools[${t.toolOrigin[Number(k)] ?? k}].name`)
+    .replace(/^(max_completion_tokens)$/, 'max_tokens')
+    .replace(/^stop$/, 'stop_sequences')
+    .replace(/^response_format(.*)$/, 'output_config.format')
+  const param = rename(err.param)
+  if (param === err.param) return err
+  return new ApiError(err.code, rename(err.message), { param, headers: err.headers, ...(err.operatorMessage !== undefined ? { operatorMessage: err.operatorMessage } : {}) })
+}
