@@ -179,7 +179,8 @@ export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'cancelled'
 
 export type GenerateEvent =
   | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs; toolCalls?: ToolCallDelta[] }
-  | { type: 'finish'; reason: FinishReason; usage: Usage }
+  /** `stopSequence`: the request's stop string that ended the reply (finish reason `stop`), when the backend knows it. */
+  | { type: 'finish'; reason: FinishReason; usage: Usage; stopSequence?: string }
 
 /** How far a download of a model's files has got (src/pull/, auto-pull). */
 export interface DownloadProgress {

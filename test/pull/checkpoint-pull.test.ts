@@ -16,7 +16,7 @@ import { OnnxBackend } from '../../src/engine/onnx/backend.ts'
 import { pullCheckpoint, selectCheckpointFiles } from '../../src/pull/checkpoint.ts'
 import type { PullEvent } from '../../src/pull/pull.ts'
 import { STORIES_SOURCE } from '../helpers/models.ts'
-import { repoFromDir, startHub } from './hub-server.ts'
+import { partialReaches, repoFromDir, startHub } from './hub-server.ts'
 
 const REPO = 'test-org/stories260k-checkpoint'
 const REVISION = '0123456789abcdef0123456789abcdef01234567'
@@ -118,9 +118,10 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
   const repo = repoFromDir(checkpoint)
   // A connection cut in the middle of the first shard: the pull resumes it.
   repo.cutOnce = new Map([['model-00001-of-00002.safetensors', 20_000]])
+  const project = join(work, 'project')
+  repo.cutWhen = (path, bytes) => partialReaches(project, path, bytes)
   const hub = await startHub({ [REPO]: repo })
   t.teardown(hub.close)
-  const project = join(work, 'project')
   writeFileSync(join(project, 'models.json'), JSON.stringify({
     models: [
       { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4' },

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { join, relative } from 'node:path'
+import { basename, join, relative } from 'node:path'
 
 export interface HubRepo {
   files: Map<string, Buffer>
@@ -16,6 +16,12 @@ export interface HubRepo {
   gated?: boolean
   /** path -> bytes after which the next download of that file is cut (once). */
   cutOnce?: Map<string, number>
+  /**
+   * Resolves once the client holds the bytes sent before a cut (the test watches its .partial
+   * file): only then is the connection dropped. A client reading late loses what it had not read
+   * when the connection failed, so a cut on a timer alone tested a resume of nothing on a busy machine.
+   */
+  cutWhen?: (path: string, bytes: number) => Promise<void>
   /** Paths served with one byte flipped (the listing keeps the true hash). */
   corrupt?: Set<string>
   /** path -> the next download of that file sends `bytes`, then waits for `release` before sending the rest (once). */
@@ -160,7 +166,8 @@ function serveContent (req: IncomingMessage, res: ServerResponse, repo: HubRepo,
   if (cutAt !== undefined && cutAt > start) {
     repo.cutOnce!.delete(path)
     // Send part of the body, then drop the connection, as a network failure would.
-    res.write(content.subarray(start, cutAt), () => { setTimeout(() => req.socket.destroy(), 20) })
+    const received = repo.cutWhen?.(path, cutAt - start) ?? new Promise<void>(resolve => setTimeout(resolve, 20))
+    res.write(content.subarray(start, cutAt), () => { void received.then(() => req.socket.destroy()) })
     return
   }
   const hold = repo.holdOnce?.get(path)
@@ -171,4 +178,21 @@ function serveContent (req: IncomingMessage, res: ServerResponse, repo: HubRepo,
     return
   }
   res.end(content.subarray(start))
+}
+
+/**
+ * For `cutWhen`: resolves once a file named `<name>.partial` under `root` (any depth) holds at
+ * least `bytes` bytes, or after `timeoutMs` (the test's own assertions then say what is missing).
+ */
+export async function partialReaches (root: string, name: string, bytes: number, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  const target = basename(name) + '.partial'
+  while (Date.now() < deadline) {
+    try {
+      for (const entry of readdirSync(root, { recursive: true, withFileTypes: true })) {
+        if (entry.isFile() && entry.name === target && statSync(join(entry.parentPath, entry.name)).size >= bytes) return
+      }
+    } catch {} // not made yet, or a file renamed while listed: look again
+    await new Promise(resolve => setTimeout(resolve, 10))
+  }
 }

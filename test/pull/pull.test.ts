@@ -9,7 +9,7 @@ import t, { type Test } from 'tap'
 import { readModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { pullModel, type PullEvent } from '../../src/pull/pull.ts'
 import { storiesModelDir } from '../helpers/models.ts'
-import { repoFromDir, startHub, type HubRepo } from './hub-server.ts'
+import { partialReaches, repoFromDir, startHub, type HubRepo } from './hub-server.ts'
 
 const REPO = 'test-org/stories260k-ONNX'
 const TOKEN = 'hf_loopbacktesttoken'
@@ -59,8 +59,9 @@ t.test('an interrupted download keeps its bytes as .partial and the next pull re
   const size = repo.files.get(data)!.length
   const cut = Math.floor(size / 2)
   repo.cutOnce = new Map([[data, cut]])
-  const hub = await hubWith(t, repo)
   const dir = join(t.testdir(), 'stories')
+  repo.cutWhen = (path, bytes) => partialReaches(dir, path, bytes)
+  const hub = await hubWith(t, repo)
   const hubLoc = { endpoint: hub.url, repo: REPO, revision: 'main' }
 
   await t.rejects(pullModel({ hub: hubLoc, dir, dtype: 'q4', retries: 0 }), {
@@ -83,8 +84,9 @@ t.test('a broken connection is retried within the same pull, resuming', async t 
   const repo = storiesRepo()
   const graph = 'onnx/model_q4.onnx'
   repo.cutOnce = new Map([[graph, 100]])
-  const hub = await hubWith(t, repo)
   const dir = join(t.testdir(), 'stories')
+  repo.cutWhen = (path, bytes) => partialReaches(dir, path, bytes)
+  const hub = await hubWith(t, repo)
   const events: PullEvent[] = []
   await pullModel({ hub: { endpoint: hub.url, repo: REPO, revision: 'main' }, dir, dtype: 'q4', retries: 2, retryDelayMs: 10, onEvent: e => events.push(e) })
   t.ok(events.some(e => e.type === 'retry' && e.file.path === graph))

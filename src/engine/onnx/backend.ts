@@ -249,7 +249,7 @@ export class OnnxBackend implements Backend {
         } satisfies GenerateEvent)
         break
       case 'finish':
-        stream.push({ type: 'finish', reason: message.reason, usage: message.usage } satisfies GenerateEvent)
+        stream.push({ type: 'finish', reason: message.reason, usage: message.usage, ...(message.stopSequence !== undefined ? { stopSequence: message.stopSequence } : {}) } satisfies GenerateEvent)
         stream.push(null)
         break
       case 'error':

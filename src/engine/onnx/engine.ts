@@ -49,7 +49,8 @@ import { loadTokenizer, type TextTokenizer } from './tokenizer.ts'
 
 export interface EngineEvents {
   delta (id: string, text: { content: string; reasoning: string; logprobs?: DeltaLogprobs }): void
-  finish (id: string, reason: FinishReason, usage: Usage): void
+  /** `stopSequence`: the request's stop string that ended it, if one did. */
+  finish (id: string, reason: FinishReason, usage: Usage, stopSequence?: string): void
   error (id: string, error: ApiError): void
   /** Prompt positions were computed ahead for a conversation's next turn (next-turn.ts). */
   computedAhead? (positions: number): void
@@ -636,7 +637,7 @@ export class LocalEngine {
       total_tokens: prompt + seq.generated,
       prompt_tokens_details: { cached_tokens: seq.reusedTokens },
       completion_tokens_details: { reasoning_tokens: seq.reasoningTokens },
-    })
+    }, reason === 'stop' ? seq.matchedStop ?? undefined : undefined)
   }
 
   #fail (seqs: Sequence[], err: unknown): void {

@@ -44,7 +44,7 @@ export type FromWorker =
   | { type: 'ready'; contextLength: number; device: 'cpu' | 'cuda'; promptGraph: boolean; toolFormat: 'r1' | 'json' }
   | { type: 'load_error'; message: string }
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
-  | { type: 'finish'; id: string; reason: FinishReason; usage: Usage }
+  | { type: 'finish'; id: string; reason: FinishReason; usage: Usage; stopSequence?: string }
   /** Prompt positions computed ahead for a conversation's next turn. */
   | { type: 'ahead'; positions: number }
   | { type: 'error'; id: string; code: ErrorCode; message: string; param: string | null }

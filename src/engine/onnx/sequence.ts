@@ -159,6 +159,11 @@ export class Sequence {
     await this.#constraint?.prepare()
   }
 
+  /** The request's stop string that ended the reply; null while none has. */
+  get matchedStop (): string | null {
+    return this.#stops.matchedStop
+  }
+
   /** Lets go of the grammar's matcher (the sequence is done, however it ended). */
   release (): void {
     void this.#constraintMade?.then(constraint => constraint.dispose(), () => {})

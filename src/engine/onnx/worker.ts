@@ -15,7 +15,7 @@ const settings = workerData as WorkerSettings
 try {
   const engine = await LocalEngine.load(settings, {
     delta: (id, text) => send({ type: 'delta', id, ...text }),
-    finish: (id, reason, usage) => send({ type: 'finish', id, reason, usage }),
+    finish: (id, reason, usage, stopSequence) => send({ type: 'finish', id, reason, usage, ...(stopSequence !== undefined ? { stopSequence } : {}) }),
     error: (id, err) => send({ type: 'error', id, code: err.code, message: err.message, param: err.param }),
     computedAhead: positions => send({ type: 'ahead', positions }),
   })

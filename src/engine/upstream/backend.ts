@@ -152,12 +152,14 @@ export class UpstreamBackend implements Backend {
       }
 
       let finishReason: string | undefined
+      let stopReason: string | undefined
       // Decided by the first piece with text: an upstream that separates the
       // reasoning itself gets no splitter; otherwise `<think>` in its content is split here.
       let splitter: ReasoningSplitter | null | undefined
       for await (const piece of pieces) {
         if (piece.usage) reportedUsage = piece.usage
         if (piece.finishReason !== undefined) finishReason = piece.finishReason
+        if (piece.stopReason !== undefined) stopReason = piece.stopReason
         if (piece.toolCalls) {
           toolDeltas++
           allText += piece.toolCalls.map(c => (c.name ?? '') + (c.arguments ?? '')).join('')
@@ -180,7 +182,10 @@ export class UpstreamBackend implements Backend {
         if (event) yield event
       }
       if (!progress.done && finishReason === undefined) throw cutOff()
-      yield { type: 'finish', reason: finishReasonOf(finishReason), usage: usage() }
+      const reason = finishReasonOf(finishReason)
+      // Only a string the request itself asked to stop at is reported as the one that matched.
+      const stopSequence = reason === 'stop' && stopReason !== undefined && request.stop.includes(stopReason) ? stopReason : undefined
+      yield { type: 'finish', reason, usage: usage(), ...(stopSequence !== undefined ? { stopSequence } : {}) }
     } catch (err) {
       if (signal.aborted) {
         yield { type: 'finish', reason: 'cancelled', usage: usage() }

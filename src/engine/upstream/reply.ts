@@ -14,6 +14,8 @@ export interface ReplyPiece {
   reasoning: string
   /** Present once the upstream says why it stopped. */
   finishReason?: string
+  /** vLLM's `stop_reason`: the stop string that ended the reply (a number there means a stop token: not kept). */
+  stopReason?: string
   usage?: Usage
   /** The choice's `logprobs`, when the upstream sent any: its `content` list (and a `reasoning_content` list, if it keeps one). */
   logprobs?: DeltaLogprobs
@@ -128,6 +130,7 @@ function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
     if (typeof choice.finish_reason !== 'string') throw unreadable('"finish_reason" is not text')
     piece.finishReason = choice.finish_reason
   }
+  if (typeof choice.stop_reason === 'string') piece.stopReason = choice.stop_reason
   return piece
 }
 

@@ -116,7 +116,12 @@ t.test('streamed deltas concatenate to the whole text; stop strings never leak',
     t.equal(text, full.slice(0, cut), `stop ${JSON.stringify(stop)}: text ends right before it`)
     t.notOk(deltas.join('').includes(stop), 'stop string not emitted')
     t.equal(finish.reason, 'stop')
+    t.equal(finish.stopSequence, stop, 'the finish names the stop string that ended it')
   }
+  // Of several, the one that matched first in the text; a natural end names none.
+  const both = await collect(backend.generate({ ...base, stop: [' park. One', 'Lily.'] }, never))
+  t.equal(both.finish.stopSequence, full.indexOf('Lily.') < full.indexOf(' park. One') ? 'Lily.' : ' park. One')
+  t.equal((await collect(backend.generate({ ...base, stop: ['never in this story'] }, never))).finish.stopSequence, undefined)
 })
 
 t.test('sampling: same seed repeats, different seeds differ, top_k 1 is greedy', async t => {
