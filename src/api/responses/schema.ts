@@ -153,7 +153,7 @@ export const ResponsesRequest = Type.Object({
   store: nullable(Type.Boolean(), 'Keep the response for previous_response_id and GET (default true).'),
   previous_response_id: nullable(Type.String({ minLength: 1, maxLength: ITEM_ID_MAX }), 'Continue the conversation of a stored response.'),
   include: nullable(Type.Array(Type.String({ maxLength: 128 }), { maxItems: 32 }), 'reasoning.encrypted_content puts the sealed thinking on reasoning items; other values are accepted.'),
-  metadata: nullable(Type.Record(Type.String({ maxLength: METADATA_KEY_MAX }), Type.String({ maxLength: METADATA_VALUE_MAX }), { maxProperties: METADATA_PAIRS_MAX }), `Up to ${METADATA_PAIRS_MAX} pairs, keys up to ${METADATA_KEY_MAX} characters, values up to ${METADATA_VALUE_MAX}; echoed and stored.`),
+  metadata: nullable(Type.Record(Type.String({ maxLength: METADATA_KEY_MAX }), Type.String({ maxLength: METADATA_VALUE_MAX }), { maxProperties: METADATA_PAIRS_MAX, propertyNames: { maxLength: METADATA_KEY_MAX } }), `Up to ${METADATA_PAIRS_MAX} pairs, keys up to ${METADATA_KEY_MAX} characters, values up to ${METADATA_VALUE_MAX}; echoed and stored.`),
   prompt_cache_key: nullable(Type.String({ maxLength: SHORT_MAX }), 'Accepted, not used: the prefix cache is automatic, per account.'),
   client_metadata: nullable(Type.Object({}, { additionalProperties: true, maxProperties: 64 }), 'Accepted, not used.'),
   user: nullable(Type.String({ maxLength: SHORT_MAX }), 'Accepted, echoed.'),
