@@ -36,6 +36,8 @@ export function hostedSearchRounds (search: WebSearch, assembler: OutputAssemble
   return async (calls, signal) => {
     // Calls to the client's functions end the reply: the client runs those (and hosted ones among them are dropped).
     if (!calls.every(call => call.function.name === WEB_SEARCH_FUNCTION)) return undefined
+    // Searched out and still asking: the reply ends here (every round is bounded so).
+    if (searches >= SEARCHES_MAX) return undefined
     await assembler.endRound()
     const results: ChatMessage[] = []
     for (const call of calls) {
