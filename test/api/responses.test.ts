@@ -138,14 +138,6 @@ t.test('stored responses: saved with this turn\'s items, chained by previous_res
   }
 })
 
-t.test('without a store: nothing is kept, previous_response_id is not found', async t => {
-  const { app, auth } = await buildResponsesApp(t, { backends: [new ScriptedBackend()], store: null })
-  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x' } })
-  t.equal(res.json().store, false)
-  const chained = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x', previous_response_id: res.json().id } })
-  t.equal(chained.statusCode, 404)
-})
-
 t.test('errors name the Responses field: items, their parts, tools, and what the pipeline refuses', async t => {
   const backend = new ScriptedBackend()
   const { app, auth, db } = await buildResponsesApp(t, { backends: [backend], env: { MAX_MESSAGE_CHARS: '100' } })
