@@ -22,6 +22,8 @@ import { CompletionPipeline } from './api/chat/pipeline.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { messagesRoute } from './api/messages/route.ts'
 import { ReasoningSeal } from './api/reasoning-seal.ts'
+import { responsesRoute } from './api/responses/route.ts'
+import type { ResponseStorePort } from './api/responses/store-port.ts'
 import { storedResponsesRoutes } from './api/responses/stored-routes.ts'
 import { installDraining } from './api/draining.ts'
 import { installErrorHandling } from './api/error-handler.ts'
@@ -69,6 +71,8 @@ export interface AppOptions {
   logStream?: NodeJS.WritableStream
   /** Told of every route as it is registered (the security tests check each one has an access rule). */
   onRoute?: (route: RouteOptions) => void
+  /** Where POST /responses keeps finished responses (previous_response_id); none: nothing is stored. */
+  responseStore?: ResponseStorePort
 }
 
 /** A hop count as the function Fastify applies to numbers itself (its types accept only the other forms). */
@@ -216,7 +220,9 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     // Reasoning handed to clients to send back (Responses encrypted_content, Messages signatures):
     // sealed under a key every replica on the database shares.
     const reasoningSeal = new ReasoningSeal(await sharedSetting(accounts.database, 'reasoning_seal_secret', () => randomBytes(32).toString('base64url')))
-    // Anthropic's Messages API (Claude Code): the same pipeline, its own shapes (api/messages/).
+    // The Responses API (Codex, the Agents SDK) and Anthropic's Messages API (Claude Code): the
+    // same pipeline, each in its own shapes (api/responses/, api/messages/).
+    await api.register(responsesRoute, { pipeline, reasoningSeal, stored: opts.responseStore ?? storedResponses, sseKeepAliveMs: config.sseKeepAliveMs })
     await api.register(messagesRoute, { pipeline, reasoningSeal, inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS, sseKeepAliveMs: config.sseKeepAliveMs })
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
