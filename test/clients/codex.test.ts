@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { CODEX_DIR, CODEX_ENTRY, CODEX_VERSION, installedCodexVersion } from '../../scripts/install-codex.ts'
+import { REPO_ROOT } from '../helpers/models.ts'
 import { callThenAnswer, MODEL, relayThroughChatd, sentBodies, type Relay } from './harness.ts'
 
 const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
@@ -95,6 +96,15 @@ async function runCodex (t: Test, relay: Relay, prompt: string): Promise<CodexRu
 function shown (run: CodexRun): string {
   return `exit ${run.code ?? run.signal}\nstdout: ${run.stdout.slice(-2000)}\nstderr: ${run.stderr.slice(-4000)}`
 }
+
+t.test('CI installs the pinned Codex before the tests, so this test runs there rather than skipping', async t => {
+  const ci = readFileSync(join(REPO_ROOT, '.ci/run'), 'utf8')
+  const install = ci.indexOf('\nnpm run test:codex-install\n')
+  t.ok(ci.indexOf('\nexport CHATD_REQUIRE_SERVICES=1\n') > 0, 'a missing Codex fails in CI')
+  t.ok(install > ci.indexOf('npm@10 ci') && install < ci.indexOf('\nnpm test\n'), 'installed after npm ci, before npm test')
+  t.equal(JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')).scripts['test:codex-install'], 'node scripts/install-codex.ts')
+  t.match(readFileSync(join(REPO_ROOT, '.gitignore'), 'utf8'), /^\.cache\/$/m, 'the install is never committed')
+})
 
 const COMMAND = 'echo chatd-ok | tee out.txt'
 const FINAL = 'Wrote chatd-ok to out.txt.'
