@@ -21,6 +21,8 @@ import { DEFAULT_INPUT_LIMITS } from './api/chat/input-limits.ts'
 import { CompletionPipeline } from './api/chat/pipeline.ts'
 import { chatRoute } from './api/chat/route.ts'
 import { ReasoningSeal } from './api/reasoning-seal.ts'
+import { responsesRoute } from './api/responses/route.ts'
+import type { ResponseStorePort } from './api/responses/store-port.ts'
 import { installDraining } from './api/draining.ts'
 import { installErrorHandling } from './api/error-handler.ts'
 import { healthRoutes } from './api/health/route.ts'
@@ -65,6 +67,8 @@ export interface AppOptions {
   logStream?: NodeJS.WritableStream
   /** Told of every route as it is registered (the security tests check each one has an access rule). */
   onRoute?: (route: RouteOptions) => void
+  /** Where POST /responses keeps finished responses (previous_response_id); none: nothing is stored. */
+  responseStore?: ResponseStorePort
 }
 
 /** A hop count as the function Fastify applies to numbers itself (its types accept only the other forms). */
@@ -205,7 +209,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     // Reasoning handed to clients to send back (Responses encrypted_content, Messages signatures):
     // sealed under a key every replica on the database shares.
     const reasoningSeal = new ReasoningSeal(await sharedSetting(accounts.database, 'reasoning_seal_secret', () => randomBytes(32).toString('base64url')))
-    void reasoningSeal // the Responses and Messages doors take it
+    await api.register(responsesRoute, { pipeline, reasoningSeal, stored: opts.responseStore, sseKeepAliveMs: config.sseKeepAliveMs })
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
   }, { prefix: '/api/v1' })

@@ -27,6 +27,7 @@ import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-for
 import { admitCompletion, type ChatLimits, type RequestMeter } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
 import { observeGeneration } from './observe.ts'
+import { withRounds, type ContinueAfterCalls } from './rounds.ts'
 import type { ChatCompletionRequest } from './schema.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
 
@@ -55,6 +56,8 @@ export interface StartOptions {
   id?: string
   /** Adjusts the backend's request after shaping (a door's own fields the chat body has no place for). */
   adjust?: (request: GenerateRequest) => void
+  /** Tool calls the door runs itself: the reply goes on after them, in the same admission and usage row (rounds.ts). */
+  continueAfterCalls?: ContinueAfterCalls
 }
 
 export interface StartedCompletion {
@@ -97,6 +100,11 @@ export class CompletionPipeline {
 
   get searchConfigured (): boolean {
     return this.#opts.search !== undefined
+  }
+
+  /** The configured web search, for a door that offers it as a tool; absent without SEARCH_PROVIDER. */
+  get webSearch (): WebSearch | undefined {
+    return this.#opts.search
   }
 
   get models (): ModelRegistry {
@@ -166,10 +174,12 @@ export class CompletionPipeline {
       opts.adjust?.(generateRequest)
       const release = this.#admission.acquire(model.id)
       try {
-        const shaped = withReasoningMode(model.backend.generate(generateRequest, signal), model.reasoning)
+        const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(model.backend.generate(request, signal), model.reasoning)
+        const shaped = opts.continueAfterCalls ? withRounds(generateRequest, generate, opts.continueAfterCalls, signal) : generate(generateRequest)
         events = meter.wrap(observeGeneration(
-          // A searched reply's next turn searches again, so its start is not worth computing ahead.
-          searched ? shaped : withNextTurn(shaped, model.backend, generateRequest),
+          // A searched reply's next turn searches again, and a reply in rounds ends on another
+          // conversation than the request's: neither start is worth computing ahead.
+          searched || opts.continueAfterCalls ? shaped : withNextTurn(shaped, model.backend, generateRequest),
           metrics, model.id, startedAt, release
         ))
       } catch (err) {

@@ -1,0 +1,222 @@
+// POST /api/v1/responses: OpenAI's Responses API, the wire format of the Codex
+// CLI and the Agents SDK. A door onto the one completion pipeline (pipeline.ts:
+// limits, usage rows, admission, shaping and generation live there): the body
+// becomes a chat body (to-chat.ts), and the events come back as the `response`
+// object or its typed stream (output.ts). Finished responses are kept for
+// previous_response_id unless `store` is false (store-port.ts).
+
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { GenerateEvent } from '../../engine/backend.ts'
+import { ApiError } from '../../errors.ts'
+import { drainDeadlineError } from '../drain-deadline.ts'
+import { errorResponses } from '../error-schema.ts'
+import type { ReasoningSeal } from '../reasoning-seal.ts'
+import type { CompletionPipeline, StartedCompletion } from '../chat/pipeline.ts'
+import { nullMeansAbsent } from '../chat/schema.ts'
+import { SSE_HEADERS, SseBody } from '../chat/sse.ts'
+import { newId } from './ids.ts'
+import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
+import { ResponseObject, ResponsesRequest } from './schema.ts'
+import type { ResponseStorePort } from './store-port.ts'
+import { inResponsesTerms, toChatRequest } from './to-chat.ts'
+import { hostedSearchRounds } from './web-search-rounds.ts'
+
+export interface ResponsesRouteOptions {
+  /** Checks, limits, metering and generation, shared with the other doors. */
+  pipeline: CompletionPipeline
+  /** Seals the thinking handed out as encrypted_content, and opens what comes back. */
+  reasoningSeal: ReasoningSeal
+  /** Where finished responses are kept; without one nothing is stored and previous_response_id is not found. */
+  stored?: ResponseStorePort
+  sseKeepAliveMs: number
+}
+
+type Finish = Extract<GenerateEvent, { type: 'finish' }>
+
+/** The finished response object: the shell, the output, how it ended, the usage. */
+function finished (shell: Record<string, unknown>, assembler: OutputAssembler, finish: Finish): Record<string, unknown> {
+  const incomplete = finish.reason === 'length'
+  return {
+    ...shell,
+    status: incomplete ? 'incomplete' : 'completed',
+    completed_at: incomplete ? null : Math.floor(Date.now() / 1000),
+    incomplete_details: incomplete ? { reason: 'max_output_tokens' } : null,
+    output: assembler.output,
+    usage: responseUsage(finish.usage),
+  }
+}
+
+export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = async (app, { pipeline, reasoningSeal, stored, sseKeepAliveMs }) => {
+  const metrics = pipeline.metrics
+
+  app.post('/responses', {
+    schema: {
+      tags: ['responses'],
+      summary: 'Create a response (OpenAI Responses API)',
+      description: 'Returns one `response` object, or with `stream: true` a text/event-stream of typed events (response.created … response.completed). See docs/api.md for the fields chatd supports, ignores and refuses.',
+      security: [{ bearerAuth: [] }],
+      body: ResponsesRequest,
+      response: {
+        200: { description: 'The response', content: { 'application/json': { schema: ResponseObject }, 'text/event-stream': { schema: ResponseObject } } },
+        ...errorResponses,
+      },
+    },
+    // null means absent for every optional field (clients send null for "not set").
+    preValidation: async request => {
+      nullMeansAbsent(request.body, ResponsesRequest as unknown as Parameters<typeof nullMeansAbsent>[1])
+    },
+  }, async (request, reply) => {
+    const body = request.body
+    const accountId = request.account!.id // bearerAuth admits no request without one
+    let chain: Array<Record<string, unknown>> | undefined
+    if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
+      chain = stored ? await stored.chain(accountId, body.previous_response_id) : undefined
+      if (chain === undefined) {
+        throw new ApiError('not_found', `No response with id '${body.previous_response_id.slice(0, 256)}' was found.`, { param: 'previous_response_id' })
+      }
+    }
+    const translation = toChatRequest(body, { chain, accountId, seal: reasoningSeal, searchConfigured: pipeline.searchConfigured })
+    const id = newId('resp')
+    const createdAt = Math.floor(Date.now() / 1000)
+    let sink: ((event: StreamEvent) => Promise<void>) | undefined
+    const assembler = new OutputAssembler({
+      emit: async event => { await sink?.(event) },
+      targets: translation.tools.targets,
+      ...(body.include?.includes('reasoning.encrypted_content') ? { seal: (thinking: string) => reasoningSeal.seal(accountId, thinking) } : {}),
+    })
+    const search = pipeline.webSearch
+    let started: StartedCompletion | undefined
+    try {
+      started = await pipeline.start(request, reply, translation.chat, {
+        id,
+        clientSampling: translation.clientSampling,
+        ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler) } : {}),
+      })
+    } catch (err) {
+      throw inResponsesTerms(err, translation.paramOf)
+    }
+    if (started === undefined) return reply // the client left before generation started
+    const store = body.store !== false && stored !== undefined
+    const shell = responseShell(body, { id, createdAt, model: started.model.id, store })
+    const save = async (response: Record<string, unknown>): Promise<void> => {
+      if (!store) return
+      try {
+        await stored!.save({ id, accountId, previousResponseId: body.previous_response_id ?? null, model: started.model.id, createdAt, response, input: translation.inputItems })
+      } catch (err) {
+        // The response itself is fine; the client learns it was not kept when it asks for it.
+        request.log.error({ err, responseId: id }, 'storing the response failed')
+      }
+    }
+    const mapError = (err: unknown): unknown => inResponsesTerms(err, translation.paramOf)
+
+    if (!body.stream) {
+      let finish: Finish | undefined
+      try {
+        for await (const event of started.events) {
+          if (event.type === 'delta') await assembler.delta(event)
+          else finish = event
+        }
+      } catch (err) {
+        throw mapError(err)
+      }
+      if (finish === undefined) throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
+      if (finish.reason === 'cancelled') {
+        if (started.stop.byShutdown()) throw drainDeadlineError()
+        request.log.info({ model: started.model.id }, 'client disconnected; generation stopped')
+        return reply
+      }
+      await assembler.finish(finish.reason)
+      const response = finished(shell, assembler, finish)
+      await save(response)
+      return reply.type('application/json; charset=utf-8').send(response as ResponseObject)
+    }
+
+    return streamResponse(request, reply, started, {
+      keepAliveMs: sseKeepAliveMs,
+      shell,
+      assembler,
+      setSink: write => { sink = write },
+      save,
+      mapError,
+      onError: code => metrics.errors.inc({ code }),
+    })
+  })
+}
+
+/**
+ * Streams the response as typed events numbered by sequence_number. As the chat door does, the
+ * status line waits for the backend's first event or refusal (a refusal keeps its HTTP status and
+ * JSON body) for at most one keep-alive interval; a failure after that is a response.failed event.
+ */
+async function streamResponse (request: FastifyRequest, reply: FastifyReply, started: StartedCompletion, opts: {
+  keepAliveMs: number
+  shell: Record<string, unknown>
+  assembler: OutputAssembler
+  setSink: (write: (event: StreamEvent) => Promise<void>) => void
+  save: (response: Record<string, unknown>) => Promise<void>
+  mapError: (err: unknown) => unknown
+  onError: (code: string) => void
+}): Promise<FastifyReply> {
+  const iterator = started.events[Symbol.asyncIterator]()
+  const firstEvent = iterator.next()
+  let timer: NodeJS.Timeout | undefined
+  const waited = await Promise.race([
+    firstEvent.then(() => 'ready' as const),
+    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
+  ]).finally(() => clearTimeout(timer))
+  if (waited === 'ready') {
+    try {
+      await firstEvent
+    } catch (err) {
+      throw opts.mapError(err) // a refusal: its own status and JSON body
+    }
+  }
+
+  const sse = new SseBody(opts.keepAliveMs)
+  let sequence = 0
+  const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
+  opts.setSink(send)
+  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
+  const { assembler, shell } = opts
+
+  void (async () => {
+    try {
+      if (waited === 'slow') await sse.comment('keep-alive')
+      await send({ type: 'response.created', response: shell })
+      await send({ type: 'response.in_progress', response: shell })
+      let next = await firstEvent
+      while (!next.done) {
+        const event = next.value
+        if (event.type === 'delta') {
+          await assembler.delta(event)
+        } else {
+          if (event.reason === 'cancelled') {
+            if (started.stop.byShutdown()) throw drainDeadlineError()
+            break // the client has gone
+          }
+          await assembler.finish(event.reason)
+          const response = finished(shell, assembler, event)
+          await opts.save(response)
+          await send({ type: response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', response })
+          break
+        }
+        next = await iterator.next()
+      }
+    } catch (err) {
+      const mapped = opts.mapError(err)
+      const apiError = mapped instanceof ApiError ? mapped : new ApiError('internal_error', 'The response failed while streaming.')
+      if (!(mapped instanceof ApiError)) request.log.error({ err }, 'stream failed')
+      opts.onError(apiError.code)
+      await send({
+        type: 'response.failed',
+        response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
+      })
+    } finally {
+      // Closes the generation (releasing its permit) if the stream stopped early.
+      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
+      sse.end()
+    }
+  })()
+  return reply
+}

@@ -1,0 +1,199 @@
+// A Responses request as the one chat body the completion pipeline takes
+// (pipeline.ts): `instructions` first as a system message, then the stored
+// conversation a previous_response_id continues, then this turn's items;
+// function_call items become an assistant message's tool_calls, their outputs
+// tool messages. It also keeps where each chat message and tool came from, so a
+// refusal about `messages[4].content` names `input[6].content` instead.
+
+import type { ReasoningSeal } from '../reasoning-seal.ts'
+import type { ChatCompletionRequest } from '../chat/schema.ts'
+import type { ClientSampling } from '../chat/pipeline.ts'
+import { ApiError, invalidParam } from '../../errors.ts'
+import { checkInputItems, messageText, normalisedItem, outputText, type InputItem } from './input-items.ts'
+import type { ResponsesRequest } from './schema.ts'
+import { chatFunctionName, planTools, type ToolPlan } from './tools.ts'
+
+type ChatMessage = ChatCompletionRequest['messages'][number]
+
+/** Where a chat message came from: the item (or field) that made it, and each of its tool calls'. */
+interface MessageSource {
+  item: string
+  calls: string[]
+}
+
+export interface Translation {
+  chat: ChatCompletionRequest
+  clientSampling: ClientSampling
+  tools: ToolPlan
+  /** This turn's input items with an id each, as the store keeps them. */
+  inputItems: Array<Record<string, unknown>>
+  /** The chat body's field name -> the Responses body's. */
+  paramOf: (chatParam: string) => string
+}
+
+export interface TranslationContext {
+  /** The conversation previous_response_id continues (the store's items, oldest first). */
+  chain?: Array<Record<string, unknown>>
+  accountId: number
+  seal: ReasoningSeal
+  searchConfigured: boolean
+}
+
+const REASONING_EFFORT: Record<string, ChatCompletionRequest['reasoning_effort']> = {
+  none: 'none', minimal: 'minimal', low: 'low', medium: 'medium', high: 'high', xhigh: 'high', max: 'high',
+}
+
+export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext): Translation {
+  if (body.background === true) {
+    throw invalidParam('background', 'Background mode is not supported by this server; send background: false (or leave it out).')
+  }
+  for (const field of ['conversation', 'prompt'] as const) {
+    if ((body as Record<string, unknown>)[field] != null) {
+      throw invalidParam(field, `${field} is not supported by this server; continue a conversation with previous_response_id.`)
+    }
+  }
+  const tools = planTools(body, { searchConfigured: ctx.searchConfigured })
+  const messages: ChatMessage[] = []
+  const sources: MessageSource[] = []
+  if (typeof body.instructions === 'string' && body.instructions !== '') {
+    messages.push({ role: 'system', content: body.instructions })
+    sources.push({ item: 'instructions', calls: [] })
+  }
+
+  const chainItems = checkInputItems(ctx.chain ?? [], () => 'previous_response_id')
+  appendItems(messages, sources, chainItems, () => 'previous_response_id', ctx)
+  let inputItems: Array<Record<string, unknown>> = []
+  if (typeof body.input === 'string') {
+    messages.push({ role: 'user', content: body.input })
+    sources.push({ item: 'input', calls: [] })
+    inputItems = [normalisedItem({ type: 'message', role: 'user', content: [{ type: 'input_text', text: body.input }] })]
+  } else if (body.input !== undefined) {
+    const items = checkInputItems(body.input, i => `input[${i}]`)
+    appendItems(messages, sources, items, i => `input[${i}]`, ctx)
+    inputItems = body.input.map(item => normalisedItem(item as Record<string, unknown>))
+  }
+  if (!messages.some(m => m.role !== 'system')) {
+    throw invalidParam('input', 'The request has nothing for the model to answer: send input (a string or a list of items), or previous_response_id.')
+  }
+
+  const format = body.text?.format
+  const parallel = body.parallel_tool_calls === false || body.max_tool_calls === 1 ? false : body.parallel_tool_calls ?? undefined
+  const effort = body.reasoning?.effort
+  const chat: ChatCompletionRequest = {
+    model: body.model,
+    messages,
+    temperature: body.temperature ?? 1,
+    top_p: body.top_p ?? 1,
+    top_k: 0,
+    ...(body.seed !== undefined && body.seed !== null ? { seed: body.seed } : {}),
+    ...(body.max_output_tokens ? { max_completion_tokens: body.max_output_tokens } : {}),
+    ...(effort ? { reasoning_effort: REASONING_EFFORT[effort] } : {}),
+    ...(tools.tools.length > 0 ? { tools: tools.tools } : {}),
+    ...(tools.toolChoice !== undefined ? { tool_choice: tools.toolChoice } : {}),
+    ...(parallel !== undefined ? { parallel_tool_calls: parallel } : {}),
+    ...(format && format.type !== 'text'
+      ? {
+          response_format: format.type === 'json_object'
+            ? { type: 'json_object' as const }
+            : {
+                type: 'json_schema' as const,
+                json_schema: {
+                  name: format.name ?? 'response',
+                  ...(format.description !== undefined ? { description: format.description } : {}),
+                  ...(format.schema !== undefined ? { schema: format.schema } : {}),
+                  ...(typeof format.strict === 'boolean' ? { strict: format.strict } : {}),
+                },
+              },
+        }
+      : {}),
+    ...(body.user ? { user: body.user } : {}),
+    // prompt_cache_key is not a cache_salt: a salt would keep a new thread of the same client
+    // from reusing the cache of the instructions every thread starts with.
+  }
+  return {
+    chat,
+    clientSampling: { temperature: body.temperature != null, topP: body.top_p != null, topK: false },
+    tools,
+    inputItems,
+    paramOf: chatParam => responsesParam(chatParam, sources, tools),
+  }
+}
+
+/** Adds the items to the conversation: calls join the assistant message before them, outputs become tool messages. */
+function appendItems (messages: ChatMessage[], sources: MessageSource[], items: InputItem[], at: (i: number) => string, ctx: TranslationContext): void {
+  items.forEach((item, i) => {
+    const where = at(i)
+    switch (item.kind) {
+      case 'message':
+        messages.push({ role: item.role, content: messageText(item, where) })
+        sources.push({ item: where, calls: [] })
+        return
+      case 'function_call': {
+        const call = { id: item.call_id, type: 'function' as const, function: { name: chatFunctionName(item.name, item.namespace), arguments: item.arguments } }
+        const last = messages.at(-1)
+        if (last?.role === 'assistant') {
+          (last.tool_calls ??= []).push(call)
+          sources.at(-1)!.calls.push(where)
+        } else {
+          messages.push({ role: 'assistant', content: null, tool_calls: [call] })
+          sources.push({ item: where, calls: [where] })
+        }
+        return
+      }
+      case 'function_call_output':
+        messages.push({ role: 'tool', tool_call_id: item.call_id, content: outputText(item, where) })
+        sources.push({ item: where, calls: [] })
+        return
+      case 'reasoning':
+        // Only a value this server sealed for this account opens; anything else is ignored, never
+        // an error. Either way it adds nothing to the prompt: the prompt shaping drops the thinking
+        // of earlier turns (prompt/shape.ts), which is what the model was trained to see.
+        if (typeof item.encrypted_content === 'string') ctx.seal.open(ctx.accountId, item.encrypted_content)
+        break
+      case 'web_search_call':
+        // A search chatd ran on an earlier turn: its results reached that turn's answer, which follows.
+        break
+    }
+  })
+}
+
+/**
+ * The Responses field a chat body's field came from: `messages[i]` is the item (or instructions)
+ * that made message i, its `tool_calls[k]` the function_call item of call k, its content a tool
+ * message's `output`; `tools[i]` the function or namespace entry.
+ */
+function responsesParam (chatParam: string, sources: MessageSource[], tools: ToolPlan): string {
+  const message = /^messages\[(\d+)\](.*)$/.exec(chatParam)
+  if (message) {
+    const source = sources[Number(message[1])]
+    if (source === undefined) return 'input'
+    const rest = message[2]
+    const call = /^\.tool_calls\[(\d+)\](.*)$/.exec(rest)
+    if (call) {
+      const item = source.calls[Number(call[1])] ?? source.item
+      return item + call[2].replace(/^\.function/, '').replace(/^\.id/, '.call_id')
+    }
+    if (source.item === 'instructions' || source.item === 'input' || source.item === 'previous_response_id') return source.item
+    if (rest === '.tool_calls') return source.calls[0] ?? source.item
+    if (rest === '.tool_call_id') return `${source.item}.call_id`
+    if (rest === '.role') return source.item
+    return source.item + rest
+  }
+  if (chatParam === 'messages') return 'input'
+  const tool = /^tools\[(\d+)\](?:\.function)?(.*)$/.exec(chatParam)
+  if (tool) return (tools.sources[Number(tool[1])] ?? 'tools') + tool[2]
+  if (chatParam.startsWith('response_format')) return 'text.format' + chatParam.slice('response_format'.length).replace(/^\.json_schema/, '')
+  if (chatParam === 'max_completion_tokens' || chatParam === 'max_tokens') return 'max_output_tokens'
+  if (chatParam === 'reasoning_effort') return 'reasoning.effort'
+  return chatParam
+}
+
+/** The same error, its param (and the param in its message) named as in the Responses body. */
+export function inResponsesTerms (err: unknown, paramOf: (chatParam: string) => string): unknown {
+  if (!(err instanceof ApiError) || err.param === null) return err
+  const param = paramOf(err.param)
+  if (param === err.param) return err
+  const message = err.message.replaceAll(err.param, param)
+  const operatorMessage = err.operatorMessage?.replaceAll(err.param, param)
+  return new ApiError(err.code, message, { param, headers: err.headers, ...(operatorMessage !== undefined ? { operatorMessage } : {}) })
+}
