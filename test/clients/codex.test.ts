@@ -13,6 +13,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { CODEX_DIR, CODEX_ENTRY, CODEX_VERSION, installedCodexVersion } from '../../scripts/install-codex.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
+import { loopbackServer } from '../upstream/loopback.ts'
 import { callThenAnswer, MODEL, relayThroughChatd, sentBodies, type Relay } from './harness.ts'
 
 const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
@@ -42,12 +43,52 @@ interface CodexRun {
   lastMessage: string | undefined
 }
 
+interface Exchange {
+  method: string
+  path: string
+  body: Record<string, any>
+  /** chatd's reply as Codex read it (the SSE text of a stream). */
+  reply: string
+}
+
+/**
+ * A loopback proxy in front of chatd that keeps each request Codex makes and chatd's reply, so a
+ * test can see what Codex sent back of what chatd gave it. `baseURL` is what Codex is given.
+ */
+async function recordingProxy (t: Test, relay: Relay): Promise<{ baseURL: string; exchanges: Exchange[] }> {
+  const chatd = new URL(relay.baseURL).origin
+  const exchanges: Exchange[] = []
+  const proxy = await loopbackServer(t, async (req, res, recorded) => {
+    const headers: Record<string, string> = {}
+    for (const name of ['authorization', 'content-type', 'accept']) {
+      const value = req.headers[name]
+      if (typeof value === 'string') headers[name] = value
+    }
+    const answer = await fetch(chatd + recorded.path, { method: recorded.method, headers, body: recorded.body === '' ? undefined : recorded.body })
+    res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' })
+    let reply = ''
+    const decoder = new TextDecoder()
+    for await (const piece of answer.body ?? []) {
+      reply += decoder.decode(piece, { stream: true })
+      res.write(piece)
+    }
+    res.end()
+    exchanges.push({ method: recorded.method, path: recorded.path, body: recorded.body === '' ? {} : JSON.parse(recorded.body), reply })
+  })
+  return { baseURL: `${proxy.url}${new URL(relay.baseURL).pathname}`, exchanges }
+}
+
+/** The JSON data of each event of an SSE text. */
+function sseEvents (text: string): Array<Record<string, any>> {
+  return text.split('\n').filter(line => line.startsWith('data: ')).map(line => JSON.parse(line.slice('data: '.length)) as Record<string, any>)
+}
+
 /**
  * Runs `codex exec PROMPT` with its own CODEX_HOME, whose config.toml names chatd as the
  * provider (as docs/api.md tells users to), in an empty folder outside any git repository (Codex
  * reads AGENTS.md files up to a repository's root). Asynchronous: chatd answers in this process.
  */
-async function runCodex (t: Test, relay: Relay, prompt: string): Promise<CodexRun> {
+async function runCodex (t: Test, chatd: { baseURL: string; key: string }, prompt: string): Promise<CodexRun> {
   const dir = mkdtempSync(join(tmpdir(), 'chatd-codex-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const home = join(dir, 'home')
@@ -65,7 +106,7 @@ async function runCodex (t: Test, relay: Relay, prompt: string): Promise<CodexRu
     '',
     '[model_providers.chatd]',
     'name = "chatd"',
-    `base_url = "${relay.baseURL}"`,
+    `base_url = "${chatd.baseURL}"`,
     'env_key = "CHATD_API_KEY"',
     'wire_api = "responses"',
     '',
@@ -76,7 +117,7 @@ async function runCodex (t: Test, relay: Relay, prompt: string): Promise<CodexRu
   const args = [CODEX_ENTRY, 'exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '--ephemeral', '--color', 'never', '-C', work, '-o', last, prompt]
   const child = spawn(process.execPath, args, {
     cwd: work,
-    env: { ...process.env, CODEX_HOME: home, CHATD_API_KEY: relay.key, NO_COLOR: '1' },
+    env: { ...process.env, CODEX_HOME: home, CHATD_API_KEY: chatd.key, NO_COLOR: '1' },
     // stdin closed: `codex exec` otherwise waits to read more of the prompt from it.
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -112,15 +153,25 @@ const FINAL = 'Wrote chatd-ok to out.txt.'
 t.test('codex exec: the upstream asks for a command, Codex runs it, its output goes back through chatd, the answer ends the turn', async t => {
   if (!codexInstalled(t)) return
   const relay = await relayThroughChatd(t, callThenAnswer({ tool: 'exec_command', calls: [JSON.stringify({ cmd: COMMAND })], answer: FINAL }))
-  const run = await runCodex(t, relay, 'Write chatd-ok to out.txt.')
+  const proxy = await recordingProxy(t, relay)
+  const run = await runCodex(t, { baseURL: proxy.baseURL, key: relay.key }, 'Write chatd-ok to out.txt.')
 
-  t.equal(run.code, 0, `codex exec succeeds\n${shown(run)}`)
+  t.equal(run.code, 0, 'codex exec exits 0', { codex: shown(run) })
   t.match(run.stdout, FINAL, 'the answer is what codex exec prints')
   t.equal(run.lastMessage?.trim(), FINAL, 'and the turn\'s last message')
   t.equal(existsSync(join(run.work, 'out.txt')) ? readFileSync(join(run.work, 'out.txt'), 'utf8') : undefined, 'chatd-ok\n', 'the command ran, in Codex\'s working folder')
 
+  t.same(proxy.exchanges.map(e => `${e.method} ${e.path}`), ['POST /api/v1/responses', 'POST /api/v1/responses'], 'Codex asks chatd for nothing else, and retried nothing')
+  const [turn1, turn2] = proxy.exchanges
+  t.match(turn1.body, { stream: true, store: false, tools: [{ type: 'function', name: 'exec_command' }] }, 'Codex\'s own request, as sent')
+  t.ok(sseEvents(turn1.reply).some(e => e.type === 'response.output_item.done' && e.item.type === 'function_call' && e.item.name === 'exec_command'), 'chatd streamed the call as an item Codex runs')
+  t.match(turn2.body.input.filter((item: { type?: string }) => item.type === 'function_call' || item.type === 'function_call_output'), [
+    { type: 'function_call', name: 'exec_command', arguments: JSON.stringify({ cmd: COMMAND }) },
+    { type: 'function_call_output', output: /chatd-ok/ },
+  ], 'the next request carries the call and the command\'s output')
+
   const bodies = sentBodies(relay.upstream)
-  t.equal(bodies.length, 2, 'one upstream call per model turn: Codex retried nothing')
+  t.equal(bodies.length, 2, 'one upstream call per model turn')
   const [first, second] = bodies
   t.ok(first.tools?.some((tool: { function?: { name?: string } }) => tool.function?.name === 'exec_command'), 'Codex\'s exec tool is offered to the model')
   t.match(JSON.stringify(first.messages), 'You are a coding agent running in the Codex CLI', 'with Codex\'s instructions')
@@ -135,10 +186,17 @@ t.test('codex exec with a model that thinks first: the reasoning item chatd stre
   if (!codexInstalled(t)) return
   const thinking = 'The user wants a file; one command writes it.'
   const relay = await relayThroughChatd(t, callThenAnswer({ tool: 'exec_command', calls: [JSON.stringify({ cmd: COMMAND })], answer: FINAL, reasoning: thinking }), { reasoning: 'separate' })
-  const run = await runCodex(t, relay, 'Write chatd-ok to out.txt.')
+  const proxy = await recordingProxy(t, relay)
+  const run = await runCodex(t, { baseURL: proxy.baseURL, key: relay.key }, 'Write chatd-ok to out.txt.')
 
-  t.equal(run.code, 0, `codex exec succeeds\n${shown(run)}`)
+  t.equal(run.code, 0, 'codex exec exits 0', { codex: shown(run) })
   t.equal(run.lastMessage?.trim(), FINAL)
   t.match(run.stdout + run.stderr, thinking, 'Codex shows the thinking as the reasoning summary')
-  t.equal(sentBodies(relay.upstream).length, 2, 'Codex retried nothing')
+  t.equal(proxy.exchanges.length, 2, 'Codex retried nothing')
+  t.equal(sentBodies(relay.upstream).length, 2)
+
+  const streamed = sseEvents(proxy.exchanges[0]?.reply ?? '').find(e => e.type === 'response.output_item.done' && e.item.type === 'reasoning')?.item
+  t.match(streamed, { type: 'reasoning', summary: [{ type: 'summary_text', text: thinking }], encrypted_content: /\S{16}/ }, 'chatd streamed the thinking as a reasoning item, sealed as Codex asked (include reasoning.encrypted_content)')
+  const sentBack = proxy.exchanges[1]?.body.input.find((item: { type?: string }) => item.type === 'reasoning')
+  t.match(sentBack, { type: 'reasoning', encrypted_content: streamed?.encrypted_content }, 'Codex sent the sealed value back as it got it, and chatd accepted the turn')
 })
