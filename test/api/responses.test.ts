@@ -7,8 +7,9 @@
 
 import t from 'tap'
 import type { GenerateEvent } from '../../src/engine/backend.ts'
+import { ApiError } from '../../src/errors.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
-import { buildResponsesApp, parseEvents, ScriptBackend, usage } from '../helpers/responses-app.ts'
+import { buildResponsesApp, MemoryResponseStore, parseEvents, ScriptBackend, usage } from '../helpers/responses-app.ts'
 
 const URL = '/api/v1/responses'
 
@@ -137,14 +138,6 @@ t.test('stored responses: saved with this turn\'s items, chained by previous_res
   }
 })
 
-t.test('without a store: nothing is kept, previous_response_id is not found', async t => {
-  const { app, auth } = await buildResponsesApp(t, { backends: [new ScriptedBackend()], store: null })
-  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x' } })
-  t.equal(res.json().store, false)
-  const chained = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x', previous_response_id: res.json().id } })
-  t.equal(chained.statusCode, 404)
-})
-
 t.test('errors name the Responses field: items, their parts, tools, and what the pipeline refuses', async t => {
   const backend = new ScriptedBackend()
   const { app, auth, db } = await buildResponsesApp(t, { backends: [backend], env: { MAX_MESSAGE_CHARS: '100' } })
@@ -217,4 +210,26 @@ t.test('hostile bodies are bounded: item counts, nesting, unknown fields, and th
   const nulls = await ask({ model: 'scripted', input: [{ type: 'message', role: 'user', content: 'x', id: null, status: null }], instructions: null, tools: null, tool_choice: null, text: null, reasoning: null, metadata: null, store: null, temperature: null })
   t.equal(nulls.statusCode, 200, `null means absent: ${nulls.body}`)
   t.equal((await ask({ model: 'scripted', input: 'still serving' })).statusCode, 200)
+})
+
+t.test('failures: a refusal before the first token keeps its status, streamed or not; one after it is response.failed; a store that fails does not fail the response', async t => {
+  const refusing = new ScriptedBackend({ id: 'refusing', refuse: new ApiError('context_length_exceeded', 'The conversation is too long.', { param: 'messages' }) })
+  const failing = new ScriptedBackend({ id: 'failing', failAfter: { deltas: 2, error: new ApiError('upstream_error', 'The upstream broke.') } })
+  const store = new MemoryResponseStore()
+  store.save = async () => { throw new Error('disk full') }
+  const { app, auth } = await buildResponsesApp(t, { backends: [refusing, failing, new ScriptedBackend()], store })
+  for (const stream of [false, true]) {
+    const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'refusing', input: 'x', stream } })
+    t.equal(res.statusCode, 400, `refused, stream ${stream}`)
+    t.match(res.json().error, { code: 'context_length_exceeded', param: 'input' })
+  }
+  const streamed = parseEvents((await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'failing', input: 'x', stream: true } })).body)
+  const failed = streamed.at(-1)!
+  t.equal(failed.event, 'response.failed')
+  t.match(failed.data.response, { status: 'failed', error: { code: 'upstream_error', message: 'The upstream broke.' } })
+  t.equal(((failed.data.response as { output: Array<{ content?: Array<{ text: string }> }> }).output[0].content ?? []).length, 0, 'the message open when it failed is shown as it was added')
+  const whole = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'failing', input: 'x' } })
+  t.equal(whole.statusCode, 502)
+  const kept = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x' } })
+  t.equal(kept.statusCode, 200, 'the store failing does not fail the response')
 })

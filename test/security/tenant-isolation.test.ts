@@ -136,6 +136,16 @@ const ROUTES: Record<string, Rule> = {
   },
 
   // Public dashboard forms: anyone may use them, and they only ever act on the account whose password is given.
+  'POST /api/v1/responses': {
+    access: 'key',
+    async check (t, w) {
+      // The Responses door meters like chat completions: the key's account, whatever the body says.
+      const res = await w.app.inject({ method: 'POST', url: '/api/v1/responses', headers: bearer(w.ann.key), payload: { model: 'scripted', input: 'Hi', user: w.bob.email, safety_identifier: w.bob.prefix } })
+      t.equal(res.statusCode, 200)
+      const row = await w.db.selectFrom('usage_records').select(['account_id', 'key_prefix']).where('request_id', '=', res.json().id).executeTakeFirst()
+      t.same(row, { account_id: w.ann.id, key_prefix: w.ann.prefix }, 'the row is Ann\'s, under the response id')
+    },
+  },
   'GET /api/login': { access: 'public', check: noAccountData('/api/login') },
   'POST /api/login': {
     access: 'public',

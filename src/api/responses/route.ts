@@ -161,16 +161,14 @@ async function streamResponse (request: FastifyRequest, reply: FastifyReply, sta
   const iterator = started.events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()
   let timer: NodeJS.Timeout | undefined
-  const waited = await Promise.race([
-    firstEvent.then(() => 'ready' as const),
-    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
-  ]).finally(() => clearTimeout(timer))
-  if (waited === 'ready') {
-    try {
-      await firstEvent
-    } catch (err) {
-      throw opts.mapError(err) // a refusal: its own status and JSON body
-    }
+  let waited: 'ready' | 'slow'
+  try {
+    waited = await Promise.race([
+      firstEvent.then(() => 'ready' as const),
+      new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
+    ]).finally(() => clearTimeout(timer))
+  } catch (err) {
+    throw opts.mapError(err) // a refusal: its own status and JSON body
   }
 
   const sse = new SseBody(opts.keepAliveMs)
