@@ -118,3 +118,19 @@ t.test('a refusal is the SDK\'s error, naming the field', async t => {
   t.match(image, { status: 400, param: 'input[0].content[0]', code: 'invalid_parameter' })
   t.match(await refusal({ model: MODEL, input: 'x', background: true }), { status: 400, param: 'background' })
 })
+
+t.test('previous_response_id: responses.retrieve, and a chained turn that reuses the first turn\'s prefix cache', async t => {
+  const first = await client.responses.create({ model: MODEL, input: 'Once upon a time, there was a dog named Max', temperature: 0, max_output_tokens: 20 })
+  // The database store and GET /responses/{id} come with the stored-responses module.
+  const probe = await fetch(`${server.url}/api/v1/responses/${first.id}`, { headers: { authorization: `Bearer ${KEY}` } })
+  if (probe.status === 404) {
+    t.comment('this build has no response store: nothing to chain')
+    return
+  }
+  const again = await client.responses.retrieve(first.id)
+  t.same(again.output, first.output, 'retrieved as returned')
+  const second = await client.responses.create({ model: MODEL, previous_response_id: first.id, input: 'What did Max do?', temperature: 0, max_output_tokens: 20 })
+  t.equal(second.previous_response_id, first.id)
+  t.ok(second.usage!.input_tokens > first.usage!.input_tokens + first.usage!.output_tokens, 'the first turn, its reply and the new message')
+  t.ok(second.usage!.input_tokens_details.cached_tokens >= first.usage!.input_tokens, `the chained turn reuses the first turn's cache (${second.usage!.input_tokens_details.cached_tokens} of ${second.usage!.input_tokens} cached)`)
+})
