@@ -6,7 +6,7 @@
 // response.completed: it retries, then exits 1), so exit code 0 here is the end-to-end check.
 // Codex is not a dependency: `npm run test:codex-install` installs it into .cache/codex/; without
 // it this test skips, saying so, except under CHATD_REQUIRE_SERVICES=1 (CI), where it fails.
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -145,6 +145,14 @@ t.test('CI installs the pinned Codex before the tests, so this test runs there r
   t.ok(install > ci.indexOf('npm@10 ci') && install < ci.indexOf('\nnpm test\n'), 'installed after npm ci, before npm test')
   t.equal(JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')).scripts['test:codex-install'], 'node scripts/install-codex.ts')
   t.match(readFileSync(join(REPO_ROOT, '.gitignore'), 'utf8'), /^\.cache\/$/m, 'the install is never committed')
+})
+
+t.test('installing again, once the pinned Codex is there, does nothing and says so', async t => {
+  if (!codexInstalled(t)) return
+  // No npm: nothing may reach the registry on this path.
+  const again = spawnSync(process.execPath, [join(REPO_ROOT, 'scripts/install-codex.ts')], { encoding: 'utf8', env: { ...process.env, PATH: '' }, timeout: 30_000 })
+  t.equal(again.status, 0, again.stderr)
+  t.equal(again.stdout, `@openai/codex@${CODEX_VERSION} is already in ${CODEX_DIR}\n`)
 })
 
 const COMMAND = 'echo chatd-ok | tee out.txt'
