@@ -22,6 +22,10 @@ export interface Script {
   cuts?: number[]
   /** Thinking the upstream sends before its calls, as `reasoning_content` (as vLLM and DeepSeek do). */
   reasoning?: string
+  /** The tool it calls (default get_weather). */
+  tool?: string
+  /** Its answer once the conversation carries a tool result (default ANSWER). */
+  answer?: string
 }
 
 const defaultScript: Script = { calls: ['{"city":"Oslo"}'] }
@@ -74,13 +78,13 @@ function reply (res: http.ServerResponse, stream: boolean, message: { content: s
   res.end()
 }
 
-/** Calls get_weather (as the script says) until the conversation carries a tool result, then answers ANSWER. */
+/** Calls the script's tool (get_weather) until the conversation carries a tool result, then answers (ANSWER). */
 export function callThenAnswer (script: Script = defaultScript): Handler {
   return (_req, res, recorded) => {
     const body = JSON.parse(recorded.body) as { stream?: boolean; messages: Array<{ role: string }> }
     const stream = body.stream === true
-    if (body.messages.some(m => m.role === 'tool')) return reply(res, stream, { content: ANSWER })
-    reply(res, stream, { content: null, reasoning: script.reasoning, tool_calls: script.calls.map((args, i) => ({ id: `call_up${i + 1}`, name: 'get_weather', arguments: args })) }, script.cuts)
+    if (body.messages.some(m => m.role === 'tool')) return reply(res, stream, { content: script.answer ?? ANSWER })
+    reply(res, stream, { content: null, reasoning: script.reasoning, tool_calls: script.calls.map((args, i) => ({ id: `call_up${i + 1}`, name: script.tool ?? 'get_weather', arguments: args })) }, script.cuts)
   }
 }
 
