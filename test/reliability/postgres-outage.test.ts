@@ -21,10 +21,9 @@ import { exitIfLingering } from '../helpers/linger.ts'
 import { POSTGRES_URL, throwawayPostgres } from '../helpers/services.ts'
 
 const TIMEOUT_MS = 1500
-exitIfLingering(t)
 const sleep = (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
 
-t.test('PostgreSQL restarted, partitioned and its connections ended during load', async t => {
+const done = t.test('PostgreSQL restarted, partitioned and its connections ended during load', async t => {
   const databaseUrl = await throwawayPostgres(t)
   if (databaseUrl === undefined) return
   const direct = await openMigratedDatabase({ kind: 'postgres', url: databaseUrl })
@@ -141,3 +140,4 @@ t.test('PostgreSQL restarted, partitioned and its connections ended during load'
   const endedInOutage = outcomes.filter(o => o.complete && o.phase !== o.endPhase).length
   t.comment(`replies that ended after a fault began or ended: ${endedInOutage}`)
 })
+exitIfLingering(t, done)
