@@ -142,6 +142,16 @@ t.test('stories260k: create and stream give the same greedy text; a forced tool\
   const again = await anthropic.messages.create(ask)
   t.equal(again.usage.input_tokens + (again.usage.cache_read_input_tokens ?? 0), whole.usage.input_tokens + (whole.usage.cache_read_input_tokens ?? 0), 'the same prompt, split between computed and cached')
 
+  // A stop sequence in the greedy text ends the reply there, and the message says which one.
+  const text = (whole.content[0] as Anthropic.TextBlock).text
+  const word = text.trim().split(/\s+/)[1]
+  const stopped = await anthropic.messages.create({ ...ask, stop_sequences: ['never appears', word] })
+  t.equal(stopped.stop_reason, 'stop_sequence')
+  t.equal(stopped.stop_sequence, word, 'the stop sequence that matched')
+  t.equal((stopped.content[0] as Anthropic.TextBlock).text, text.slice(0, text.indexOf(word)), 'the text before it, without it')
+  const stoppedStream = await anthropic.messages.stream({ ...ask, stop_sequences: ['never appears', word] }).finalMessage()
+  t.match(stoppedStream, { stop_reason: 'stop_sequence', stop_sequence: word }, 'streamed: message_delta says the same')
+
   const forcedAsk: Anthropic.MessageCreateParamsNonStreaming = { model: 'stories260k', max_tokens: 256, messages: [{ role: 'user', content: 'Weather?' }], tools: [weather], tool_choice: { type: 'tool', name: 'get_weather' } }
   const forced = await anthropic.messages.create({ ...forcedAsk, temperature: 0 } as Anthropic.MessageCreateParamsNonStreaming)
   const use = forced.content.find((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use')

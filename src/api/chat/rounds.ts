@@ -55,7 +55,7 @@ export async function * withRounds (
     const ranOn = calls.length > 0 && finish.reason !== 'length' && finish.reason !== 'cancelled' ? await next(calls, signal) : undefined
     const left = first.maxTokens === undefined ? undefined : first.maxTokens - usage.completion_tokens
     if (ranOn === undefined || (left !== undefined && left <= 0)) {
-      yield { type: 'finish', reason: ranOn === undefined ? finish.reason : 'length', usage }
+      yield { ...finish, reason: ranOn === undefined ? finish.reason : 'length', usage }
       return
     }
     request = {

@@ -20,10 +20,11 @@ export function toolUseId (id: string): string {
   return id.startsWith('toolu_') ? id : `toolu_${id}`
 }
 
-export function stopReason (reason: Exclude<FinishReason, 'cancelled'>, madeCalls: boolean): StopReason {
+/** `stopSequence`: the stop string that ended the reply, when the backend says which (finish event). */
+export function stopReason (reason: Exclude<FinishReason, 'cancelled'>, madeCalls: boolean, stopSequence?: string): StopReason {
   if (reason === 'length') return 'max_tokens'
   if (reason === 'tool_calls' || madeCalls) return 'tool_use'
-  return 'end_turn'
+  return stopSequence !== undefined ? 'stop_sequence' : 'end_turn'
 }
 
 /** Anthropic's input_tokens leaves out the tokens read from the cache (they are cache_read_input_tokens). */
@@ -142,19 +143,19 @@ export class MessageBuilder {
   }
 
   /** The closing events: the last block's stop, message_delta with the stop reason and usage, message_stop. */
-  finish (reason: Exclude<FinishReason, 'cancelled'>, usage: Usage): StreamEvent[] {
+  finish (reason: Exclude<FinishReason, 'cancelled'>, usage: Usage, stopSequence?: string): StreamEvent[] {
     const out: StreamEvent[] = []
     this.#flushPending(out)
     this.#close(out)
-    out.push({ type: 'message_delta', delta: { stop_reason: stopReason(reason, this.#madeCalls), stop_sequence: null }, usage: anthropicUsage(usage, this.#searches) })
+    out.push({ type: 'message_delta', delta: { stop_reason: stopReason(reason, this.#madeCalls, stopSequence), stop_sequence: stopSequence ?? null }, usage: anthropicUsage(usage, this.#searches) })
     out.push({ type: 'message_stop' })
     return out
   }
 
   /** The whole message the events so far add up to (call after `finish`). */
-  message (reason: Exclude<FinishReason, 'cancelled'>, usage: Usage): AnthropicMessage {
+  message (reason: Exclude<FinishReason, 'cancelled'>, usage: Usage, stopSequence?: string): AnthropicMessage {
     const { id, model } = this.#ctx
-    return { id, type: 'message', role: 'assistant', model, content: this.blocks, stop_reason: stopReason(reason, this.#madeCalls), stop_sequence: null, usage: anthropicUsage(usage, this.#searches) }
+    return { id, type: 'message', role: 'assistant', model, content: this.blocks, stop_reason: stopReason(reason, this.#madeCalls, stopSequence), stop_sequence: stopSequence ?? null, usage: anthropicUsage(usage, this.#searches) }
   }
 
   #toolPiece (piece: ToolCallDelta, out: StreamEvent[]): void {

@@ -83,8 +83,8 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
         request.log.info({ model: model.id }, 'client disconnected; generation stopped')
         return reply
       }
-      builder.finish(finish.reason, finish.usage)
-      return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage))
+      builder.finish(finish.reason, finish.usage, finish.stopSequence)
+      return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage, finish.stopSequence))
     }
     return streamMessage(request, reply, events, builder, searchEvents, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
   })
@@ -159,7 +159,7 @@ async function streamMessage (
             if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event
             break // the client has gone
           }
-          await send(builder.finish(event.reason, event.usage))
+          await send(builder.finish(event.reason, event.usage, event.stopSequence))
           break
         }
         next = await iterator.next()
