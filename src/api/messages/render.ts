@@ -104,6 +104,10 @@ export class MessageBuilder implements SearchView {
     return this.#ctx.id
   }
 
+  get model (): string {
+    return this.#ctx.model
+  }
+
   /** The model's id as the registry names it (known once the completion started). */
   set model (id: string) {
     this.#ctx.model = id
