@@ -335,42 +335,6 @@ t.test('count_tokens: an estimate, the same checks, no usage row', async t => {
   t.equal((await db.selectFrom('usage_records').selectAll().execute()).length, 0, 'counting writes no usage row')
 })
 
-t.test('web_search with a search provider: one search, its blocks first; without one, ignored', async t => {
-  const { loopbackServer } = await import('../upstream/loopback.ts')
-  const provider = await loopbackServer(t, (_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' })
-    res.end(JSON.stringify({ results: [{ title: 'Otters', url: 'https://example.org/otters', content: 'Otters live in rivers.' }] }))
-  })
-  const backend = new ScriptedBackend({ words: ['In', ' rivers', ' [1].'] })
-  const { app, auth } = await buildTestApp(t, { backends: [backend], env: { SEARCH_PROVIDER: 'searxng', SEARXNG_URL: provider.url } })
-  const ask = body({ messages: [{ role: 'user', content: 'Where do otters live?' }], tools: [{ type: 'web_search_20250305', name: 'web_search', max_uses: 3 }] })
-  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: ask })
-  t.equal(res.statusCode, 200, res.body)
-  const message = res.json()
-  t.same(message.content.map((b: { type: string }) => b.type), ['server_tool_use', 'web_search_tool_result', 'text'])
-  t.match(message.content[0], { name: 'web_search', input: { query: 'Where do otters live?' } })
-  t.match(message.content[0].id, /^srvtoolu_/)
-  t.same(message.content[1].content, [{ type: 'web_search_result', url: 'https://example.org/otters', title: 'Otters', page_age: null, encrypted_content: '' }])
-  t.equal(message.content[1].tool_use_id, message.content[0].id)
-  t.same(message.usage.server_tool_use, { web_search_requests: 1 })
-  t.match(backend.lastRequest?.messages[0].content, /\[1\] Otters\nhttps:\/\/example.org\/otters\nOtters live in rivers\./, 'the results reached the prompt')
-  t.equal(provider.requests.length, 1)
-
-  const streamed = accumulate(sseEvents((await app.inject({ method: 'POST', url: URL, headers: auth, payload: { ...ask, stream: true } })).body))
-  t.same({ ...streamed, id: '', content: streamed.content.map((b: any) => b.type === 'server_tool_use' ? { ...b, id: '' } : b.type === 'web_search_tool_result' ? { ...b, tool_use_id: '' } : b) },
-    { ...message, id: '', content: message.content.map((b: any) => b.type === 'server_tool_use' ? { ...b, id: '' } : b.type === 'web_search_tool_result' ? { ...b, tool_use_id: '' } : b) }, 'the stream adds up to the same message')
-
-  const forced = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { ...ask, tool_choice: { type: 'tool', name: 'web_search' } } })
-  t.equal(forced.statusCode, 200, 'forcing web_search is the search itself')
-  const none = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { ...ask, tool_choice: { type: 'none' } } })
-  t.same(none.json().content.map((b: { type: string }) => b.type), ['text'], 'tool_choice none: no search')
-
-  const plain = await buildTestApp(t, { backends: [new ScriptedBackend()] })
-  const ignored = await plain.app.inject({ method: 'POST', url: URL, headers: plain.auth, payload: ask })
-  t.equal(ignored.statusCode, 200)
-  t.same(ignored.json().content.map((b: { type: string }) => b.type), ['text'], 'no provider: the tool is ignored')
-})
-
 t.test('refusals are metered per key when the key comes in x-api-key', async t => {
   const { app, key } = await buildTestApp(t, { env: { REFUSED_PER_KEY_PER_MINUTE: '2', REFUSED_PER_ADDRESS_PER_MINUTE: '0' } })
   const headers = { 'x-api-key': key }

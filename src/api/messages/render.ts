@@ -4,15 +4,23 @@
 // stream's deltas add up to the whole message. Thinking blocks carry the
 // thinking sealed for the account as their `signature` (reasoning-seal.ts):
 // chatd can read it back, nobody else can, and another account's does not open.
+// The hosted web search (hosted-search.ts) shows each search it runs as a
+// server_tool_use block and its web_search_tool_result, between the rounds'
+// text; the model's calls to the search function are never shown as tool_use.
 
 import { randomBytes } from 'node:crypto'
-import type { FinishReason, GenerateEvent, ToolCallDelta, Usage } from '../../engine/backend.ts'
-import type { SearchDone } from '../chat/generate-request.ts'
+import type { FinishReason, GenerateEvent, ToolCall, ToolCallDelta, Usage } from '../../engine/backend.ts'
+import type { SearchResult } from '../../search/provider.ts'
+import { WEB_SEARCH_FUNCTION, type SearchRefusal, type SearchView } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { AnthropicMessage, AnthropicUsage, ResponseBlock, StopReason } from './schema.ts'
 
 export function newMessageId (): string {
   return 'msg_' + randomBytes(18).toString('base64url')
+}
+
+function serverToolUseId (): string {
+  return 'srvtoolu_' + randomBytes(12).toString('base64url')
 }
 
 /** A tool call's id as Anthropic's clients expect it (toolu_…); sent back, it is the chat call's id as is. */
@@ -56,6 +64,8 @@ export interface RenderContext {
   accountId: string | number
   seal: ReasoningSeal
   thinkingDisplay: 'summarized' | 'omitted'
+  /** chatd runs the model's web_search calls: they are shown as server tool blocks, never as tool_use. */
+  hostedSearch?: boolean
 }
 
 /** One streamed event, named as its `type`. */
@@ -71,39 +81,104 @@ type OpenBlock =
  * block opens when its kind changes (thinking, text, or a tool call of another index); a tool
  * call's block opens once its name is known, with the arguments so far as its first delta.
  */
-export class MessageBuilder {
+export class MessageBuilder implements SearchView {
   readonly #ctx: RenderContext
   readonly blocks: ResponseBlock[] = []
   #open: OpenBlock | undefined
   /** A call whose id came before its name: held until the name is known. */
   #pending: { call: number; id: string; name: string; args: string } | undefined
   #madeCalls = false
+  /** This round's calls to the hosted search, by index: not shown as they stream. */
+  readonly #searchCalls = new Set<number>()
+  #searchCallsSeen = false
   #searches = 0
+  /** Where the search blocks go as they happen (the stream); held until one is attached. */
+  #sink: ((events: StreamEvent[]) => Promise<void>) | undefined
+  #held: StreamEvent[] = []
 
   constructor (ctx: RenderContext) {
     this.#ctx = ctx
   }
 
-  /**
-   * The web search chatd ran for the request (the web_search server tool), as Anthropic shows a
-   * server tool's turn: a server_tool_use block with the query, then its web_search_tool_result.
-   */
-  searched (search: SearchDone): StreamEvent[] {
-    this.#searches++
-    const id = 'srvtoolu_' + randomBytes(12).toString('base64url')
-    const use: ResponseBlock = { type: 'server_tool_use', id, name: 'web_search', input: { query: search.query } }
-    const result: ResponseBlock = {
-      type: 'web_search_tool_result',
-      tool_use_id: id,
-      content: search.results.map(r => ({ type: 'web_search_result', url: r.url, title: r.title, page_age: null, encrypted_content: '' })),
+  get id (): string {
+    return this.#ctx.id
+  }
+
+  get model (): string {
+    return this.#ctx.model
+  }
+
+  /** The model's id as the registry names it (known once the completion started). */
+  set model (id: string) {
+    this.#ctx.model = id
+  }
+
+  /** Sends the search blocks shown so far, and from now on each as it happens. */
+  async attach (sink: (events: StreamEvent[]) => Promise<void>): Promise<void> {
+    this.#sink = sink
+    const held = this.#held
+    this.#held = []
+    if (held.length > 0) await sink(held)
+  }
+
+  async #emit (events: StreamEvent[]): Promise<void> {
+    if (this.#sink !== undefined) await this.#sink(events)
+    else this.#held.push(...events)
+  }
+
+  /** A block shown whole: its start and stop (a server_tool_use's input as one input_json_delta, as Anthropic streams it). */
+  #whole (block: ResponseBlock, out: StreamEvent[]): void {
+    const index = this.blocks.length
+    this.blocks.push(block)
+    if (block.type === 'server_tool_use') {
+      out.push({ type: 'content_block_start', index, content_block: { ...block, input: {} } })
+      out.push({ type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: JSON.stringify(block.input) } })
+    } else {
+      out.push({ type: 'content_block_start', index, content_block: block })
     }
+    out.push({ type: 'content_block_stop', index })
+  }
+
+  /** A round ended in search calls: its open block closes, and the next round's calls number from 0. */
+  async endRound (): Promise<void> {
     const out: StreamEvent[] = []
-    for (const block of [use, result]) {
-      const index = this.blocks.length
-      this.blocks.push(block)
-      out.push({ type: 'content_block_start', index, content_block: block }, { type: 'content_block_stop', index })
+    this.#flushPending(out)
+    this.#close(out)
+    this.#searchCalls.clear()
+    await this.#emit(out)
+  }
+
+  /** A search chatd runs: its server_tool_use block now, its web_search_tool_result when it is done. */
+  async webSearch (query: string): Promise<(results: SearchResult[] | undefined) => Promise<void>> {
+    const id = serverToolUseId()
+    const out: StreamEvent[] = []
+    this.#close(out)
+    this.#whole({ type: 'server_tool_use', id, name: 'web_search', input: { query } }, out)
+    await this.#emit(out)
+    return async results => {
+      if (results !== undefined) this.#searches++
+      const content = results === undefined
+        ? { type: 'web_search_tool_result_error' as const, error_code: 'unavailable' as const }
+        : results.map(r => ({ type: 'web_search_result' as const, url: r.url, title: r.title, page_age: null, encrypted_content: '' }))
+      const done: StreamEvent[] = []
+      this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content }, done)
+      await this.#emit(done)
     }
-    return out
+  }
+
+  /** A search call not run: its server_tool_use block and an error result saying why. */
+  async refused (call: ToolCall, why: SearchRefusal): Promise<void> {
+    const id = serverToolUseId()
+    const out: StreamEvent[] = []
+    this.#close(out)
+    this.#whole({ type: 'server_tool_use', id, name: 'web_search', input: toolInput(call.function.arguments) }, out)
+    this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content: { type: 'web_search_tool_result_error', error_code: why } }, out)
+    await this.#emit(out)
+  }
+
+  /** A reply whose last round asked only for searches chatd did not run ends as a turn, not for the client's tools. */
+  #shownReason (reason: Exclude<FinishReason, 'cancelled'>): Exclude<FinishReason, 'cancelled'> {
+    return reason === 'tool_calls' && !this.#madeCalls && this.#searchCallsSeen ? 'stop' : reason
   }
 
   start (): StreamEvent {
@@ -147,7 +222,7 @@ export class MessageBuilder {
     const out: StreamEvent[] = []
     this.#flushPending(out)
     this.#close(out)
-    out.push({ type: 'message_delta', delta: { stop_reason: stopReason(reason, this.#madeCalls, stopSequence), stop_sequence: stopSequence ?? null }, usage: anthropicUsage(usage, this.#searches) })
+    out.push({ type: 'message_delta', delta: { stop_reason: stopReason(this.#shownReason(reason), this.#madeCalls, stopSequence), stop_sequence: stopSequence ?? null }, usage: anthropicUsage(usage, this.#searches) })
     out.push({ type: 'message_stop' })
     return out
   }
@@ -155,10 +230,11 @@ export class MessageBuilder {
   /** The whole message the events so far add up to (call after `finish`). */
   message (reason: Exclude<FinishReason, 'cancelled'>, usage: Usage, stopSequence?: string): AnthropicMessage {
     const { id, model } = this.#ctx
-    return { id, type: 'message', role: 'assistant', model, content: this.blocks, stop_reason: stopReason(reason, this.#madeCalls, stopSequence), stop_sequence: stopSequence ?? null, usage: anthropicUsage(usage, this.#searches) }
+    return { id, type: 'message', role: 'assistant', model, content: this.blocks, stop_reason: stopReason(this.#shownReason(reason), this.#madeCalls, stopSequence), stop_sequence: stopSequence ?? null, usage: anthropicUsage(usage, this.#searches) }
   }
 
   #toolPiece (piece: ToolCallDelta, out: StreamEvent[]): void {
+    if (this.#searchCalls.has(piece.index)) return
     const open = this.#open
     if (open?.kind === 'tool_use' && open.call === piece.index) {
       if (piece.arguments) {
@@ -183,6 +259,11 @@ export class MessageBuilder {
     const pending = this.#pending
     if (pending === undefined) return
     this.#pending = undefined
+    if (this.#ctx.hostedSearch === true && pending.name === WEB_SEARCH_FUNCTION) {
+      this.#searchCalls.add(pending.call)
+      this.#searchCallsSeen = true
+      return
+    }
     this.#close(out)
     this.#madeCalls = true
     const id = toolUseId(pending.id === '' ? `call_${this.blocks.length}` : pending.id)

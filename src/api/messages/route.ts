@@ -12,6 +12,7 @@ import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import { estimatePromptTokens } from '../../limits/request-cost.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
+import { hostedSearchRounds } from '../hosted-search.ts'
 import { checkInputLimits, type InputLimits } from '../chat/input-limits.ts'
 import { resolveModel, type CompletionPipeline } from '../chat/pipeline.ts'
 import { SSE_HEADERS, SseBody } from '../chat/sse.ts'
@@ -58,21 +59,29 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
   }, async (request, reply) => {
     const body = request.body
     const accountId = request.account!.id // bearerAuth refused a request without one
-    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: pipeline.searchConfigured })
+    const search = pipeline.webSearch
+    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
+    const hostedSearch = translated.webSearch !== undefined && search !== undefined
+    const builder = new MessageBuilder({ id: newMessageId(), model: body.model, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay, hostedSearch })
     let started
     try {
-      started = await pipeline.start(request, reply, translated.chat, { clientSampling: translated.clientSampling, id: newMessageId() })
+      started = await pipeline.start(request, reply, translated.chat, {
+        clientSampling: translated.clientSampling,
+        id: builder.id,
+        // The model asks for searches itself; chatd runs them between rounds of the one reply.
+        ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, translated.webSearch) } : {}),
+      })
     } catch (err) {
       throw anthropicParam(err, translated)
     }
     if (started === undefined) return reply // the client left before generation started
-    const { events, meta, stop, model, searched } = started
-    const builder = new MessageBuilder({ id: meta.id, model: model.id, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay })
-    const searchEvents = searched ? builder.searched(searched) : []
+    const { events, stop, model } = started
+    builder.model = model.id
 
     if (body.stream !== true) {
       // Read to the end (not only to the finish), so the usage row is written before the answer leaves.
       let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
+      await builder.attach(async () => {}) // the searches' blocks are kept in the message only
       for await (const event of events) {
         if (event.type === 'delta') builder.delta(event)
         else finish = event
@@ -86,7 +95,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
       builder.finish(finish.reason, finish.usage, finish.stopSequence)
       return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage, finish.stopSequence))
     }
-    return streamMessage(request, reply, events, builder, searchEvents, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
+    return streamMessage(request, reply, events, builder, { keepAliveMs: sseKeepAliveMs, metrics: pipeline.metrics, stop })
   })
 
   app.post('/messages/count_tokens', {
@@ -128,7 +137,6 @@ async function streamMessage (
   reply: FastifyReply,
   events: AsyncIterable<GenerateEvent>,
   builder: MessageBuilder,
-  searchEvents: StreamEvent[],
   opts: { keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
@@ -148,7 +156,8 @@ async function streamMessage (
 
   void (async () => {
     try {
-      await send([builder.start(), { type: 'ping' }, ...searchEvents])
+      await send([builder.start(), { type: 'ping' }])
+      await builder.attach(send) // the searches' blocks, as the rounds run them
       let next = await firstEvent
       while (!next.done) {
         const event = next.value

@@ -85,7 +85,7 @@ export const AnthropicUsage = Type.Object({
   output_tokens: Type.Integer(),
   cache_read_input_tokens: Type.Integer({ description: 'Prompt tokens served from the prefix cache (local models).' }),
   cache_creation_input_tokens: Type.Integer({ description: 'Always 0: the prefix cache is written as a side effect, never billed apart.' }),
-  server_tool_use: Type.Optional(Type.Object({ web_search_requests: Type.Integer() }, { description: 'Web searches chatd ran for the request (the web_search server tool).' })),
+  server_tool_use: Type.Optional(Type.Object({ web_search_requests: Type.Integer() }, { description: 'Web searches chatd ran for the reply (the web_search server tool), failed ones left out.' })),
 })
 
 export type AnthropicUsage = Static<typeof AnthropicUsage>
@@ -94,11 +94,17 @@ const ResponseBlock = Type.Union([
   Type.Object({ type: Type.Literal('thinking'), thinking: Type.String(), signature: Type.String() }),
   Type.Object({ type: Type.Literal('text'), text: Type.String() }),
   Type.Object({ type: Type.Literal('tool_use'), id: Type.String(), name: Type.String(), input: Type.Unknown() }),
-  Type.Object({ type: Type.Literal('server_tool_use'), id: Type.String(), name: Type.Literal('web_search'), input: Type.Object({ query: Type.String() }) }),
+  Type.Object({ type: Type.Literal('server_tool_use'), id: Type.String(), name: Type.Literal('web_search'), input: Type.Object({}, { additionalProperties: true, description: '{query}: what was searched for.' }) }),
   Type.Object({
     type: Type.Literal('web_search_tool_result'),
     tool_use_id: Type.String(),
-    content: Type.Array(Type.Object({ type: Type.Literal('web_search_result'), url: Type.String(), title: Type.String(), page_age: Type.Null(), encrypted_content: Type.String() })),
+    content: Type.Union([
+      Type.Array(Type.Object({ type: Type.Literal('web_search_result'), url: Type.String(), title: Type.String(), page_age: Type.Null(), encrypted_content: Type.String() })),
+      Type.Object({
+        type: Type.Literal('web_search_tool_result_error'),
+        error_code: Type.Enum(['invalid_tool_input', 'unavailable', 'max_uses_exceeded'], { description: 'invalid_tool_input: the call named no query; unavailable: the provider failed; max_uses_exceeded: the reply\'s searches were used up.' }),
+      }),
+    ]),
   }),
 ])
 

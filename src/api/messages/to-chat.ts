@@ -13,7 +13,9 @@ import type { InputLimits } from '../chat/input-limits.ts'
 import { codePoints } from '../chat/input-limits.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
+import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
 import { TOOL_NAME_PATTERN, type ContentBlock, type MessagesRequest } from './schema.ts'
+import { isWebSearch, webSearchPlan, type WebSearchPlan } from './web-search.ts'
 
 type ChatMessage = ChatCompletionRequest['messages'][number]
 type ChatTool = NonNullable<ChatCompletionRequest['tools']>[number]
@@ -32,6 +34,8 @@ export interface Translated {
   /** Thinking blocks sent back whose signature opened for this account (the others were not chatd's, or not this account's). */
   verifiedThinking: number
   unverifiedThinking: number
+  /** The model is offered the hosted web_search function: chatd runs its calls (hosted-search.ts). */
+  webSearch?: WebSearchPlan
 }
 
 /** Server tools chatd does not run: ignored when offered, refused when forced. */
@@ -90,13 +94,8 @@ export interface TranslateContext {
   accountId: string | number
   seal: ReasoningSeal
   limits: InputLimits
-  /** A search provider is configured: an offered web_search server tool searches. */
+  /** A search provider is configured: an offered web_search server tool is offered to the model as a function chatd runs. */
   searchConfigured?: boolean
-}
-
-/** The web_search server tool (web_search_20250305 and later versions). */
-function isWebSearch (tool: { type?: string }): boolean {
-  return tool.type?.startsWith('web_search_') === true
 }
 
 /** The chat body for `body`; throws a 400 naming the Anthropic field at fault. */
@@ -200,10 +199,7 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     openCalls = new Set(calls.map(c => c.id))
   })
 
-  const { tools, toolOrigin } = toolsOf(body)
-  // chatd's models cannot ask for a search themselves: an offered web_search searches once per
-  // request, for the last user turn (the pipeline's googleSearchStatus), when a provider is set.
-  const search = ctx.searchConfigured === true && (body.tools ?? []).some(isWebSearch) && body.tool_choice?.type !== 'none'
+  const { tools, toolOrigin, webSearch } = toolsOf(body, ctx.searchConfigured === true)
   const chat: ChatCompletionRequest = {
     model: body.model,
     messages,
@@ -213,9 +209,8 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     top_p: body.top_p ?? 1,
     top_k: body.top_k ?? 0,
     ...(body.stop_sequences && body.stop_sequences.length > 0 ? { stop: body.stop_sequences } : {}),
-    ...(search ? { googleSearchStatus: true } : {}),
     ...(tools.length > 0 ? { tools } : {}),
-    ...toolChoiceOf(body, tools, ctx.searchConfigured === true),
+    ...toolChoiceOf(body, tools, webSearch !== undefined),
     ...reasoningOf(body),
     ...(body.output_config?.format ? { response_format: { type: 'json_schema', json_schema: { name: 'output', schema: body.output_config.format.schema, strict: true } } } : {}),
   }
@@ -227,15 +222,25 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     toolOrigin,
     verifiedThinking,
     unverifiedThinking,
+    ...(webSearch ? { webSearch } : {}),
   }
 }
 
-/** Client tools as chat tools; server tools (web_search_*, bash_*, …) are not offered. */
-function toolsOf (body: MessagesRequest): { tools: ChatTool[], toolOrigin: number[] } {
+/**
+ * Client tools as chat tools, and web_search (with a search provider) as the function chatd runs;
+ * the other server tools (bash_*, web_fetch_*, …) are not offered.
+ */
+function toolsOf (body: MessagesRequest, searchConfigured: boolean): { tools: ChatTool[], toolOrigin: number[], webSearch?: WebSearchPlan } {
   const tools: ChatTool[] = []
   const toolOrigin: number[] = []
+  let search: { plan: WebSearchPlan, index: number } | undefined
   ;(body.tools ?? []).forEach((tool, i) => {
     const at = `tools[${i}]`
+    if (isWebSearch(tool)) {
+      if (search !== undefined) throw invalidParam(`${at}.type`, `${at}: only one web_search tool may be offered (tools[${search.index}] is one).`)
+      search = { plan: webSearchPlan(tool, i), index: i }
+      return
+    }
     if (isServerTool(tool)) return
     if (!TOOL_NAME_PATTERN.test(tool.name)) throw invalidParam(`${at}.name`, `${at}.name must be 1 to 128 letters, digits, _ or -.`)
     const t = tool as typeof tool & { description?: unknown; input_schema?: unknown; strict?: unknown }
@@ -254,10 +259,14 @@ function toolsOf (body: MessagesRequest): { tools: ChatTool[], toolOrigin: numbe
     })
     toolOrigin.push(i)
   })
-  return { tools, toolOrigin }
+  // A client tool of the same name wins: the hosted search is then not offered.
+  if (search === undefined || !searchConfigured || tools.some(t => t.function.name === WEB_SEARCH_FUNCTION)) return { tools, toolOrigin }
+  tools.push(webSearchFunction())
+  toolOrigin.push(search.index)
+  return { tools, toolOrigin, webSearch: search.plan }
 }
 
-function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchConfigured: boolean): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
+function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchOffered: boolean): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
   const choice = body.tool_choice
   if (choice === undefined) return {}
   const fields: Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> = {}
@@ -266,7 +275,9 @@ function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchConfigure
     if (choice.name === undefined) throw invalidParam('tool_choice.name', 'tool_choice of type tool needs the name of the tool.')
     if (!tools.some(t => t.function.name === choice.name)) {
       const server = (body.tools ?? []).find(t => t.name === choice.name && isServerTool(t))
-      if (server && isWebSearch(server) && searchConfigured) return fields // the search runs anyway; the answer is free text
+      if (server && isWebSearch(server) && !searchOffered) {
+        throw new ApiError('search_unavailable', `tool_choice forces the server tool '${choice.name}' (${server.type}), but no search provider is configured on this server.`, { param: 'tool_choice' })
+      }
       if (server) throw invalidParam('tool_choice.name', `tool_choice forces '${choice.name}', a server tool (${server.type}) this server does not run.`)
       throw invalidParam('tool_choice.name', `tool_choice names '${choice.name}', which is not among the tools.`)
     }

@@ -11,6 +11,7 @@ import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
+import { hostedSearchRounds } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../chat/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
@@ -20,7 +21,6 @@ import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from 
 import { ResponseObject, ResponsesRequest } from './schema.ts'
 import type { ResponseStorePort } from './store-port.ts'
 import { inResponsesTerms, toChatRequest } from './to-chat.ts'
-import { hostedSearchRounds } from './web-search-rounds.ts'
 
 export interface ResponsesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */

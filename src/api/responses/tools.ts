@@ -3,7 +3,7 @@
 // function, under the name `<namespace>__<name>`, and their calls come back as
 // the Responses API returns them: `name` the function's own, `namespace` the
 // group's. The hosted `web_search` tool becomes a `web_search` function that
-// chatd itself runs (web-search-rounds.ts), when a search provider is
+// chatd itself runs (../hosted-search.ts), when a search provider is
 // configured; without one, and for every other hosted tool (file search, code
 // interpreter, computer use, image generation, remote MCP, custom tools), the
 // tool is ignored, unless tool_choice forces it: then 400 naming it.
@@ -11,13 +11,12 @@
 import { Compile } from 'typebox/compile'
 import { ApiError, invalidParam } from '../../errors.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
+import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
 import { FunctionTool, NamespaceTool, type ResponsesRequest } from './schema.ts'
 
 type ChatTool = NonNullable<ChatCompletionRequest['tools']>[number]
 type ChatToolChoice = NonNullable<ChatCompletionRequest['tool_choice']>
 
-/** The function chatd offers for the hosted web_search tool, and the name its calls carry. */
-export const WEB_SEARCH_FUNCTION = 'web_search'
 const WEB_SEARCH_TYPES = new Set(['web_search', 'web_search_preview', 'web_search_2025_08_26', 'web_search_preview_2025_03_11'])
 const NAMESPACE_SEPARATOR = '__'
 
@@ -100,14 +99,7 @@ export function planTools (body: ResponsesRequest, opts: { searchConfigured: boo
   // A client function of the same name wins: the hosted search is then not offered.
   if (searchRequested && opts.searchConfigured && !plan.targets.has(WEB_SEARCH_FUNCTION)) {
     plan.webSearch = true
-    plan.tools.push({
-      type: 'function',
-      function: {
-        name: WEB_SEARCH_FUNCTION,
-        description: 'Search the web. Returns the top results, each with its title, URL and a snippet.',
-        parameters: { type: 'object', properties: { query: { type: 'string', description: 'What to search for.' } }, required: ['query'] },
-      },
-    })
+    plan.tools.push(webSearchFunction())
     plan.sources.push('tools')
     plan.targets.set(WEB_SEARCH_FUNCTION, { hosted: 'web_search' })
   }
