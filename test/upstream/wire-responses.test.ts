@@ -16,6 +16,7 @@ import type { FastifyInstance } from 'fastify'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
 import type { GenerateEvent, GenerateRequest } from '../../src/engine/backend.ts'
+import { parseModelsFile } from '../../src/engine/models-file.ts'
 import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
@@ -360,4 +361,10 @@ t.test('a whole JSON response (an upstream that does not stream) is read too', a
   const out = await generate(backend)
   t.same(out.filter(e => e.type === 'delta'), [{ type: 'delta', reasoning: 'Hmm.', content: 'Hello' }])
   t.match(out.at(-1), { type: 'finish', reason: 'stop', usage: { prompt_tokens: 21, completion_tokens: 9 } })
+})
+
+t.test('models.json: "api" is chat, responses or messages; anything else names the field', async t => {
+  const entry = { id: 'up', backend: 'openai', baseUrl: 'http://127.0.0.1:1/v1', upstreamModel: 'm' }
+  t.equal(parseModelsFile(JSON.stringify({ models: [{ ...entry, api: 'responses' }] }), {})[0].entry.backend, 'openai')
+  t.throws(() => parseModelsFile(JSON.stringify({ models: [{ ...entry, api: 'soap' }] }), {}), /"api" .*\("chat", "responses", "messages"\)/)
 })
