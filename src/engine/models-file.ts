@@ -59,6 +59,11 @@ const OpenAiEntry = Type.Object({
   baseUrl: Type.String({ minLength: 1 }),
   apiKey: Type.Optional(Type.String()),
   upstreamModel: Type.String({ minLength: 1 }),
+  /**
+   * The API the upstream is spoken to in: "chat" (chat completions, the default), "responses"
+   * (OpenAI's Responses API) or "messages" (Anthropic's Messages API).
+   */
+  api: Type.Optional(Type.Enum(['chat', 'responses', 'messages'])),
   reasoning: Type.Optional(ReasoningMode),
   /** Send top_k upstream (vLLM, llama.cpp, Ollama accept it; OpenAI's API rejects it). Default false. */
   passTopK: Type.Optional(Type.Boolean()),

@@ -110,6 +110,7 @@ export const createOpenAi: BackendFactory<OpenAiModelEntry> = async (entry, ctx)
     id: entry.id,
     baseUrl: entry.baseUrl,
     apiKey: entry.apiKey,
+    api: entry.api,
     upstreamModel: entry.upstreamModel,
     passTopK: entry.passTopK,
     passCacheSalt: entry.passCacheSalt,

@@ -1,9 +1,10 @@
 // An OpenAI-compatible server (vLLM, llama.cpp, Ollama, a hosted API, another
 // chatd) as a Backend: models.json entries with `"backend": "openai"`.
 //
-// One generation is one POST to <baseUrl>/chat/completions under the upstream's
-// own model name and key, always streamed (see request-body.ts). Its chunks
-// become chatd's events, so clients see chatd's ids and frame sequence whatever
+// One generation is one POST under the upstream's own model name and key, always
+// streamed, in the API its entry names (`api`): chat completions, OpenAI's
+// Responses API or Anthropic's Messages API, each a wire (wire.ts) that builds
+// the body and reads the stream events. Whatever the API, they become chatd's events, so clients see chatd's ids and frame sequence whatever
 // the upstream. Failures before the upstream has sent anything (refused or
 // timed-out connections, 408/429/5xx) are retried a bounded number of times;
 // after that nothing is, because part of the reply may already be on its way to
@@ -16,18 +17,25 @@ import { ApiError } from '../../errors.ts'
 import type { Backend, BackendState, DeltaLogprobs, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
 import { ReasoningSplitter } from '../reasoning.ts'
 import { networkCause } from '../../network-errors.ts'
-import { cutOff, refused, relayedParamRefused, retryableStatus, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
-import { readChunk, readCompletion, type ReplyPiece } from './reply.ts'
-import { sendsMaxCompletionTokens, upstreamBody, type UpstreamModel } from './request-body.ts'
+import { StopStringMatcher } from '../onnx/stop-strings.ts'
+import { cutOff, refused, saysContextOverflow, timedOut, unreachable, unreadable } from './failures.ts'
+import type { ReplyPiece } from './reply.ts'
+import { sendsMaxCompletionTokens } from './request-body.ts'
 import { DEFAULT_UPSTREAM_SETTINGS, type UpstreamSettings } from './settings.ts'
 import { estimatePromptTokens, estimateTokens } from './usage.ts'
+import { endpointUrl, type StreamReader, type Wire, type WireApi, type WireModel } from './wire.ts'
+import { chatWire } from './wire-chat.ts'
+import { messagesWire } from './wire-messages.ts'
+import { responsesWire } from './wire-responses.ts'
 
 export interface UpstreamBackendOptions {
   id: string
   /** The API root as OpenAI clients take it, e.g. http://127.0.0.1:8000/v1. */
   baseUrl: string
-  /** Sent as a Bearer token; empty or absent sends none. */
+  /** Sent as a Bearer token (the Messages API: `x-api-key`); empty or absent sends none. */
   apiKey?: string
+  /** The API the upstream is spoken to in: chat completions (default), Responses or Messages. */
+  api?: WireApi
   upstreamModel: string
   passTopK?: boolean
   /** Send the cache scope as `cache_salt` (vLLM); see UpstreamModel. */
@@ -52,23 +60,20 @@ function withoutCachedTokens (usage: Usage): Usage {
 /** An error body is read only this far; a non-streamed reply, a bit further. */
 const MAX_ERROR_BYTES = 64 * 1024
 const MAX_REPLY_BYTES = 16 * 1024 * 1024
-/** One SSE event larger than this is no chat chunk. */
+/** One SSE event larger than this is no chunk of a reply, in any of the APIs. */
 const MAX_EVENT_BYTES = 1024 * 1024
 const BACKOFF_MS = 200
 const MAX_BACKOFF_MS = 2000
 
 /** <baseUrl>/chat/completions. Throws (without echoing the URL, which may be private) when baseUrl is no http(s) URL. */
 export function chatCompletionsUrl (baseUrl: string): URL {
-  let url: URL
-  try {
-    url = new URL(baseUrl)
-  } catch {
-    throw new Error('baseUrl is not a valid URL')
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('baseUrl must start with http:// or https://')
-  const path = url.pathname.replace(/\/+$/, '')
-  url.pathname = path.endsWith('/chat/completions') ? path : `${path}/chat/completions`
-  return url
+  return endpointUrl(baseUrl, 'chat/completions')
+}
+
+function wireFor (api: WireApi, model: WireModel): Wire {
+  if (api === 'responses') return responsesWire(model)
+  if (api === 'messages') return messagesWire(model)
+  return chatWire(model)
 }
 
 export class UpstreamBackend implements Backend {
@@ -76,7 +81,8 @@ export class UpstreamBackend implements Backend {
   readonly contextLength?: number
   readonly #endpoint: URL
   readonly #headers: Record<string, string>
-  readonly #model: UpstreamModel
+  readonly #wire: Wire
+  readonly #passCacheSalt: boolean
   readonly #startsInReasoning: boolean
   readonly #settings: UpstreamSettings
   readonly #agent: Agent
@@ -85,18 +91,22 @@ export class UpstreamBackend implements Backend {
   constructor (opts: UpstreamBackendOptions) {
     this.id = opts.id
     this.contextLength = opts.contextLength
-    this.#endpoint = chatCompletionsUrl(opts.baseUrl)
+    const api = opts.api ?? 'chat'
+    // The path does not change the host, which is all sendsMaxCompletionTokens looks at.
+    const probe = endpointUrl(opts.baseUrl, 'chat/completions')
+    this.#passCacheSalt = opts.passCacheSalt ?? false
+    this.#wire = wireFor(api, {
+      upstreamModel: opts.upstreamModel,
+      passTopK: opts.passTopK ?? false,
+      passCacheSalt: this.#passCacheSalt,
+      maxCompletionTokens: sendsMaxCompletionTokens(probe, opts.maxCompletionTokens),
+    })
+    this.#endpoint = endpointUrl(opts.baseUrl, this.#wire.path)
     this.#headers = {
       'content-type': 'application/json',
       accept: 'text/event-stream, application/json',
       'user-agent': 'chatd',
-      ...(opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {}),
-    }
-    this.#model = {
-      upstreamModel: opts.upstreamModel,
-      passTopK: opts.passTopK ?? false,
-      passCacheSalt: opts.passCacheSalt ?? false,
-      maxCompletionTokens: sendsMaxCompletionTokens(this.#endpoint, opts.maxCompletionTokens),
+      ...this.#wire.headers(opts.apiKey),
     }
     this.#startsInReasoning = opts.startsInReasoning ?? false
     this.#settings = opts.settings ?? DEFAULT_UPSTREAM_SETTINGS
@@ -116,7 +126,8 @@ export class UpstreamBackend implements Backend {
   async load (): Promise<void> {}
 
   async * generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
-    const payload = JSON.stringify(upstreamBody(request, this.#model))
+    const wire = this.#wire
+    const payload = JSON.stringify(wire.body(request))
     // Aborted when the client goes away and when the consumer stops reading.
     const controller = new AbortController()
     const abort = (): void => controller.abort()
@@ -129,7 +140,7 @@ export class UpstreamBackend implements Backend {
     let whole = false
     let reportedUsage: Usage | undefined
     const usage = (): Usage => {
-      if (reportedUsage) return this.#model.passCacheSalt ? reportedUsage : withoutCachedTokens(reportedUsage)
+      if (reportedUsage) return this.#passCacheSalt ? reportedUsage : withoutCachedTokens(reportedUsage)
       const prompt = estimatePromptTokens(request.messages)
       const completion = whole ? estimateTokens(allText) : textDeltas + toolDeltas
       return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
@@ -143,10 +154,10 @@ export class UpstreamBackend implements Backend {
       const progress = { done: false }
       let pieces: AsyncIterable<ReplyPiece>
       if (contentType.startsWith('text/event-stream')) {
-        pieces = streamedPieces(body, progress)
+        pieces = streamedPieces(body, wire.streamReader(), progress)
       } else if (contentType.includes('json')) {
         whole = true
-        pieces = wholePiece(body, progress)
+        pieces = wholePiece(body, wire, progress)
       } else {
         throw unreadable('neither an event stream nor JSON')
       }
@@ -155,11 +166,22 @@ export class UpstreamBackend implements Backend {
       let stopReason: string | undefined
       // Decided by the first piece with text: an upstream that separates the
       // reasoning itself gets no splitter; otherwise `<think>` in its content is split here.
-      let splitter: ReasoningSplitter | null | undefined
+      let splitter: ReasoningSplitter | null | undefined = wire.separatesReasoning ? null : undefined
+      // An API without stop strings (Responses): the text is cut at them here, and the reply ends there.
+      const stops = !wire.sendsStop && request.stop.length > 0 ? new StopStringMatcher(request.stop) : undefined
       for await (const piece of pieces) {
         if (piece.usage) reportedUsage = piece.usage
         if (piece.finishReason !== undefined) finishReason = piece.finishReason
         if (piece.stopReason !== undefined) stopReason = piece.stopReason
+        if (stops) {
+          const cut = stops.push(piece.content)
+          piece.content = cut.emit
+          if (cut.stopped) {
+            finishReason = 'stop'
+            stopReason = stops.matchedStop ?? undefined
+            progress.done = true
+          }
+        }
         if (piece.toolCalls) {
           toolDeltas++
           allText += piece.toolCalls.map(c => (c.name ?? '') + (c.arguments ?? '')).join('')
@@ -167,6 +189,7 @@ export class UpstreamBackend implements Backend {
         }
         if (piece.content === '' && piece.reasoning === '') {
           if (piece.logprobs) yield { type: 'delta', logprobs: piece.logprobs }
+          if (stops?.stopped) break
           continue
         }
         textDeltas++
@@ -175,6 +198,15 @@ export class UpstreamBackend implements Backend {
         const split = splitter === null ? { reasoning: '', content: piece.content } : splitter.push(piece.content)
         const event = delta(piece.reasoning + split.reasoning, split.content, piece.logprobs)
         if (event) yield event
+        if (stops?.stopped) break
+      }
+      if (stops && !stops.stopped) {
+        const rest = stops.flush()
+        if (rest !== '') {
+          textDeltas++
+          allText += rest
+          yield { type: 'delta', content: rest }
+        }
       }
       if (splitter) {
         const rest = splitter.flush()
@@ -212,8 +244,8 @@ export class UpstreamBackend implements Backend {
         response.body.on('error', () => {})
         response.body.destroy()
         const refusal = response.statusCode === 400 ? parseJson(text) : undefined
-        failure = refused(response.statusCode, refusal !== undefined && saysContextOverflow(refusal), refusal === undefined ? undefined : relayedParamRefused(refusal))
-        if (!retryableStatus(response.statusCode)) throw failure
+        failure = refused(response.statusCode, refusal !== undefined && saysContextOverflow(refusal), refusal === undefined ? undefined : this.#wire.relayedParam(refusal))
+        if (!this.#wire.retryable(response.statusCode)) throw failure
       } catch (err) {
         if (signal.aborted || err instanceof ApiError) throw err
         failure = connectFailure(err, this.#settings)
@@ -244,8 +276,8 @@ function finishReasonOf (reason: string | undefined): FinishReason {
   return reason === 'length' || reason === 'tool_calls' ? reason : 'stop'
 }
 
-/** The pieces of an SSE reply; sets `progress.done` at `data: [DONE]`. */
-async function * streamedPieces (body: AsyncIterable<Buffer | string>, progress: { done: boolean }): AsyncGenerator<ReplyPiece> {
+/** The pieces of an SSE reply, as the wire reads them; sets `progress.done` once it says the reply is complete. */
+async function * streamedPieces (body: AsyncIterable<Buffer | string>, reader: StreamReader, progress: { done: boolean }): AsyncGenerator<ReplyPiece> {
   const frames: Array<{ event?: string; data: string }> = []
   let oversized = false
   const parser = createParser({
@@ -258,22 +290,20 @@ async function * streamedPieces (body: AsyncIterable<Buffer | string>, progress:
     parser.feed(typeof chunk === 'string' ? chunk : decoder.decode(chunk, { stream: true }))
     if (oversized) throw unreadable(`an event larger than ${MAX_EVENT_BYTES} bytes`)
     for (let frame = frames.shift(); frame !== undefined; frame = frames.shift()) {
-      if (frame.data.trim() === '[DONE]') {
+      const piece = reader.read(frame.event, frame.data)
+      if (piece) yield piece
+      if (reader.done) {
         progress.done = true
         return
       }
-      // Named events other than "error" (pings, vendor extras) are not part of the reply.
-      if (frame.event !== undefined && frame.event !== 'message' && frame.event !== 'error') continue
-      if (frame.data.trim() === '') continue
-      yield readChunk(frame.data)
     }
   }
 }
 
-/** A reply that came as one JSON chat.completion. */
-async function * wholePiece (body: AsyncIterable<Buffer | string>, progress: { done: boolean }): AsyncGenerator<ReplyPiece> {
+/** A reply that came as one JSON body (a chat.completion, a response, a message). */
+async function * wholePiece (body: AsyncIterable<Buffer | string>, wire: Wire, progress: { done: boolean }): AsyncGenerator<ReplyPiece> {
   const text = await readText(body, MAX_REPLY_BYTES)
-  const piece = readCompletion(text)
+  const piece = wire.readWhole(text)
   progress.done = true
   yield piece
 }
