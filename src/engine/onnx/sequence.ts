@@ -14,7 +14,7 @@ import { IncrementalDetokenizer } from './detokenizer.ts'
 import { createRng, type Rng } from './rng.ts'
 import { sample } from './sampler.ts'
 import { adjustLogits, adjustsLogits, TokenCounts, type LogitAdjustments } from './logit-adjust.ts'
-import { StopStringMatcher } from './stop-strings.ts'
+import { StopStringMatcher } from '../stop-strings.ts'
 import { ReasoningSplitter, type SplitText } from '../reasoning.ts'
 import type { TextTokenizer } from './tokenizer.ts'
 

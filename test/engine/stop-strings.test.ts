@@ -1,5 +1,5 @@
 import t from 'tap'
-import { StopStringMatcher } from '../../../src/engine/onnx/stop-strings.ts'
+import { StopStringMatcher } from '../../src/engine/stop-strings.ts'
 
 /** Feeds the chunks; returns everything emitted (with flush when not stopped) and whether it stopped. */
 function run (stops: string[], chunks: string[]) {
