@@ -121,12 +121,6 @@ t.test('a refusal is the SDK\'s error, naming the field', async t => {
 
 t.test('previous_response_id: responses.retrieve, and a chained turn that reuses the first turn\'s prefix cache', async t => {
   const first = await client.responses.create({ model: MODEL, input: 'Once upon a time, there was a dog named Max', temperature: 0, max_output_tokens: 20 })
-  // The database store and GET /responses/{id} come with the stored-responses module.
-  const probe = await fetch(`${server.url}/api/v1/responses/${first.id}`, { headers: { authorization: `Bearer ${KEY}` } })
-  if (probe.status === 404) {
-    t.comment('this build has no response store: nothing to chain')
-    return
-  }
   const again = await client.responses.retrieve(first.id)
   t.same(again.output, first.output, 'retrieved as returned')
   const second = await client.responses.create({ model: MODEL, previous_response_id: first.id, input: 'What did Max do?', temperature: 0, max_output_tokens: 20 })
