@@ -51,7 +51,7 @@ function runClaude (args: string[], env: Record<string, string>, cwd: string): P
   })
 }
 
-const missing = existsSync(CLAUDE) ? undefined : `Claude Code is not installed at ${CLAUDE}; run scripts/install-claude-code.sh (CHATD_CLAUDE_CODE_DIR picks the folder)`
+const missing = existsSync(CLAUDE) ? undefined : `Claude Code is not installed at ${CLAUDE}; run npm run test:claude-code-install (CHATD_CLAUDE_CODE_DIR picks the folder)`
 const required = process.env.CHATD_REQUIRE_SERVICES === '1'
 
 t.test('claude -p runs one Bash command through chatd and ends with the final answer', { skip: required ? false : missing ?? false }, async t => {
