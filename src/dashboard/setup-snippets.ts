@@ -18,6 +18,20 @@ export interface Snippet {
 /** What Claude Code may ask for per reply: the most docs/api.md advises, and at most an eighth of the window, so the prompt has room. */
 const CLAUDE_CODE_OUTPUT_TOKENS = 4096
 
+/**
+ * What each agent's first turn needs in the context window, before the
+ * conversation (docs/api.md measured both: Codex's instructions are about
+ * 7,900 tokens, Claude Code's system prompt and tools about 12,000).
+ */
+const AGENT_PROMPT_TOKENS = { codex: 8_000, claudeCode: 12_000 }
+
+/** Said under an agent's snippet when the model's window cannot hold the agent's prompt. */
+function tooSmall (window: number | undefined, agent: string, promptTokens: number): string {
+  return window !== undefined && window < promptTokens
+    ? ` This model's window (${window} tokens) cannot hold ${agent}'s prompt (about ${promptTokens.toLocaleString('en-US')} tokens): use a larger model for it.`
+    : ''
+}
+
 /** A word the shell reads as itself: bare when that is safe, else single-quoted. */
 export function shellWord (value: string): string {
   return /^[A-Za-z0-9._:/@%+=,-]+$/.test(value) ? value : `'${value.replaceAll("'", "'\\''")}'`
@@ -70,7 +84,7 @@ export function setupSnippets ({ url, key, model }: { url: string; key: string; 
         '',
         'const client = new OpenAI({',
         `  baseURL: ${jsString(`${url}/api/v1`)},`,
-        `  apiKey: ${jsString(key)}, // or process.env.CHATD_API_KEY, to keep it out of your code`,
+        `  apiKey: ${jsString(key)}, // or process.env.CHATD_API_KEY`,
         '})',
         'const completion = await client.chat.completions.create({',
         `  model: ${jsString(model.id)},`,
@@ -82,7 +96,7 @@ export function setupSnippets ({ url, key, model }: { url: string; key: string; 
     {
       id: 'setup-codex',
       title: 'Codex: ~/.codex/config.toml',
-      note: 'chatd as a custom provider; Codex reads the key from CHATD_API_KEY (below).',
+      note: `chatd as a custom provider; Codex reads the key from CHATD_API_KEY (below).${tooSmall(window, 'Codex', AGENT_PROMPT_TOKENS.codex)}`,
       text: [
         `model = ${tomlString(model.id)}`,
         'model_provider = "chatd"',
@@ -103,7 +117,7 @@ export function setupSnippets ({ url, key, model }: { url: string; key: string; 
     {
       id: 'setup-claude-code',
       title: 'Claude Code',
-      note: 'In the shell that runs claude. It takes a model it does not know for a 1M-token window: the context line gives the real one.',
+      note: `In the shell that runs claude. It takes a model it does not know for a 1M-token window: the context line gives the real one.${tooSmall(window, 'Claude Code', AGENT_PROMPT_TOKENS.claudeCode)}`,
       text: [
         `export ANTHROPIC_BASE_URL=${shellWord(`${url}/api`)}`,
         `export ANTHROPIC_API_KEY=${shellWord(key)}`,

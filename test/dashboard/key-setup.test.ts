@@ -13,6 +13,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
 import { UnavailableBackend } from '../../src/engine/registry.ts'
+import { setupSnippets } from '../../src/dashboard/setup-snippets.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 import { Browser } from './jar.ts'
@@ -118,6 +119,9 @@ t.test('with ready models: every snippet has the real address, the local model a
   const messages = await run('bash', ['-c', `${claude}\ncurl -s "$ANTHROPIC_BASE_URL/v1/messages?beta=true" -H "x-api-key: $ANTHROPIC_API_KEY" -H 'anthropic-version: 2023-06-01' -H 'Content-Type: application/json' -d "{\\"model\\":\\"$ANTHROPIC_MODEL\\",\\"max_tokens\\":32,\\"messages\\":[{\\"role\\":\\"user\\",\\"content\\":\\"Hi\\"}]}"`])
   t.match(JSON.parse(messages.stdout), { type: 'message', model: 'local', content: [{ type: 'text', text: 'Hello there' }] }, 'Claude Code\'s variables reach the Messages API')
 
+  t.match(html, /This model&#39;s window \(512 tokens\) cannot hold Codex&#39;s prompt/, 'a window too small for the agents is said under their snippets')
+  t.match(html, /cannot hold Claude Code&#39;s prompt \(about 12,000 tokens\)/)
+
   const home = await browser.get('/api')
   t.notOk(home.body.includes(key.slice(15)), 'the key is on the new-key page only')
 })
@@ -197,4 +201,18 @@ t.test('hostile values: a Host header and a model id with markup are escaped or 
   t.equal(tomlValue(textOf(html, 'setup-codex')!, 'model'), odd)
   t.match(textOf(html, 'setup-node'), `model: ${JSON.stringify(odd)},`)
   t.ok(textOf(html, 'setup-curl')!.includes(key))
+})
+
+t.test('Claude Code\'s window and output reserve follow the model\'s context; an unknown window is said, not guessed', async t => {
+  const byId = (snippets: ReturnType<typeof setupSnippets>, id: string) => snippets.find(s => s.id === id)!
+  const url = 'https://chat.example.com'
+  const key = `sk-chatd-${'a'.repeat(32)}`
+  const large = setupSnippets({ url, key, model: { id: 'deepseek-r1-distill-qwen-1.5b', contextLength: 32768 } })
+  t.match(byId(large, 'setup-claude-code').text, /^export CLAUDE_CODE_MAX_CONTEXT_TOKENS=32768\nexport CLAUDE_CODE_MAX_OUTPUT_TOKENS=4096$/m, 'as docs/api.md advises for a 32k window')
+  t.notMatch(byId(large, 'setup-claude-code').note, /cannot hold/)
+  t.notMatch(byId(large, 'setup-codex').note, /cannot hold/)
+  const unknown = byId(setupSnippets({ url, key, model: { id: 'upstream' } }), 'setup-claude-code').text
+  t.notMatch(unknown, /^export CLAUDE_CODE_MAX_CONTEXT_TOKENS/m)
+  t.match(unknown, /^# CLAUDE_CODE_MAX_CONTEXT_TOKENS: this model's context window is not known to chatd/m)
+  t.match(unknown, /^export CLAUDE_CODE_MAX_OUTPUT_TOKENS=4096$/m)
 })
