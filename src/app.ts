@@ -238,6 +238,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     limiter,
     usage,
     db: accounts.database,
+    models,
     redis,
     config: {
       registration: config.registration ?? 'open',

@@ -6,6 +6,7 @@ import type { Accounts } from '../accounts/accounts.ts'
 import type { Sessions } from '../accounts/sessions.ts'
 import type { UsageRecords } from '../accounts/usage-records.ts'
 import type { Config } from '../config.ts'
+import type { ModelRegistry } from '../engine/registry.ts'
 import type { Limiter } from '../limits/limiter.ts'
 import type { Db } from '../store/database.ts'
 
@@ -15,6 +16,8 @@ export interface DashboardOptions {
   limiter: Limiter
   usage: UsageRecords
   db: Db
+  /** The models, for the new-key page's examples (which name a ready one). */
+  models: Pick<ModelRegistry, 'list' | 'state'>
   config: Pick<Config, 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'redisPrefix'>
   /** The shared connection when REDIS_URL is set: the log-in throttle counts there, across replicas. */
   redis?: Redis

@@ -121,8 +121,8 @@ export async function dashboard (app: FastifyInstance, opts: DashboardOptions): 
 
   // Fastify hands the register options (prefix included) to the plugin; pass on only ours,
   // or the child plugins would add the prefix a second time.
-  const { accounts, sessions, limiter, usage, db, redis } = opts
-  const deps: DashboardDeps = { accounts, sessions, limiter, usage, db, redis, config, loginLimit: { max: config.loginAttemptsPerMinute, timeWindow: 60_000 } }
+  const { accounts, sessions, limiter, usage, db, models, redis } = opts
+  const deps: DashboardDeps = { accounts, sessions, limiter, usage, db, models, redis, config, loginLimit: { max: config.loginAttemptsPerMinute, timeWindow: 60_000 } }
   await app.register(accountRoutes, deps)
   await app.register(keyRoutes, deps)
   await app.register(adminRoutes, deps)

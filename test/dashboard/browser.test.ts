@@ -1,16 +1,18 @@
 // The dashboard in a real browser: headless Chromium (Debian's `chromium`
 // package at /usr/bin/chromium) driven by playwright-core, against the whole
 // server (`chatd serve` as server.ts starts it) on the real stories260k model.
-// Register, log out and in, create a key and copy it, call the API with it
-// from an HTTP client (the openai SDK), see the call in the usage, revoke the
+// Register, log out and in, create a key and copy it, copy the set-up's curl
+// command and run it, call the API with the key from an HTTP client (the openai SDK), see the call in the usage, revoke the
 // key and see the next call fail with 401; a form posted without its CSRF
 // token is refused; everything but the copy button works with JavaScript off.
 // Each page the test renders is saved as a screenshot under
 // bench-out/screenshots/ (git-ignored).
 
+import { execFile } from 'node:child_process'
 import { existsSync, mkdirSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import { promisify } from 'node:util'
 import t from 'tap'
 import OpenAI from 'openai'
 import { chromium, type Browser, type Page } from 'playwright-core'
@@ -120,6 +122,16 @@ async function run (): Promise<void> {
     await copy.click()
     await page.waitForFunction('document.querySelector("button[data-copy]")?.textContent === "Copied"')
     t.equal(await page.evaluate('navigator.clipboard.readText()'), key, 'the copy button put the key on the clipboard')
+    t.equal((await page.textContent('#setup-model'))!.trim(), MODEL, 'the set-up names the ready model')
+    const copyCurl = page.locator('button[data-copy="setup-curl"]')
+    await copyCurl.click()
+    await page.locator('button[data-copy="setup-curl"]:has-text("Copied")').waitFor()
+    const curl = await page.evaluate('navigator.clipboard.readText()') as string
+    t.ok(curl.startsWith(`curl ${base}/api/v1/chat/completions`) && curl.includes(key) && curl.includes(`"model":"${MODEL}"`), 'the curl snippet\'s copy button copies it with the address, key and model')
+    // Not execFileSync: the server answering it runs in this process.
+    const pasted = JSON.parse((await promisify(execFile)('bash', ['-c', curl.replace('curl ', 'curl -s ')])).stdout) as { model: string; choices: unknown[] }
+    t.equal(pasted.model, MODEL, 'and pasted into a shell it gets a completion')
+    t.equal(pasted.choices.length, 1)
     await shot(page, 'dashboard-key-created')
 
     const client = new OpenAI({ apiKey: key, baseURL: `${base}/api/v1`, maxRetries: 0 })
@@ -130,10 +142,10 @@ async function run (): Promise<void> {
     t.notOk((await page.content()).includes(key.slice(15)), 'the key\'s secret is not on the dashboard')
     t.equal((await page.textContent('#keys tbody tr td:nth-child(2)'))!.trim(), `${key.slice(0, 15)}…`, 'listed by prefix')
     t.notMatch(await page.textContent('#keys tbody tr td:nth-child(4)'), /never/, 'with its last-used time')
-    t.equal((await page.textContent('#total-calls'))!.trim(), '1', 'the call is counted in the usage')
+    t.equal((await page.textContent('#total-calls'))!.trim(), '2', 'the calls (the pasted curl and the SDK\'s) are counted in the usage')
     const row = (await page.textContent('#recent tbody tr'))!.replace(/\s+/g, ' ')
     t.match(row, new RegExp(`${MODEL} ${completion.usage!.prompt_tokens} 12 completed`), 'and listed with its tokens')
-    t.match(await page.textContent('#stat-allowance'), /999\s*left of 1,000/, 'the allowance went down by one')
+    t.match(await page.textContent('#stat-allowance'), /998\s*left of 1,000/, 'the allowance went down by two')
     t.equal(await page.locator('svg.chart rect.bar-calls').count(), 30, 'a bar per day')
     await shot(page, 'dashboard-home-usage')
 
@@ -185,7 +197,8 @@ async function run (): Promise<void> {
     await page.fill('input[name=name]', 'no-js')
     await page.click('button:has-text("Create key")')
     t.match(await page.textContent('#new-key'), /^sk-chatd-/)
-    t.notOk(await page.locator('button[data-copy]').isVisible(), 'no copy button without JavaScript')
+    t.equal(await page.locator('button[data-copy]').count(), 6, 'the key and the five set-up snippets have copy buttons')
+    t.equal(await page.locator('button[data-copy]:visible').count(), 0, 'none shows without JavaScript')
   })
 
   t.test('an admin sets an account\'s tier on the accounts page', async t => {

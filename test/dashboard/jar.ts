@@ -8,6 +8,8 @@ export class Browser {
   readonly app: FastifyInstance
   /** Sent as X-Forwarded-Proto (with TRUST_PROXY) to act as a client behind a TLS proxy. */
   forwardedProto?: string
+  /** Sent with every request (a Host header, a proxy's X-Forwarded-Host). */
+  headers: Record<string, string> = {}
 
   constructor (app: FastifyInstance) {
     this.app = app
@@ -22,7 +24,7 @@ export class Browser {
   }
 
   #headers (): Record<string, string> {
-    const headers: Record<string, string> = {}
+    const headers: Record<string, string> = { ...this.headers }
     if (this.cookies.size > 0) headers.cookie = [...this.cookies].map(([k, v]) => `${k}=${v}`).join('; ')
     if (this.forwardedProto) headers['x-forwarded-proto'] = this.forwardedProto
     return headers

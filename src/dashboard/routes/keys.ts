@@ -7,6 +7,9 @@ import { usageReport } from '../../api/usage/report.ts'
 import { usageCharts } from '../chart.ts'
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
+import { serverUrl } from '../server-url.ts'
+import { chooseSetupModel } from '../setup-model.ts'
+import { modelsSnippet, setupSnippets } from '../setup-snippets.ts'
 import type { DashboardDeps } from '../deps.ts'
 
 /**
@@ -22,7 +25,7 @@ const NOTICES = new Map<unknown, string>([
 const MAX_KEY_NAME = 100
 
 export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Promise<void> {
-  const { accounts, limiter, usage } = deps
+  const { accounts, limiter, usage, models } = deps
 
   app.get('/', async (request, reply) => {
     const user = requireUser(request, reply)
@@ -44,7 +47,7 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
       keys: keys.reverse(),
       recent,
       notice: NOTICES.get(done),
-      baseUrl: `${request.protocol}://${request.host}`,
+      baseUrl: serverUrl(request),
     })
   })
 
@@ -58,7 +61,21 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
     const { key, info } = await accounts.createKey(user.id, { name })
     // The one time the key is shown. The page is not cached (no-store), and the
     // key is in no redirect, no cookie and no log line.
-    return reply.code(201).view('key-created', { title: 'New API key', user, csrf: formToken(reply), key, info, baseUrl: `${request.protocol}://${request.host}` })
+    const baseUrl = serverUrl(request)
+    const tier = limiter.tierOf(user)
+    const choice = chooseSetupModel(models, id => limiter.tiers.allowsModel(tier, id))
+    return reply.code(201).view('key-created', {
+      title: 'New API key',
+      user,
+      csrf: formToken(reply),
+      key,
+      info,
+      baseUrl,
+      model: choice.model,
+      // Every model and its state, when none is ready to name in the examples.
+      models: choice.model ? [] : choice.models,
+      snippets: !baseUrl ? [] : choice.model ? setupSnippets({ url: baseUrl, key, model: choice.model }) : [modelsSnippet({ url: baseUrl, key })],
+    })
   })
 
   app.post('/keys/revoke', { preHandler: app.csrfProtection }, async (request, reply) => {
