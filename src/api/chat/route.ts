@@ -13,7 +13,7 @@ import type { Metrics } from '../metrics/metrics.ts'
 import { chunkMaker, collect, completionBody, hasLogprobs, type CompletionMeta } from './completion.ts'
 import type { CompletionPipeline } from './pipeline.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
-import { SSE_HEADERS, SseBody } from './sse.ts'
+import { awaitFirstEvent, SSE_HEADERS, SseBody } from './sse.ts'
 import type { StopSignal } from './stop-signal.ts'
 
 export interface ChatRouteOptions {
@@ -97,12 +97,7 @@ async function streamCompletion (
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()
-  let timer: NodeJS.Timeout | undefined
-  const waited = await Promise.race([
-    firstEvent.then(() => 'ready' as const),
-    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
-  ]).finally(() => clearTimeout(timer))
-  if (waited === 'ready') await firstEvent // rethrows a refusal into the error handler (JSON + status)
+  const waited = await awaitFirstEvent(firstEvent, opts.keepAliveMs) // a refusal goes to the error handler (JSON + status)
 
   const sse = new SseBody(opts.keepAliveMs)
   const chunks = chunkMaker(meta, opts.includeUsage, opts.logprobs)

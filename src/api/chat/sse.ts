@@ -13,6 +13,21 @@ export const SSE_HEADERS = {
   'x-accel-buffering': 'no',
 }
 
+/**
+ * Waits up to one keep-alive interval for a stream's first event, so that a refusal before any
+ * output (context too long, queue full) still gets its own HTTP status and body: `ready` (the
+ * first event is in; a refusal is thrown from here) or `slow` (start the stream anyway, with
+ * keep-alives; a later refusal becomes the stream's error event). Every door's stream starts so.
+ */
+export async function awaitFirstEvent (first: Promise<unknown>, keepAliveMs: number): Promise<'ready' | 'slow'> {
+  let timer: NodeJS.Timeout | undefined
+  const waited = await Promise.race([
+    first.then(() => 'ready' as const),
+    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, keepAliveMs, 'slow') }),
+  ]).finally(() => clearTimeout(timer))
+  return waited
+}
+
 export class SseBody {
   readonly stream = new PassThrough()
   readonly #keepAlive: NodeJS.Timeout

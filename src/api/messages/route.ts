@@ -15,7 +15,7 @@ import { drainDeadlineError } from '../drain-deadline.ts'
 import { hostedSearchRounds } from '../hosted-search.ts'
 import { checkInputLimits, type InputLimits } from '../chat/input-limits.ts'
 import { resolveModel, type CompletionPipeline } from '../chat/pipeline.ts'
-import { SSE_HEADERS, SseBody } from '../chat/sse.ts'
+import { awaitFirstEvent, SSE_HEADERS, SseBody } from '../chat/sse.ts'
 import type { StopSignal } from '../chat/stop-signal.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
@@ -141,12 +141,7 @@ async function streamMessage (
 ): Promise<FastifyReply> {
   const iterator = events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()
-  let timer: NodeJS.Timeout | undefined
-  const waited = await Promise.race([
-    firstEvent.then(() => 'ready' as const),
-    new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
-  ]).finally(() => clearTimeout(timer))
-  if (waited === 'ready') await firstEvent // rethrows a refusal into the error handler (status + Anthropic body)
+  await awaitFirstEvent(firstEvent, opts.keepAliveMs) // a refusal goes to the error handler (status + Anthropic body)
 
   const sse = new SseBody(opts.keepAliveMs)
   reply.code(200).headers(SSE_HEADERS).send(sse.stream)

@@ -15,7 +15,7 @@ import { hostedSearchRounds } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../chat/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
-import { SSE_HEADERS, SseBody } from '../chat/sse.ts'
+import { awaitFirstEvent, SSE_HEADERS, SseBody } from '../chat/sse.ts'
 import { newId } from './ids.ts'
 import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
 import { ResponseObject, ResponsesRequest } from './schema.ts'
@@ -160,13 +160,9 @@ async function streamResponse (request: FastifyRequest, reply: FastifyReply, sta
 }): Promise<FastifyReply> {
   const iterator = started.events[Symbol.asyncIterator]()
   const firstEvent = iterator.next()
-  let timer: NodeJS.Timeout | undefined
   let waited: 'ready' | 'slow'
   try {
-    waited = await Promise.race([
-      firstEvent.then(() => 'ready' as const),
-      new Promise<'slow'>(resolve => { timer = setTimeout(resolve, opts.keepAliveMs, 'slow') }),
-    ]).finally(() => clearTimeout(timer))
+    waited = await awaitFirstEvent(firstEvent, opts.keepAliveMs)
   } catch (err) {
     throw opts.mapError(err) // a refusal: its own status and JSON body
   }

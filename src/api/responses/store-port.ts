@@ -3,19 +3,9 @@
 // a previous_response_id continues. The database store implements it; the
 // door knows only this interface.
 
-export interface StoredResponseRecord {
-  /** resp_… */
-  id: string
-  accountId: number
-  previousResponseId: string | null
-  model: string
-  /** Unix seconds. */
-  createdAt: number
-  /** The whole `response` object as it was returned. */
-  response: Record<string, unknown>
-  /** This turn's input items, each an item object with an `id` (msg_…, fc_…, fco_…, rs_…, ws_…). */
-  input: Array<Record<string, unknown>>
-}
+import type { StoredResponseRecord } from '../../responses/stored-responses.ts'
+
+export type { StoredResponseRecord }
 
 export interface ResponseStorePort {
   save (record: StoredResponseRecord): Promise<void>
