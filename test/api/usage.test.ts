@@ -222,6 +222,16 @@ t.test('GET /api/v1/usage: tier, limits, what remains, 30 days of totals', async
   t.ok(docs.paths['/api/v1/usage'], 'documented in the OpenAPI document')
 })
 
+t.test('tokens_per_minute counts the tools\' definitions as prompt: an agent\'s 8,000 characters of tools do not fit a 1,000-token minute', async t => {
+  const test = await buildTestApp(t, { tier: 'tight', tiers: JSON.stringify({ default: 'tight', tiers: { tight: { tokens_per_minute: 1000 } } }), backends: [new ScriptedBackend({ words: ['ok'] })] })
+  const tools = Array.from({ length: 4 }, (_, i) => ({ type: 'function', function: { name: `tool_${i}`, description: 'd'.repeat(2000), parameters: { type: 'object', properties: {} } } }))
+  const res = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { ...chatBody(), tools } })
+  t.equal(res.statusCode, 400, 'the prompt alone is about 2,100 tokens: it can never fit the minute')
+  t.match(res.json().error, { code: 'invalid_parameter', message: /The prompt alone \(about 2\d\d\d tokens\) leaves no room/ })
+  const without = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { ...chatBody(), tools, tool_choice: 'none' } })
+  t.equal(without.statusCode, 200, 'tool_choice none: the tools are not in the prompt')
+})
+
 t.test('tokens_per_minute without max_tokens or a cap: a 466-token reply is cut to what the minute allows', async t => {
   const words = Array.from({ length: 466 }, (_, i) => `w${i}`)
   const test = await buildTestApp(t, { tier: 'tight', tiers: JSON.stringify({ default: 'tight', tiers: { tight: { tokens_per_minute: 50 } } }), backends: [new ScriptedBackend({ words })] })
