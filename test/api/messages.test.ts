@@ -263,14 +263,29 @@ t.test('a failure after the stream started is an error event', async t => {
   t.notOk(events.some(([name]) => name === 'message_stop'))
 })
 
-t.test('a slow first event: message_start and a ping go out first, the reply follows', async t => {
+t.test('a slow first event: message_start and a ping go out first, pings keep the stream alive, the reply follows', async t => {
   let open!: () => void
   const gate = new Promise<void>(resolve => { open = resolve })
   const { app, auth } = await buildTestApp(t, { backends: [new ScriptedBackend({ firstGate: gate })], env: { SSE_KEEPALIVE_MS: '20' } })
-  setTimeout(() => open(), 100)
-  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: body({ stream: true }) })
-  const events = sseEvents(res.body)
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const { port } = app.server.address() as { port: number }
+  const res = await fetch(`http://127.0.0.1:${port}${URL}`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify(body({ stream: true })) })
+  // The model's first token waits on the gate; it opens only once three pings have arrived.
+  const reader = res.body!.getReader()
+  const decoder = new TextDecoder()
+  let text = ''
+  // (Three keep-alives of another kind end the wait too, so a regression fails instead of hanging.)
+  while ((text.match(/^event: ping$/gm) ?? []).length < 3 && (text.match(/^: /gm) ?? []).length < 3) {
+    const { value, done } = await reader.read()
+    if (done) break
+    text += decoder.decode(value, { stream: true })
+  }
+  open()
+  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) text += decoder.decode(chunk.value, { stream: true })
+  const events = sseEvents(text)
   t.same(events.slice(0, 2).map(e => e[0]), ['message_start', 'ping'])
+  t.ok(events.filter(e => e[0] === 'ping').length >= 3, 'pings, Anthropic\'s keep-alive, while the first token was awaited')
+  t.notMatch(text, /^:/m, 'no SSE comments: the keep-alive is the ping event')
   t.equal(accumulate(events).content[0].text, 'Once upon a time')
 })
 

@@ -32,8 +32,9 @@ export class SseBody {
   readonly stream = new PassThrough()
   readonly #keepAlive: NodeJS.Timeout
 
-  constructor (keepAliveMs: number) {
-    this.#keepAlive = setInterval(() => this.#write(': keep-alive\n\n'), keepAliveMs)
+  /** `keepAlive`: the frame written when nothing else was for `keepAliveMs` (an SSE comment unless a format has its own, as Anthropic's `ping`). */
+  constructor (keepAliveMs: number, keepAlive = ': keep-alive\n\n') {
+    this.#keepAlive = setInterval(() => this.#write(keepAlive), keepAliveMs)
     this.#keepAlive.unref()
     this.stream.once('close', () => clearInterval(this.#keepAlive))
   }

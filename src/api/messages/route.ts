@@ -143,7 +143,8 @@ async function streamMessage (
   const firstEvent = iterator.next()
   await awaitFirstEvent(firstEvent, opts.keepAliveMs) // a refusal goes to the error handler (status + Anthropic body)
 
-  const sse = new SseBody(opts.keepAliveMs)
+  // Anthropic's keep-alive is a ping event, sent while a long prompt is computed or the model thinks.
+  const sse = new SseBody(opts.keepAliveMs, 'event: ping\ndata: {"type":"ping"}\n\n')
   reply.code(200).headers(SSE_HEADERS).send(sse.stream)
   const send = async (events: StreamEvent[]): Promise<void> => {
     for (const event of events) await sse.event(event.type, event)
