@@ -1,7 +1,7 @@
 // A test file whose process lingers after its tests are done holds tap until its per-file
 // timeout kills it, and the file fails though every assertion passed. postgres-outage.test.ts
-// did so in some whole-suite runs under load, never when run alone; the handle that kept it
-// alive is not known yet. This names what is still open on stderr, for whoever finds the leak,
+// and grammar-isolation.test.ts each did so in some whole-suite runs, never when run alone;
+// what kept them alive is not known yet. This names what is still open on stderr, for whoever finds the leak,
 // then ends the file's TAP output and the process.
 //
 // It is armed when the file's tests have finished, not from a teardown of the root test: tap

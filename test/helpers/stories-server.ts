@@ -42,7 +42,18 @@ export async function startStoriesServer (t: Test, opts: {
     CHATD_AUTO_PULL: '0',
     ...opts.env,
   }), { print: () => {}, logger: false })
-  if (opts.closeOnTeardown !== false) t.teardown(() => app.close())
+  // Bounded, as the server's own shutdown is (SHUTDOWN_GRACE_MS): a close that hangs is named on
+  // stderr with what is still open, instead of holding the file until tap's timeout.
+  if (opts.closeOnTeardown !== false) {
+    t.teardown(async () => {
+      let timer: NodeJS.Timeout | undefined
+      const closed = await Promise.race([
+        app.close().then(() => true),
+        new Promise<false>(resolve => { timer = setTimeout(resolve, 15_000, false) }),
+      ]).finally(() => clearTimeout(timer))
+      if (!closed) process.stderr.write(`the stories260k server did not close within 15 s; open: ${JSON.stringify(process.getActiveResourcesInfo())}\n`)
+    })
+  }
   const deadline = Date.now() + 60_000
   while ((await app.inject({ url: '/readyz' })).statusCode !== 200) {
     if (Date.now() > deadline) throw new Error('the model did not become ready')
