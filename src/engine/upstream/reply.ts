@@ -6,6 +6,7 @@
 
 import type { DeltaLogprobs, TokenLogprob, ToolCallDelta, TopLogprob, Usage } from '../backend.ts'
 import { reportedError, unreadable } from './failures.ts'
+import { isObject, parseJson, type Json } from './json.ts'
 
 /** What one chunk (or a whole completion) contributes. */
 export interface ReplyPiece {
@@ -25,12 +26,6 @@ export interface ReplyPiece {
 
 /** A reply's calls are numbered from 0; more than this many is no reply chatd relays. */
 export const MAX_TOOL_CALL_INDEX = 127
-
-type Json = Record<string, unknown>
-
-function isObject (value: unknown): value is Json {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
 
 function optionalText (value: unknown, field: string): string {
   if (value === undefined || value === null) return ''
@@ -136,23 +131,12 @@ function readPiece (json: unknown, part: 'delta' | 'message'): ReplyPiece {
 
 /** One SSE data frame of a streamed reply. */
 export function readChunk (data: string): ReplyPiece {
-  let json: unknown
-  try {
-    json = JSON.parse(data)
-  } catch {
-    throw unreadable('an event that is not JSON')
-  }
-  return readPiece(json, 'delta')
+  return readPiece(parseJson(data, 'an event'), 'delta')
 }
 
 /** A whole, non-streamed reply. */
 export function readCompletion (text: string): ReplyPiece {
-  let json: unknown
-  try {
-    json = JSON.parse(text)
-  } catch {
-    throw unreadable('a body that is not JSON')
-  }
+  const json = parseJson(text, 'a body')
   const piece = readPiece(json, 'message')
   if (((json as Json).choices as unknown[]).length === 0) throw unreadable('no choice in the reply')
   return { ...piece, finishReason: piece.finishReason ?? 'stop' }

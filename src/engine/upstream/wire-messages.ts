@@ -8,7 +8,8 @@ import { ApiError } from '../../errors.ts'
 import type { ChatMessage, GenerateRequest, ReasoningEffort, ToolCallDelta, ToolChoice, Usage } from '../backend.ts'
 import { reportedError, retryableStatus, unreadable } from './failures.ts'
 import { MAX_TOOL_CALL_INDEX, type ReplyPiece } from './reply.ts'
-import { argumentsObject, isObject, type Json, type StreamReader, type Wire, type WireModel } from './wire.ts'
+import { isObject, parseJson, type Json } from './json.ts'
+import { argumentsObject, type StreamReader, type Wire, type WireModel } from './wire.ts'
 
 export const ANTHROPIC_VERSION = '2023-06-01'
 /** The Messages API requires max_tokens; this is sent when the request sets no cap. */
@@ -151,12 +152,7 @@ class MessagesStreamReader implements StreamReader {
 
   read (_event: string | undefined, data: string): ReplyPiece | undefined {
     if (data.trim() === '') return undefined
-    let json: unknown
-    try {
-      json = JSON.parse(data)
-    } catch {
-      throw unreadable('an event that is not JSON')
-    }
+    const json = parseJson(data, 'an event')
     if (!isObject(json)) throw unreadable('an event that is not an object')
     switch (json.type) {
       case 'message_start': {
@@ -229,12 +225,7 @@ class MessagesStreamReader implements StreamReader {
 
 /** A whole `message` (an upstream that answered without streaming). */
 export function readWholeMessage (body: string): ReplyPiece {
-  let json: unknown
-  try {
-    json = JSON.parse(body)
-  } catch {
-    throw unreadable('a body that is not JSON')
-  }
+  const json = parseJson(body, 'a body')
   if (!isObject(json)) throw unreadable('a JSON value that is not an object')
   if (json.type === 'error') throw reportedError()
   if (!Array.isArray(json.content)) throw unreadable('no "content" list')

@@ -10,7 +10,8 @@ import { ApiError } from '../../errors.ts'
 import type { ChatMessage, GenerateRequest, ToolCallDelta, ToolChoice, Usage } from '../backend.ts'
 import { reportedError, retryableStatus, unreadable, type RelayedParam } from './failures.ts'
 import { MAX_TOOL_CALL_INDEX, type ReplyPiece } from './reply.ts'
-import { bearer, isObject, type Json, type StreamReader, type Wire, type WireModel } from './wire.ts'
+import { isObject, parseJson, type Json } from './json.ts'
+import { bearer, type StreamReader, type Wire, type WireModel } from './wire.ts'
 
 /** One chat message as Responses input items (an assistant turn with calls is one item per call). */
 function inputItems (m: ChatMessage): Json[] {
@@ -130,12 +131,7 @@ class ResponsesStreamReader implements StreamReader {
 
   read (_event: string | undefined, data: string): ReplyPiece | undefined {
     if (data.trim() === '') return undefined
-    let json: unknown
-    try {
-      json = JSON.parse(data)
-    } catch {
-      throw unreadable('an event that is not JSON')
-    }
+    const json = parseJson(data, 'an event')
     if (!isObject(json)) throw unreadable('an event that is not an object')
     switch (json.type) {
       case 'response.output_text.delta':
@@ -218,12 +214,7 @@ class ResponsesStreamReader implements StreamReader {
 
 /** A whole `response` object (an upstream that answered without streaming). */
 export function readWholeResponse (body: string): ReplyPiece {
-  let json: unknown
-  try {
-    json = JSON.parse(body)
-  } catch {
-    throw unreadable('a body that is not JSON')
-  }
+  const json = parseJson(body, 'a body')
   if (!isObject(json)) throw unreadable('a JSON value that is not an object')
   if (json.status === 'failed' || (json.error !== undefined && json.error !== null)) throw reportedError()
   if (!Array.isArray(json.output)) throw unreadable('no "output" list')

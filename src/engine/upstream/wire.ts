@@ -6,6 +6,7 @@
 
 import type { GenerateRequest } from '../backend.ts'
 import type { RelayedParam } from './failures.ts'
+import { isObject, type Json } from './json.ts'
 import type { ReplyPiece } from './reply.ts'
 
 /** models.json `api`: which API the upstream is spoken to in. */
@@ -67,12 +68,6 @@ export function endpointUrl (baseUrl: string, path: string): URL {
   const base = url.pathname.replace(/\/+$/, '')
   url.pathname = base.endsWith(`/${path}`) ? base : `${base}/${path}`
   return url
-}
-
-export type Json = Record<string, unknown>
-
-export function isObject (value: unknown): value is Json {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
 /** A tool call's JSON arguments as an object (the Messages API's `input`); text that is no object is kept under `arguments`. */
