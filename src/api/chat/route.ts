@@ -6,14 +6,13 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { GenerateEvent } from '../../engine/backend.ts'
-import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { chunkMaker, collect, completionBody, hasLogprobs, type CompletionMeta } from './completion.ts'
 import type { CompletionPipeline } from './pipeline.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
-import { awaitFirstEvent, SSE_HEADERS, SseBody } from './sse.ts'
+import { failedWhileStreaming, streamGeneration } from './sse.ts'
 import type { StopSignal } from './stop-signal.ts'
 
 export interface ChatRouteOptions {
@@ -82,11 +81,9 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
 }
 
 /**
- * Streams one completion as SSE. The status line is held back until the
- * backend has produced its first event or refused the request, so refusals
- * (context too long, queue full) still get their own HTTP status and JSON body;
- * if the wait outlasts one keep-alive interval, the stream starts anyway (200)
- * with keep-alive comments, and a later refusal becomes an error event.
+ * Streams one completion as chat.completion.chunk frames (streamGeneration: a refusal before the
+ * first event keeps its own HTTP status and JSON body; a later one is an error frame), ending
+ * with `data: [DONE]`.
  */
 async function streamCompletion (
   request: FastifyRequest,
@@ -95,45 +92,24 @@ async function streamCompletion (
   meta: CompletionMeta,
   opts: { includeUsage: boolean; logprobs: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
-  const iterator = events[Symbol.asyncIterator]()
-  const firstEvent = iterator.next()
-  const waited = await awaitFirstEvent(firstEvent, opts.keepAliveMs) // a refusal goes to the error handler (JSON + status)
-
-  const sse = new SseBody(opts.keepAliveMs)
   const chunks = chunkMaker(meta, opts.includeUsage, opts.logprobs)
-  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
-
-  void (async () => {
-    try {
-      if (waited === 'slow') await sse.comment('keep-alive')
+  return streamGeneration(request, reply, events, opts, sse => ({
+    open: async slow => {
+      if (slow) await sse.comment('keep-alive')
       await sse.data(chunks.role())
-      let next = await firstEvent
-      while (!next.done) {
-        const event = next.value
-        if (event.type === 'delta') {
-          if (event.content || event.reasoning || event.toolCalls || hasLogprobs(event)) await sse.data(chunks.delta(event))
-        } else {
-          if (event.reason === 'cancelled') {
-            if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event
-            break // the client has gone
-          }
-          await sse.data(chunks.finish(event.reason))
-          if (opts.includeUsage) await sse.data(chunks.usage(event.usage))
-          await sse.data('[DONE]')
-          break
-        }
-        next = await iterator.next()
-      }
-    } catch (err) {
-      const apiError = err instanceof ApiError ? err : new ApiError('internal_error', 'The reply failed while streaming.')
-      if (!(err instanceof ApiError)) request.log.error({ err }, 'stream failed')
+    },
+    delta: async event => {
+      if (event.content || event.reasoning || event.toolCalls || hasLogprobs(event)) await sse.data(chunks.delta(event))
+    },
+    finish: async event => {
+      await sse.data(chunks.finish(event.reason))
+      if (opts.includeUsage) await sse.data(chunks.usage(event.usage))
+      await sse.data('[DONE]')
+    },
+    fail: async err => {
+      const apiError = failedWhileStreaming(request, err, 'The reply failed while streaming.')
       opts.metrics.errors.inc({ code: apiError.code })
       await sse.data(apiError.toBody())
-    } finally {
-      // Closes the backend's generator (releasing the gauge and the permit) if we stopped early.
-      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
-      sse.end()
-    }
-  })()
-  return reply
+    },
+  }))
 }

@@ -2,9 +2,15 @@
 // still runs its response hooks (logging, metrics) and destroys it when the
 // client goes away. Writes a `: keep-alive` comment whenever nothing else has
 // been written for `keepAliveMs`, so proxies and clients do not time out while
-// a request waits in the queue or thinks.
+// a request waits in the queue or thinks. streamGeneration is how every door
+// (chat completions, Responses, Messages) streams a generation through one.
 
 import { PassThrough } from 'node:stream'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FinishReason, GenerateEvent } from '../../engine/backend.ts'
+import { ApiError } from '../../errors.ts'
+import { drainDeadlineError } from '../drain-deadline.ts'
+import type { StopSignal } from './stop-signal.ts'
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -17,9 +23,9 @@ export const SSE_HEADERS = {
  * Waits up to one keep-alive interval for a stream's first event, so that a refusal before any
  * output (context too long, queue full) still gets its own HTTP status and body: `ready` (the
  * first event is in; a refusal is thrown from here) or `slow` (start the stream anyway, with
- * keep-alives; a later refusal becomes the stream's error event). Every door's stream starts so.
+ * keep-alives; a later refusal becomes the stream's error event).
  */
-export async function awaitFirstEvent (first: Promise<unknown>, keepAliveMs: number): Promise<'ready' | 'slow'> {
+async function awaitFirstEvent (first: Promise<unknown>, keepAliveMs: number): Promise<'ready' | 'slow'> {
   let timer: NodeJS.Timeout | undefined
   const waited = await Promise.race([
     first.then(() => 'ready' as const),
@@ -77,4 +83,72 @@ export class SseBody {
       })
     }
   }
+}
+
+/** What a door writes for each part of a generation's stream (streamGeneration). */
+export interface StreamWriters {
+  /** The stream's opening frames, once the status line is out; `slow`: the first event is still awaited. */
+  open (slow: boolean): Promise<void>
+  delta (event: Extract<GenerateEvent, { type: 'delta' }>): Promise<void>
+  /** The generation finished (not cancelled): the closing frames. */
+  finish (event: Extract<GenerateEvent, { type: 'finish' }> & { reason: Exclude<FinishReason, 'cancelled'> }): Promise<void>
+  /** A failure after the status line: the stream's error frame (log it, count it, write it). */
+  fail (err: unknown): Promise<void>
+}
+
+/**
+ * Streams one generation as SSE, the same way for every door: the status line waits for the
+ * first event (awaitFirstEvent: a refusal before it is thrown from here, with its own status);
+ * then the door's frames for each event; a generation cancelled by the drain deadline ends with
+ * the door's error frame, one cancelled by the client's leaving just ends; however it ends, the
+ * generation is closed (releasing its permit and gauges) and so is the stream.
+ */
+export async function streamGeneration (
+  request: FastifyRequest,
+  reply: FastifyReply,
+  events: AsyncIterable<GenerateEvent>,
+  opts: { keepAliveMs: number; keepAlive?: string; stop: StopSignal },
+  writers: (sse: SseBody) => StreamWriters
+): Promise<FastifyReply> {
+  const iterator = events[Symbol.asyncIterator]()
+  const firstEvent = iterator.next()
+  const waited = await awaitFirstEvent(firstEvent, opts.keepAliveMs)
+  const sse = new SseBody(opts.keepAliveMs, opts.keepAlive)
+  const write = writers(sse)
+  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
+
+  void (async () => {
+    try {
+      await write.open(waited === 'slow')
+      let next = await firstEvent
+      while (!next.done) {
+        const event = next.value
+        if (event.type === 'delta') {
+          await write.delta(event)
+        } else {
+          if (event.reason === 'cancelled') {
+            if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error frame
+            break // the client has gone
+          }
+          await write.finish({ ...event, reason: event.reason })
+          break
+        }
+        next = await iterator.next()
+      }
+    } catch (err) {
+      await write.fail(err)
+    } finally {
+      // Closes the backend's generator (releasing the gauge and the permit) if we stopped early.
+      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
+      sse.end()
+    }
+  })()
+  return reply
+}
+
+/** A failure after the status line, as the ApiError its error frame carries; one not expected is logged with its stack. */
+export function failedWhileStreaming (request: FastifyRequest, err: unknown, message: string): ApiError {
+  if (err instanceof ApiError) return err
+  request.log.error({ err }, 'stream failed')
+  return new ApiError('internal_error', message)
 }

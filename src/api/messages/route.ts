@@ -15,7 +15,7 @@ import { drainDeadlineError } from '../drain-deadline.ts'
 import { hostedSearchRounds } from '../hosted-search.ts'
 import { checkInputLimits, type InputLimits } from '../chat/input-limits.ts'
 import { resolveModel, type CompletionPipeline } from '../chat/pipeline.ts'
-import { awaitFirstEvent, SSE_HEADERS, SseBody } from '../chat/sse.ts'
+import { failedWhileStreaming, streamGeneration } from '../chat/sse.ts'
 import type { StopSignal } from '../chat/stop-signal.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
@@ -126,11 +126,10 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
 }
 
 /**
- * Streams one message as Anthropic's events. As the chat door does, the status line waits for the
- * backend's first event (a refusal then still gets its status and error body); after one
- * keep-alive interval the stream starts anyway with message_start and a `ping`, and a later
- * refusal becomes an `error` event. Between events, SseBody's keep-alive comments (which
- * Anthropic's SDK skips) keep proxies from timing out.
+ * Streams one message as Anthropic's events (streamGeneration: a refusal before the first event
+ * keeps its status and error body; a later one is an `error` event): message_start and a `ping`
+ * first, then the blocks. The keep-alive is Anthropic's own `ping` event, sent while a long prompt
+ * is computed or the model thinks.
  */
 async function streamMessage (
   request: FastifyRequest,
@@ -139,46 +138,22 @@ async function streamMessage (
   builder: MessageBuilder,
   opts: { keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
-  const iterator = events[Symbol.asyncIterator]()
-  const firstEvent = iterator.next()
-  await awaitFirstEvent(firstEvent, opts.keepAliveMs) // a refusal goes to the error handler (status + Anthropic body)
-
-  // Anthropic's keep-alive is a ping event, sent while a long prompt is computed or the model thinks.
-  const sse = new SseBody(opts.keepAliveMs, 'event: ping\ndata: {"type":"ping"}\n\n')
-  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
-  const send = async (events: StreamEvent[]): Promise<void> => {
-    for (const event of events) await sse.event(event.type, event)
-  }
-
-  void (async () => {
-    try {
-      await send([builder.start(), { type: 'ping' }])
-      await builder.attach(send) // the searches' blocks, as the rounds run them
-      let next = await firstEvent
-      while (!next.done) {
-        const event = next.value
-        if (event.type === 'delta') {
-          await send(builder.delta(event))
-        } else {
-          if (event.reason === 'cancelled') {
-            if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error event
-            break // the client has gone
-          }
-          await send(builder.finish(event.reason, event.usage, event.stopSequence))
-          break
-        }
-        next = await iterator.next()
-      }
-    } catch (err) {
-      const apiError = err instanceof ApiError ? err : new ApiError('internal_error', 'The reply failed while streaming.')
-      if (!(err instanceof ApiError)) request.log.error({ err }, 'stream failed')
-      opts.metrics.errors.inc({ code: apiError.code })
-      await sse.event('error', anthropicErrorBody(apiError))
-    } finally {
-      // Closes the backend's generator (releasing the gauge and the permit) if we stopped early.
-      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
-      sse.end()
+  return streamGeneration(request, reply, events, { ...opts, keepAlive: 'event: ping\ndata: {"type":"ping"}\n\n' }, sse => {
+    const send = async (events: StreamEvent[]): Promise<void> => {
+      for (const event of events) await sse.event(event.type, event)
     }
-  })()
-  return reply
+    return {
+      open: async () => {
+        await send([builder.start(), { type: 'ping' }])
+        await builder.attach(send) // the searches' blocks, as the rounds run them
+      },
+      delta: event => send(builder.delta(event)),
+      finish: event => send(builder.finish(event.reason, event.usage, event.stopSequence)),
+      fail: async err => {
+        const apiError = failedWhileStreaming(request, err, 'The reply failed while streaming.')
+        opts.metrics.errors.inc({ code: apiError.code })
+        await sse.event('error', anthropicErrorBody(apiError))
+      },
+    }
+  })
 }

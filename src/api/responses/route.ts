@@ -15,7 +15,7 @@ import { hostedSearchRounds } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../chat/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
-import { awaitFirstEvent, SSE_HEADERS, SseBody } from '../chat/sse.ts'
+import { failedWhileStreaming, streamGeneration } from '../chat/sse.ts'
 import { newId } from './ids.ts'
 import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
 import { ResponseObject, ResponsesRequest } from './schema.ts'
@@ -158,59 +158,36 @@ async function streamResponse (request: FastifyRequest, reply: FastifyReply, sta
   mapError: (err: unknown) => unknown
   onError: (code: string) => void
 }): Promise<FastifyReply> {
-  const iterator = started.events[Symbol.asyncIterator]()
-  const firstEvent = iterator.next()
-  let waited: 'ready' | 'slow'
-  try {
-    waited = await awaitFirstEvent(firstEvent, opts.keepAliveMs)
-  } catch (err) {
-    throw opts.mapError(err) // a refusal: its own status and JSON body
-  }
-
-  const sse = new SseBody(opts.keepAliveMs)
-  let sequence = 0
-  const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
-  opts.setSink(send)
-  reply.code(200).headers(SSE_HEADERS).send(sse.stream)
   const { assembler, shell } = opts
-
-  void (async () => {
-    try {
-      if (waited === 'slow') await sse.comment('keep-alive')
-      await send({ type: 'response.created', response: shell })
-      await send({ type: 'response.in_progress', response: shell })
-      let next = await firstEvent
-      while (!next.done) {
-        const event = next.value
-        if (event.type === 'delta') {
-          await assembler.delta(event)
-        } else {
-          if (event.reason === 'cancelled') {
-            if (started.stop.byShutdown()) throw drainDeadlineError()
-            break // the client has gone
-          }
+  try {
+    return await streamGeneration(request, reply, started.events, { keepAliveMs: opts.keepAliveMs, stop: started.stop }, sse => {
+      let sequence = 0
+      const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
+      opts.setSink(send)
+      return {
+        open: async slow => {
+          if (slow) await sse.comment('keep-alive')
+          await send({ type: 'response.created', response: shell })
+          await send({ type: 'response.in_progress', response: shell })
+        },
+        delta: event => assembler.delta(event),
+        finish: async event => {
           await assembler.finish(event.reason)
           const response = finished(shell, assembler, event)
           await opts.save(response)
           await send({ type: response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', response })
-          break
-        }
-        next = await iterator.next()
+        },
+        fail: async err => {
+          const apiError = failedWhileStreaming(request, opts.mapError(err), 'The response failed while streaming.')
+          opts.onError(apiError.code)
+          await send({
+            type: 'response.failed',
+            response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
+          })
+        },
       }
-    } catch (err) {
-      const mapped = opts.mapError(err)
-      const apiError = mapped instanceof ApiError ? mapped : new ApiError('internal_error', 'The response failed while streaming.')
-      if (!(mapped instanceof ApiError)) request.log.error({ err }, 'stream failed')
-      opts.onError(apiError.code)
-      await send({
-        type: 'response.failed',
-        response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
-      })
-    } finally {
-      // Closes the generation (releasing its permit) if the stream stopped early.
-      await Promise.resolve(iterator.return?.()).catch(err => request.log.error({ err }, 'closing the generation failed'))
-      sse.end()
-    }
-  })()
-  return reply
+    })
+  } catch (err) {
+    throw opts.mapError(err) // a refusal before the first event: its own status and JSON body
+  }
 }
