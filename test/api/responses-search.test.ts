@@ -77,6 +77,17 @@ t.test('at most three searches per response; then the reply ends', async t => {
   t.same(res.json().output.filter((o: { type: string }) => o.type === 'web_search_call').length, 3)
 })
 
+t.test('max_tool_calls lowers the searches a response may run; a search call beyond it is not run and the reply ends', async t => {
+  const { app, auth, backend, server } = await searchApp(t, [searchCall('a'), searchCall('b'), searchCall('c')])
+  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'Search twice at most', tools, max_tool_calls: 1 } })
+  t.equal(res.statusCode, 200, res.body)
+  t.equal(server.requests.length, 1, 'one search run')
+  t.equal(backend.requests.length, 2, 'one search, two generations')
+  t.equal(backend.requests[1].toolChoice, 'none', 'after its one search the model is told to answer')
+  t.equal(res.json().max_tool_calls, 1, 'echoed')
+  t.same(res.json().output.filter((o: { type: string }) => o.type === 'web_search_call').length, 1)
+})
+
 t.test('a client function called beside web_search ends the reply for the client to run; a failing provider is told to the model', async t => {
   const mixed: GenerateEvent[] = [
     { type: 'delta', toolCalls: [{ index: 0, id: 'c1', name: 'web_search', arguments: '{"query":"x"}' }] },

@@ -144,7 +144,7 @@ export const ResponsesRequest = Type.Object({
   tools: nullable(Type.Array(Type.Object({ type: Type.String({ maxLength: 64 }) }), { maxItems: TOOL_ENTRIES_MAX }), 'function and namespace tools; web_search served with the configured search provider; other hosted tools ignored unless tool_choice forces one.'),
   tool_choice: nullable(ToolChoice),
   parallel_tool_calls: nullable(Type.Boolean(), 'false: at most one function call per response.'),
-  max_tool_calls: nullable(Type.Integer({ minimum: 1 }), '1 works as parallel_tool_calls: false; more is accepted, not enforced.'),
+  max_tool_calls: nullable(Type.Integer({ minimum: 1 }), 'Built-in tool calls (the hosted web_search) this response may make; at most 3 whatever is asked. Function calls are not counted (parallel_tool_calls bounds those).'),
   reasoning: nullable(Type.Object({
     effort: nullable(Type.Enum(['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max']), 'How long a reasoning model thinks (xhigh and max as high).'),
     summary: nullable(Type.Enum(['auto', 'concise', 'detailed'])),

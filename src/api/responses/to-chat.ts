@@ -77,7 +77,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
   }
 
   const format = body.text?.format
-  const parallel = body.parallel_tool_calls === false || body.max_tool_calls === 1 ? false : body.parallel_tool_calls ?? undefined
+  const parallel = body.parallel_tool_calls === false ? false : body.parallel_tool_calls ?? undefined
   const effort = body.reasoning?.effort
   const chat: ChatCompletionRequest = {
     model: body.model,
