@@ -3,7 +3,6 @@
 
 import { randomBytes } from 'node:crypto'
 import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, ToolCall, ToolCallDelta, Usage } from '../../engine/backend.ts'
-import { ApiError } from '../../errors.ts'
 import type { SearchResult } from '../../search/provider.ts'
 import type { ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, SearchResultItem } from './schema.ts'
 
@@ -60,26 +59,27 @@ export function hasLogprobs (event: Extract<GenerateEvent, { type: 'delta' }>): 
   return event.logprobs !== undefined && (event.logprobs.content.length > 0 || event.logprobs.reasoning.length > 0)
 }
 
-/** Drains the events of one generation into the full text. */
-export async function collect (events: AsyncIterable<GenerateEvent>): Promise<CollectedCompletion> {
-  let content = ''
-  let reasoning = ''
-  const logprobs: DeltaLogprobs = { content: [], reasoning: [] }
-  const toolCalls: ToolCall[] = []
-  for await (const event of events) {
-    if (event.type === 'delta') {
-      if (event.toolCalls) assembleToolCalls(toolCalls, event.toolCalls)
-      content += event.content ?? ''
-      reasoning += event.reasoning ?? ''
-      if (event.logprobs) {
-        logprobs.content.push(...event.logprobs.content)
-        logprobs.reasoning.push(...event.logprobs.reasoning)
-      }
-    } else {
-      return { content, reasoning, finishReason: event.reason, usage: event.usage, logprobs, ...(toolCalls.length > 0 ? { toolCalls } : {}) }
+/** Gathers a whole (non-streamed) reply from its deltas: text, thinking, log-probabilities and tool calls. */
+export class CompletionCollector {
+  #content = ''
+  #reasoning = ''
+  readonly #logprobs: DeltaLogprobs = { content: [], reasoning: [] }
+  readonly #toolCalls: ToolCall[] = []
+
+  add (event: Extract<GenerateEvent, { type: 'delta' }>): void {
+    if (event.toolCalls) assembleToolCalls(this.#toolCalls, event.toolCalls)
+    this.#content += event.content ?? ''
+    this.#reasoning += event.reasoning ?? ''
+    if (event.logprobs) {
+      this.#logprobs.content.push(...event.logprobs.content)
+      this.#logprobs.reasoning.push(...event.logprobs.reasoning)
     }
   }
-  throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
+
+  completed (finish: { reason: VisibleFinish; usage: Usage }): CollectedCompletion & { finishReason: VisibleFinish } {
+    const toolCalls = this.#toolCalls.length > 0 ? { toolCalls: this.#toolCalls } : {}
+    return { content: this.#content, reasoning: this.#reasoning, finishReason: finish.reason, usage: finish.usage, logprobs: this.#logprobs, ...toolCalls }
+  }
 }
 
 /** The response's `logprobs`: the answer's tokens, and the thinking's when there are any. */

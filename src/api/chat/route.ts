@@ -6,13 +6,13 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { GenerateEvent } from '../../engine/backend.ts'
-import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
-import { chunkMaker, collect, completionBody, hasLogprobs, type CompletionMeta } from './completion.ts'
+import { chunkMaker, CompletionCollector, completionBody, hasLogprobs, type CompletionMeta } from './completion.ts'
 import type { CompletionPipeline } from './pipeline.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
 import { failedWhileStreaming, streamGeneration } from './sse.ts'
+import { readWholeReply } from './whole-reply.ts'
 import type { StopSignal } from './stop-signal.ts'
 
 export interface ChatRouteOptions {
@@ -57,17 +57,13 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     const body = request.body
     const started = await pipeline.start(request, reply, body, { clientSampling: clientSampling.get(body) })
     if (started === undefined) return reply // the client left before generation started
-    const { events, meta, stop, model } = started
+    const { events, meta, stop } = started
 
     if (!body.stream) {
-      const done = await collect(events)
-      if (done.finishReason === 'cancelled') {
-        if (stop.byShutdown()) throw drainDeadlineError() // 503: the client is still there to be told
-        // The client is gone; there is no one to answer.
-        request.log.info({ model: model.id }, 'client disconnected; generation stopped')
-        return reply
-      }
-      return reply.type('application/json; charset=utf-8').send(completionBody(meta, { ...done, finishReason: done.finishReason }, body.logprobs === true))
+      const collector = new CompletionCollector()
+      const finish = await readWholeReply(request, started, event => collector.add(event))
+      if (finish === undefined) return reply // the client left: nobody to answer
+      return reply.type('application/json; charset=utf-8').send(completionBody(meta, collector.completed(finish), body.logprobs === true))
     }
 
     return streamCompletion(request, reply, events, meta, {

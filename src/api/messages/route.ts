@@ -9,13 +9,12 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { GenerateEvent } from '../../engine/backend.ts'
-import { ApiError } from '../../errors.ts'
 import { estimatePromptTokens } from '../../limits/request-cost.ts'
-import { drainDeadlineError } from '../drain-deadline.ts'
 import { hostedSearchRounds } from '../hosted-search.ts'
 import { checkInputLimits, type InputLimits } from '../chat/input-limits.ts'
 import { resolveModel, type CompletionPipeline } from '../chat/pipeline.ts'
 import { failedWhileStreaming, streamGeneration } from '../chat/sse.ts'
+import { readWholeReply } from '../chat/whole-reply.ts'
 import type { StopSignal } from '../chat/stop-signal.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
@@ -79,19 +78,9 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     builder.model = model.id
 
     if (body.stream !== true) {
-      // Read to the end (not only to the finish), so the usage row is written before the answer leaves.
-      let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
       await builder.attach(async () => {}) // the searches' blocks are kept in the message only
-      for await (const event of events) {
-        if (event.type === 'delta') builder.delta(event)
-        else finish = event
-      }
-      if (finish === undefined) throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
-      if (finish.reason === 'cancelled') {
-        if (stop.byShutdown()) throw drainDeadlineError() // 503: the client is still there to be told
-        request.log.info({ model: model.id }, 'client disconnected; generation stopped')
-        return reply
-      }
+      const finish = await readWholeReply(request, started, event => { builder.delta(event) })
+      if (finish === undefined) return reply // the client left: nobody to answer
       builder.finish(finish.reason, finish.usage, finish.stopSequence)
       return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage, finish.stopSequence))
     }

@@ -7,15 +7,14 @@
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
-import { drainDeadlineError } from '../drain-deadline.ts'
 import { errorResponses } from '../error-schema.ts'
 import { hostedSearchRounds } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../chat/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
 import { failedWhileStreaming, streamGeneration } from '../chat/sse.ts'
+import { readWholeReply, type AnsweredFinish } from '../chat/whole-reply.ts'
 import { newId } from './ids.ts'
 import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
 import { ResponseObject, ResponsesRequest } from './schema.ts'
@@ -32,10 +31,8 @@ export interface ResponsesRouteOptions {
   sseKeepAliveMs: number
 }
 
-type Finish = Extract<GenerateEvent, { type: 'finish' }>
-
 /** The finished response object: the shell, the output, how it ended, the usage. */
-function finished (shell: Record<string, unknown>, assembler: OutputAssembler, finish: Finish): Record<string, unknown> {
+function finished (shell: Record<string, unknown>, assembler: OutputAssembler, finish: AnsweredFinish): Record<string, unknown> {
   const incomplete = finish.reason === 'length'
   return {
     ...shell,
@@ -111,21 +108,13 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     const mapError = (err: unknown): unknown => inResponsesTerms(err, translation.paramOf)
 
     if (!body.stream) {
-      let finish: Finish | undefined
+      let finish: AnsweredFinish | undefined
       try {
-        for await (const event of started.events) {
-          if (event.type === 'delta') await assembler.delta(event)
-          else finish = event
-        }
+        finish = await readWholeReply(request, started, event => assembler.delta(event))
       } catch (err) {
         throw mapError(err)
       }
-      if (finish === undefined) throw new ApiError('internal_error', 'The model stopped without finishing the reply.')
-      if (finish.reason === 'cancelled') {
-        if (started.stop.byShutdown()) throw drainDeadlineError()
-        request.log.info({ model: started.model.id }, 'client disconnected; generation stopped')
-        return reply
-      }
+      if (finish === undefined) return reply // the client left: nobody to answer
       await assembler.finish(finish.reason)
       const response = finished(shell, assembler, finish)
       await save(response)
