@@ -6,7 +6,10 @@
  *
  * The matcher holds back the longest tail of the text seen so far that could still grow into a
  * stop string (a proper prefix of one), and releases it as soon as it cannot. So the held text is
- * always shorter than the longest stop string, and each push costs O(held + new text) per stop.
+ * always shorter than the longest stop string. Each stop string is followed by a Knuth-Morris-Pratt
+ * automaton (its state: the longest prefix of it that the text ends with), so the work is linear in
+ * the text and the stop strings, whatever they hold: a client's stop strings are as long as the body
+ * allows, and a naive rescan of the held text per token would be quadratic on the engine's thread.
  */
 
 export interface StopPushResult {
@@ -21,10 +24,12 @@ export class StopStringMatcher {
   #held = ''
   #stopped = false
   #matched: string | null = null
+  readonly #automata: StopAutomaton[]
 
   /** @param stops the stop strings; empty strings are ignored (they would match everywhere). */
   constructor (stops: readonly string[]) {
     this.stops = stops.filter((s) => s.length > 0)
+    this.#automata = this.stops.map(stop => new StopAutomaton(stop))
   }
 
   /** Whether a stop string has been seen; later pushes emit nothing. */
@@ -44,31 +49,27 @@ export class StopStringMatcher {
 
   push (text: string): StopPushResult {
     if (this.#stopped) return { emit: '', stopped: true }
-    if (this.stops.length === 0) return { emit: text, stopped: false }
+    if (this.#automata.length === 0) return { emit: text, stopped: false }
 
     const buffer = this.#held + text
     // The stop string that is complete first, reading the text in order, wins (on a tie, the one
-    // that starts earlier). Generation ends the moment a stop string is complete, so this is the
-    // only rule that gives the same result however the text is cut into tokens.
-    let cut = -1
-    let cutEnd = Infinity
-    for (const stop of this.stops) {
-      const at = buffer.indexOf(stop)
-      if (at < 0) continue
-      const end = at + stop.length
-      if (end < cutEnd || (end === cutEnd && at < cut)) {
-        cut = at
-        cutEnd = end
-        this.#matched = stop
+    // that starts earlier: the longer). Generation ends the moment a stop string is complete, so
+    // this is the only rule that gives the same result however the text is cut into tokens.
+    for (let i = this.#held.length; i < buffer.length; i++) {
+      const unit = buffer.charCodeAt(i)
+      let complete: StopAutomaton | undefined
+      for (const automaton of this.#automata) {
+        if (automaton.advance(unit) && (complete === undefined || automaton.stop.length > complete.stop.length)) complete = automaton
+      }
+      if (complete !== undefined) {
+        this.#stopped = true
+        this.#matched = complete.stop
+        this.#held = ''
+        return { emit: buffer.slice(0, i + 1 - complete.stop.length), stopped: true }
       }
     }
-    if (cut >= 0) {
-      this.#stopped = true
-      this.#held = ''
-      return { emit: buffer.slice(0, cut), stopped: true }
-    }
-
-    const hold = longestStopPrefixSuffix(buffer, this.stops)
+    let hold = 0
+    for (const automaton of this.#automata) hold = Math.max(hold, automaton.state)
     this.#held = buffer.slice(buffer.length - hold)
     return { emit: buffer.slice(0, buffer.length - hold), stopped: false }
   }
@@ -81,17 +82,31 @@ export class StopStringMatcher {
   }
 }
 
-/** Length of the longest suffix of `text` that is a proper prefix of some stop string. */
-function longestStopPrefixSuffix (text: string, stops: readonly string[]): number {
-  let best = 0
-  for (const stop of stops) {
-    // Only lengths longer than the best so far matter; a full match was already ruled out.
-    for (let len = Math.min(stop.length - 1, text.length); len > best; len--) {
-      if (text.endsWith(stop.slice(0, len))) {
-        best = len
-        break
-      }
+/** One stop string's Knuth-Morris-Pratt automaton over UTF-16 code units. */
+class StopAutomaton {
+  readonly stop: string
+  /** The length of the longest prefix of the stop string that the text read so far ends with. */
+  state = 0
+  /** fallback[k]: the longest proper prefix of stop[0..k] that is also its suffix (the failure function). */
+  readonly #fallback: Uint32Array
+
+  constructor (stop: string) {
+    this.stop = stop
+    this.#fallback = new Uint32Array(stop.length)
+    for (let i = 1, k = 0; i < stop.length; i++) {
+      while (k > 0 && stop.charCodeAt(i) !== stop.charCodeAt(k)) k = this.#fallback[k - 1]!
+      if (stop.charCodeAt(i) === stop.charCodeAt(k)) k++
+      this.#fallback[i] = k
     }
   }
-  return best
+
+  /** Reads one code unit; true when the stop string is complete. Amortised O(1): state grows by at most one a unit. */
+  advance (unit: number): boolean {
+    let k = this.state
+    if (k === this.stop.length) k = this.#fallback[k - 1]!
+    while (k > 0 && unit !== this.stop.charCodeAt(k)) k = this.#fallback[k - 1]!
+    if (unit === this.stop.charCodeAt(k)) k++
+    this.state = k
+    return k === this.stop.length
+  }
 }

@@ -126,3 +126,20 @@ t.test('random texts and chunkings agree with a plain indexOf', async (t) => {
   }
   t.equal(failures, 0)
 })
+
+t.test('hostile stop strings as long as a body allows: the text is read once, not again per token', async (t) => {
+  // A client chooses its stop strings, and logit_bias can make the model repeat one token. With
+  // these two, a matcher that looked again at the held text for each prefix length would compare
+  // ~50,000 characters for each of ~50,000 lengths on every token once 100,000 are held: hours on
+  // the engine's thread for this one request. Read once, it is a fraction of a second.
+  const long = 'a'.repeat(100_000) + 'c'
+  const ridge = 'a'.repeat(50_000) + 'b'.repeat(50_000)
+  const m = new StopStringMatcher([ridge, long]) // the ridge first: a rescanning matcher cannot skip its lengths
+  let out = ''
+  for (let i = 0; i < 4000; i++) out += m.push('a'.repeat(32)).emit
+  t.equal(m.heldLength, 100_000, 'holds exactly the longest prefix a stop string could still grow from')
+  t.equal(out.length, 128_000 - 100_000, 'and has sent the rest as it came')
+  const end = m.push('c')
+  t.same({ stopped: end.stopped, emitted: end.emit.length }, { stopped: true, emitted: 0 })
+  t.equal(m.matchedStop, long)
+})
