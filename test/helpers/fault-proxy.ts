@@ -28,6 +28,20 @@ export interface FaultProxy {
   up: () => Promise<void>
 }
 
+/**
+ * Cuts a connection with RST, as a server process that died would leave its client. Not on a
+ * socket that is already ending (pipe() ends one when its other side ends): Node's
+ * resetAndDestroy() on a socket whose shutdown is still in flight fails with EINVAL and leaves
+ * its handle marked closing but never closed, and the process then spins forever in its exit
+ * cleanup after every test has passed (reproduced on Node 24.21: end(), then resetAndDestroy()
+ * in the same tick). Such a socket is destroyed plainly: it was closing anyway; so is one still
+ * connecting, whose reset would wait for the connection and could meet the same end().
+ */
+export function reset (socket: Socket): void {
+  if (socket.writableEnded || socket.connecting) socket.destroy()
+  else socket.resetAndDestroy()
+}
+
 export async function faultProxy (t: Test, target: { host: string; port: number }): Promise<FaultProxy> {
   let mode: ProxyMode = 'forward'
   let accepted = 0
@@ -37,8 +51,7 @@ export async function faultProxy (t: Test, target: { host: string; port: number 
     socket.once('close', () => open.delete(socket))
   }
   const cutAll = (): void => {
-    // resetAndDestroy sends RST, as a server process that died would leave the client.
-    for (const socket of open) socket.resetAndDestroy()
+    for (const socket of open) reset(socket)
   }
 
   const pairs = new Set<[Socket, Socket]>()
@@ -57,7 +70,7 @@ export async function faultProxy (t: Test, target: { host: string; port: number 
     client.on('error', () => {})
     if (mode === 'down') {
       // Accepted in the instant before the port closed: refused all the same.
-      client.resetAndDestroy()
+      reset(client)
       return
     }
     if (mode === 'blackhole') {
@@ -68,8 +81,8 @@ export async function faultProxy (t: Test, target: { host: string; port: number 
     track(server)
     const pair: [Socket, Socket] = [client, server]
     pairs.add(pair)
-    server.on('error', () => client.resetAndDestroy())
-    client.on('error', () => server.resetAndDestroy())
+    server.on('error', () => reset(client))
+    client.on('error', () => reset(server))
     client.pipe(server)
     server.pipe(client)
     client.once('close', () => { pairs.delete(pair); server.destroy() })
