@@ -1,20 +1,20 @@
-// Claude Code itself (`claude -p`, the pinned version scripts/install-claude-code.sh puts in its
-// cache folder) pointed at chatd with ANTHROPIC_BASE_URL and a chatd key. chatd relays the model
+// Claude Code itself (`claude -p`, the pinned version scripts/agents.ts puts in its cache folder)
+// pointed at chatd with ANTHROPIC_BASE_URL and a chatd key. chatd relays the model
 // to a scripted chat-completions upstream on loopback that asks for one Bash command; Claude Code
 // runs it, sends its output back through chatd as a tool_result, and ends with the upstream's
 // final answer (which quotes the output it was sent) and exit code 0. Without the binary the test
 // skips saying how to install it, unless CHATD_REQUIRE_SERVICES=1 (CI), where that is a failure.
 import { execFile } from 'node:child_process'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import type http from 'node:http'
-import { homedir, tmpdir } from 'node:os'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
+import { CLAUDE_CODE, installedAgent } from '../../scripts/agents.ts'
 import { MODEL, relayThroughChatd, sentBodies } from './harness.ts'
 import { chunk, sseData, sseHead } from '../upstream/loopback.ts'
 
-const dir = process.env.CHATD_CLAUDE_CODE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'chatd', 'claude-code')
-const CLAUDE = join(dir, 'node_modules', '@anthropic-ai', 'claude-code', 'bin', 'claude.exe')
+const claude = installedAgent(CLAUDE_CODE)
 const COMMAND = 'echo chatd-was-here'
 
 /** One chat-completions reply, streamed or whole, as the upstream's client asked. */
@@ -44,14 +44,14 @@ function reply (res: http.ServerResponse, stream: boolean, message: { content: s
 
 function runClaude (args: string[], env: Record<string, string>, cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise(resolve => {
-    execFile(CLAUDE, args, { env, cwd, timeout: 120_000, maxBuffer: 10 * 1024 * 1024 }, (err, stdout, stderr) => {
+    execFile((claude as { command: string[] }).command[0]!, args, { env, cwd, timeout: 120_000, maxBuffer: 10 * 1024 * 1024 }, (err, stdout, stderr) => {
       const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : null) : 0
       resolve({ code, stdout, stderr })
     }).stdin?.end()
   })
 }
 
-const missing = existsSync(CLAUDE) ? undefined : `Claude Code is not installed at ${CLAUDE}; run npm run test:claude-code-install (CHATD_CLAUDE_CODE_DIR picks the folder)`
+const missing = 'missing' in claude ? claude.missing : undefined
 const required = process.env.CHATD_REQUIRE_SERVICES === '1'
 
 t.test('claude -p runs one Bash command through chatd and ends with the final answer', { skip: required ? false : missing ?? false }, async t => {

@@ -1,17 +1,17 @@
-// The Codex CLI itself (`codex exec`, the version scripts/install-codex.ts pins), pointed at
+// The Codex CLI itself (`codex exec`, the version scripts/agents.ts pins), pointed at
 // chatd as a custom Responses provider, on a model relayed to a scripted chat-completions
 // upstream: the upstream asks for one shell command through Codex's exec tool, Codex runs it,
 // sends its output back through chatd, and the upstream's answer ends the turn. Codex refuses a
 // turn for any field, item or event it does not expect (a 400, a stream without
 // response.completed: it retries, then exits 1), so exit code 0 here is the end-to-end check.
-// Codex is not a dependency: `npm run test:codex-install` installs it into .cache/codex/; without
+// Codex is not a dependency: `npm run test:agents-install` installs it (scripts/agents.ts); without
 // it this test skips, saying so, except under CHATD_REQUIRE_SERVICES=1 (CI), where it fails.
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { CODEX_DIR, CODEX_ENTRY, CODEX_VERSION, installedCodexVersion } from '../../scripts/install-codex.ts'
+import { agentDir, CODEX, installedAgent } from '../../scripts/agents.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
 import { loopbackServer } from '../upstream/loopback.ts'
 import { callThenAnswer, MODEL, relayThroughChatd, sentBodies, type Relay } from './harness.ts'
@@ -21,14 +21,13 @@ const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
 // Codex that retries (what it does with a broken stream) from holding the run.
 const CODEX_TIMEOUT_MS = 120_000
 
+const codex = installedAgent(CODEX)
+
 /** True when the pinned Codex is installed; otherwise skips the test (fails it in CI) and says how to install. */
 function codexInstalled (t: Test): boolean {
-  const version = installedCodexVersion()
-  if (version === CODEX_VERSION) return true
-  const reason = version === undefined ? `the Codex CLI is not installed in ${CODEX_DIR}` : `${CODEX_DIR} holds Codex ${version}, not ${CODEX_VERSION}`
-  const hint = 'install it with `npm run test:codex-install`'
-  if (REQUIRED) t.fail(`${reason}, and CHATD_REQUIRE_SERVICES=1 says it must be there; ${hint}`)
-  else t.pass(`${t.name} needs the Codex CLI`, { skip: `${reason}; ${hint}` })
+  if ('command' in codex) return true
+  if (REQUIRED) t.fail(`${codex.missing}, and CHATD_REQUIRE_SERVICES=1 says it must be there`)
+  else t.pass(`${t.name} needs the Codex CLI`, { skip: codex.missing })
   return false
 }
 
@@ -114,8 +113,9 @@ async function runCodex (t: Test, chatd: { baseURL: string; key: string }, promp
   const last = join(dir, 'last-message.txt')
   // The command is the test's own and runs in a throwaway folder; Linux sandboxes (bubblewrap)
   // are not available in every CI container, so approvals and the sandbox are off.
-  const args = [CODEX_ENTRY, 'exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '--ephemeral', '--color', 'never', '-C', work, '-o', last, prompt]
-  const child = spawn(process.execPath, args, {
+  const [program, ...launcher] = (codex as { command: string[] }).command // codexInstalled said it is there
+  const args = [...launcher, 'exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '--ephemeral', '--color', 'never', '-C', work, '-o', last, prompt]
+  const child = spawn(program!, args, {
     cwd: work,
     env: { ...process.env, CODEX_HOME: home, CHATD_API_KEY: chatd.key, NO_COLOR: '1' },
     // stdin closed: `codex exec` otherwise waits to read more of the prompt from it.
@@ -138,21 +138,20 @@ function shown (run: CodexRun): string {
   return `exit ${run.code ?? run.signal}\nstdout: ${run.stdout.slice(-2000)}\nstderr: ${run.stderr.slice(-4000)}`
 }
 
-t.test('CI installs the pinned Codex before the tests, so this test runs there rather than skipping', async t => {
+t.test('CI installs the pinned agents before the tests, so the agent tests run there rather than skipping', async t => {
   const ci = readFileSync(join(REPO_ROOT, '.ci/run'), 'utf8')
-  const install = ci.indexOf('\nnpm run test:codex-install\n')
-  t.ok(ci.indexOf('\nexport CHATD_REQUIRE_SERVICES=1\n') > 0, 'a missing Codex fails in CI')
+  const install = ci.indexOf('\nnpm run test:agents-install\n')
+  t.ok(ci.indexOf('\nexport CHATD_REQUIRE_SERVICES=1\n') > 0, 'a missing agent fails in CI')
   t.ok(install > ci.indexOf('npm@10 ci') && install < ci.indexOf('\nnpm test\n'), 'installed after npm ci, before npm test')
-  t.equal(JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')).scripts['test:codex-install'], 'node scripts/install-codex.ts')
-  t.match(readFileSync(join(REPO_ROOT, '.gitignore'), 'utf8'), /^\.cache\/$/m, 'the install is never committed')
+  t.equal(JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')).scripts['test:agents-install'], 'node scripts/agents.ts')
 })
 
 t.test('installing again, once the pinned Codex is there, does nothing and says so', async t => {
   if (!codexInstalled(t)) return
-  // No npm: nothing may reach the registry on this path.
-  const again = spawnSync(process.execPath, [join(REPO_ROOT, 'scripts/install-codex.ts')], { encoding: 'utf8', env: { ...process.env, PATH: '' }, timeout: 30_000 })
+  // No npm on the PATH: nothing may reach the registry on this path.
+  const again = spawnSync(process.execPath, [join(REPO_ROOT, 'scripts/agents.ts'), 'codex'], { encoding: 'utf8', env: { ...process.env, PATH: '' }, timeout: 30_000 })
   t.equal(again.status, 0, again.stderr)
-  t.equal(again.stdout, `@openai/codex@${CODEX_VERSION} is already in ${CODEX_DIR}\n`)
+  t.match(again.stdout, `${CODEX.package}@${CODEX.version} is installed in ${agentDir(CODEX)}\n`)
 })
 
 const COMMAND = 'echo chatd-ok | tee out.txt'
