@@ -11,36 +11,24 @@ import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDty
 import type { DeviceChoice } from './ort.ts'
 import { GrammarService, type GrammarLimits } from './grammar-service.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
-import type { SharedPrefix } from './shared-prefix.ts'
+import type { EngineSettings } from './engine.ts'
 import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
 import { parseToolCalls } from '../tools/call-parser.ts'
 import { forcedCallTools } from '../tools/forced-call.ts'
 import { streamForcedCall } from '../tools/forced-stream.ts'
 
-export interface OnnxBackendOptions {
+/** The engine's tuning, as models.json and the settings give it (defaults are the engine's; see EngineSettings). */
+type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph'>
+
+export interface OnnxBackendOptions extends EngineTuning {
   id: string
   path: string
+  /** Checked here: a models.json value, not yet a ModelDtype. */
   dtype?: string
+  /** Checked here: 'auto', 'cpu' or 'cuda'. */
   device?: string
-  /** Who asked for the device, for its errors: a models.json entry; absent: ONNX_DEVICE. */
-  deviceFrom?: string
+  /** onnxruntime threads; 0 or absent: onnxruntime's choice. */
   threads?: number
-  /** Sequences decoding together; see SchedulerSettings. */
-  maxBatch?: number
-  /** Prompt tokens per run while others decode. */
-  prefillChunk?: number
-  /** models.json `contextLength`. */
-  contextLength?: number
-  /** KV_CACHE_MB in bytes (0: derived from the machine's memory). */
-  kvCacheBytes?: number
-  /** PREFIX_CACHE; default true. */
-  prefixCache?: boolean
-  /** PREFIX_CACHE_SHARED_PREFIX and where the model takes it; none when absent. */
-  sharedPrefix?: SharedPrefix
-  /** MIXED_BATCHES; default true. */
-  mixedBatches?: boolean
-  /** PROMPT_GRAPH; default true. */
-  promptGraph?: boolean
   /** GRAMMAR_COMPILE_TIMEOUT_MS, GRAMMAR_COMPILES_PER_ACCOUNT, GRAMMAR_COMPILES_MAX, GRAMMAR_WORKER_MEMORY_MB, GRAMMAR_WORKERS_MAX. */
   grammar?: Partial<GrammarLimits>
 }
@@ -83,21 +71,9 @@ export class OnnxBackend implements Backend {
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
     if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
-    this.#settings = {
-      modelDir: opts.path,
-      dtype,
-      device,
-      deviceFrom: opts.deviceFrom,
-      threads: opts.threads ?? 0,
-      maxBatch: opts.maxBatch,
-      prefillChunk: opts.prefillChunk,
-      contextLength: opts.contextLength,
-      kvCacheBytes: opts.kvCacheBytes,
-      prefixCache: opts.prefixCache,
-      sharedPrefix: opts.sharedPrefix,
-      mixedBatches: opts.mixedBatches,
-      promptGraph: opts.promptGraph,
-    }
+    // The rest of the options is the engine's tuning, passed on as given (the engine has the defaults).
+    const { id: _id, path, dtype: _dtype, device: _device, threads, grammar: _grammar, ...tuning } = opts
+    this.#settings = { ...tuning, modelDir: path, dtype, device, threads: threads ?? 0 }
     this.#grammars = new GrammarService({ modelDir: opts.path, dtype }, opts.grammar ?? {},
       (port, scope) => this.#worker?.postMessage({ type: 'grammar_port', port, scope } satisfies ToWorker, [port]))
   }

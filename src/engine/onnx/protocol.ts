@@ -2,34 +2,10 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
-import type { DeviceChoice } from './ort.ts'
-import type { ModelDtype } from './model-dir.ts'
-import type { SharedPrefix } from './shared-prefix.ts'
+import type { EngineSettings } from './engine.ts'
 
-export interface WorkerSettings {
-  modelDir: string
-  dtype: ModelDtype
-  device: DeviceChoice
-  /** Who asked for the device, for its errors: a models.json entry; absent: ONNX_DEVICE. */
-  deviceFrom?: string
-  threads: number
-  /** Sequences decoding together (continuous batching); default DEFAULT_SCHEDULER.maxBatch. */
-  maxBatch?: number
-  /** Prompt tokens per run while others decode; default DEFAULT_SCHEDULER.prefillChunk. */
-  prefillChunk?: number
-  /** models.json `contextLength`: lowers the model's own. */
-  contextLength?: number
-  /** KV cache budget in bytes; 0 or absent: derived from the machine's memory. */
-  kvCacheBytes?: number
-  /** PREFIX_CACHE; default true. */
-  prefixCache?: boolean
-  /** PREFIX_CACHE_SHARED_PREFIX, placed as the model takes a system prompt; none when absent. */
-  sharedPrefix?: SharedPrefix
-  /** MIXED_BATCHES; default true. */
-  mixedBatches?: boolean
-  /** PROMPT_GRAPH; default true. */
-  promptGraph?: boolean
-}
+/** The worker builds its engine from exactly the engine's settings (a structured clone of them). */
+export type WorkerSettings = EngineSettings
 
 export type ToWorker =
   | { type: 'generate'; id: string; request: GenerateRequest }
