@@ -17,12 +17,13 @@ import { startChatd } from '../helpers/chatd-process.ts'
 import { fakeModelsFile, fakeUpstream } from '../helpers/fake-upstream.ts'
 import { driveLoad, phaseClock, tally, type Outcome } from '../helpers/fault-load.ts'
 import { faultProxy } from '../helpers/fault-proxy.ts'
+import { exitIfLingering } from '../helpers/linger.ts'
 import { POSTGRES_URL, throwawayPostgres } from '../helpers/services.ts'
 
 const TIMEOUT_MS = 1500
 const sleep = (ms: number): Promise<void> => new Promise(resolve => setTimeout(resolve, ms))
 
-t.test('PostgreSQL restarted, partitioned and its connections ended during load', async t => {
+const done = t.test('PostgreSQL restarted, partitioned and its connections ended during load', async t => {
   const databaseUrl = await throwawayPostgres(t)
   if (databaseUrl === undefined) return
   const direct = await openMigratedDatabase({ kind: 'postgres', url: databaseUrl })
@@ -139,3 +140,5 @@ t.test('PostgreSQL restarted, partitioned and its connections ended during load'
   const endedInOutage = outcomes.filter(o => o.complete && o.phase !== o.endPhase).length
   t.comment(`replies that ended after a fault began or ended: ${endedInOutage}`)
 })
+// A socket the fault proxy could not close once kept this process spinning after it passed; see test/helpers/linger.ts.
+exitIfLingering(t, done)
