@@ -67,6 +67,12 @@ export function searchCallQuery (call: ToolCall): string | undefined {
   return searchQuery([{ role: 'user', content: query }])
 }
 
+/** What the model is told for a search call that was not run, and why. */
+export const searchNotRun = (why: string): string => `No search was run: ${why}. Answer with what you have.`
+
+/** What the model is told for a search that failed (the provider's message, when it gave one). */
+export const searchFailed = (why = 'Web search failed.'): string => `${why} Answer from what you know, and say that the search failed.`
+
 export function hostedSearchRounds (search: WebSearch, view: SearchView, opts: HostedSearchOptions = {}): ContinueAfterCalls {
   const maxUses = Math.min(opts.maxUses ?? SEARCHES_MAX, SEARCHES_MAX)
   let searches = 0
@@ -85,7 +91,7 @@ export function hostedSearchRounds (search: WebSearch, view: SearchView, opts: H
       if (query === undefined || searches >= maxUses) {
         await view.refused?.(call, query === undefined ? 'invalid_tool_input' : 'max_uses_exceeded')
         const why = query === undefined ? 'the call named no query' : `at most ${maxUses} searches are run per reply`
-        results.push({ role: 'tool', toolCallId: call.id, content: `No search was run: ${why}. Answer with what you have.` })
+        results.push({ role: 'tool', toolCallId: call.id, content: searchNotRun(why) })
         continue
       }
       searches++
@@ -98,8 +104,7 @@ export function hostedSearchRounds (search: WebSearch, view: SearchView, opts: H
       } catch (err) {
         if (signal.aborted) throw err
         await done(undefined)
-        const why = err instanceof ApiError ? err.message : 'Web search failed.'
-        results.push({ role: 'tool', toolCallId: call.id, content: `${why} Answer from what you know, and say that the search failed.` })
+        results.push({ role: 'tool', toolCallId: call.id, content: searchFailed(err instanceof ApiError ? err.message : undefined) })
       }
     }
     return { results, toolChoice: searches >= maxUses ? 'none' : 'auto' }

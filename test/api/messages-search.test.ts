@@ -81,11 +81,15 @@ function accumulate (events: Array<[string, any]>): any {
   return message
 }
 
-/** Ids are random: the shape without them (a result still names its server_tool_use's id, checked apart). */
+/** Ids and sealed values are random: the shape without them (a result still names its server_tool_use's id, checked apart). */
 const withoutIds = (m: any) => ({
   ...m,
   id: '',
-  content: m.content.map((b: any) => b.type === 'server_tool_use' ? { ...b, id: '' } : b.type === 'web_search_tool_result' ? { ...b, tool_use_id: '' } : b),
+  content: m.content.map((b: any) => b.type === 'server_tool_use'
+    ? { ...b, id: '' }
+    : b.type === 'web_search_tool_result'
+      ? { ...b, tool_use_id: '', content: Array.isArray(b.content) ? b.content.map((r: any) => ({ ...r, encrypted_content: '' })) : b.content }
+      : b),
 })
 
 t.test('a web_search call is run by chatd: server_tool_use and web_search_tool_result blocks, the results given to the model, one usage row', async t => {
@@ -97,10 +101,11 @@ t.test('a web_search call is run by chatd: server_tool_use and web_search_tool_r
   t.match(message.content[0].id, /^srvtoolu_[A-Za-z0-9_-]+$/)
   t.same({ ...message.content[0], id: '' }, { type: 'server_tool_use', id: '', name: 'web_search', input: { query: 'where do otters live' } })
   t.equal(message.content[1].tool_use_id, message.content[0].id)
-  t.same(message.content[1].content, [
-    { type: 'web_search_result', url: 'https://example.org/otters', title: 'Otters', page_age: null, encrypted_content: '' },
-    { type: 'web_search_result', url: 'https://docs.wildlife.net/sea/otters', title: 'Sea otters', page_age: null, encrypted_content: '' },
+  t.match(message.content[1].content, [
+    { type: 'web_search_result', url: 'https://example.org/otters', title: 'Otters', page_age: null, encrypted_content: /^chatd1\./ },
+    { type: 'web_search_result', url: 'https://docs.wildlife.net/sea/otters', title: 'Sea otters', page_age: null, encrypted_content: /^chatd1\./ },
   ])
+  t.notMatch(JSON.stringify(message.content[1]), /live in/, 'the results\' text only sealed')
   t.same(message.content[2], { type: 'text', text: 'Otters live in rivers [1].' })
   t.equal(message.stop_reason, 'end_turn', 'a search is not the client\'s tool_use')
   t.same(message.usage, { input_tokens: 40, output_tokens: 13, cache_read_input_tokens: 20, cache_creation_input_tokens: 0, server_tool_use: { web_search_requests: 1 } }, 'the rounds summed')
@@ -116,6 +121,51 @@ t.test('a web_search call is run by chatd: server_tool_use and web_search_tool_r
   const rows = await db.selectFrom('usage_records').selectAll().execute()
   t.equal(rows.length, 1, 'one request, one usage row')
   t.match(rows[0], { request_id: message.id, prompt_tokens: 60, completion_tokens: 13, status: 'completed' })
+})
+
+t.test('sent back on the next turn, a search is replayed to the model as it read it: the call, then its results, sealed text included', async t => {
+  const { app, auth, backend } = await searchApp(t, [searchCall('where do otters live'), answer, [{ type: 'delta', content: 'The second one.' }, { type: 'finish', reason: 'stop', usage: usage(80, 4) }]])
+  const first = (await app.inject({ method: 'POST', url: URL, headers: auth, payload: ask() })).json()
+  const round2 = backend.requests[1].messages
+  const next = ask({ messages: [{ role: 'user', content: 'Where do otters live?' }, { role: 'assistant', content: first.content }, { role: 'user', content: 'And the sea ones?' }] })
+  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: next })
+  t.equal(res.statusCode, 200, res.body)
+  const prompt = backend.requests[2].messages
+  const searched = first.content[0].id
+  t.match(prompt.slice(-4), [
+    { role: 'assistant', toolCalls: [{ id: searched, function: { name: 'web_search', arguments: '{"query":"where do otters live"}' } }] },
+    { role: 'tool', toolCallId: searched, content: round2.at(-1)!.content },
+    { role: 'assistant', content: 'Otters live in rivers [1].' },
+    { role: 'user', content: 'And the sea ones?' },
+  ], 'the results read exactly as on the turn that searched')
+  t.match(prompt.at(-3)!.content, /Sea otters live in the sea\./)
+
+  // A value this server did not seal for this account (here another server's) opens to nothing: titles and links only, never an error.
+  const other = await searchApp(t, [[{ type: 'delta', content: 'ok' }, { type: 'finish', reason: 'stop', usage: usage(9, 1) }]])
+  const elsewhere = await other.app.inject({ method: 'POST', url: URL, headers: other.auth, payload: next })
+  t.equal(elsewhere.statusCode, 200, elsewhere.body)
+  const replayed = other.backend.requests[0].messages.find(m => m.role === 'tool')
+  t.match(replayed?.content, /\[2\] Sea otters\nhttps:\/\/docs\.wildlife\.net\/sea\/otters/)
+  t.notMatch(replayed?.content, /live in/, 'no text from a value this server did not seal for this account')
+})
+
+t.test('a search that was not run, or a result that answers no search of its turn, replays as such or not at all', async t => {
+  const { app, auth, backend } = await searchApp(t, [[{ type: 'delta', content: 'ok' }, { type: 'finish', reason: 'stop', usage: usage(9, 1) }]])
+  const turn = [
+    { type: 'server_tool_use', id: 'srvtoolu_a', name: 'web_search', input: { query: 'otters' } },
+    { type: 'web_search_tool_result', tool_use_id: 'srvtoolu_a', content: { type: 'web_search_tool_result_error', error_code: 'max_uses_exceeded' } },
+    { type: 'web_search_tool_result', tool_use_id: 'srvtoolu_nowhere', content: [] },
+    { type: 'text', text: 'Rivers.' },
+  ]
+  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: ask({ messages: [{ role: 'user', content: 'Otters?' }, { role: 'assistant', content: turn }, { role: 'user', content: 'Thanks' }] }) })
+  t.equal(res.statusCode, 200, res.body)
+  t.match(backend.requests[0].messages.slice(-4), [
+    { role: 'assistant', toolCalls: [{ id: 'srvtoolu_a' }] },
+    { role: 'tool', toolCallId: 'srvtoolu_a', content: /^No search was run: max uses exceeded\./ },
+    { role: 'assistant', content: 'Rivers.' },
+    { role: 'user', content: 'Thanks' },
+  ])
+  t.equal(backend.requests[0].messages.filter(m => m.role === 'tool').length, 1, 'the stray result is left out')
 })
 
 t.test('streamed: the blocks in order, text before and after the search; the deltas add up to the message', async t => {

@@ -159,7 +159,8 @@ export class MessageBuilder implements SearchView {
       if (results !== undefined) this.#searches++
       const content = results === undefined
         ? { type: 'web_search_tool_result_error' as const, error_code: 'unavailable' as const }
-        : results.map(r => ({ type: 'web_search_result' as const, url: r.url, title: r.title, page_age: null, encrypted_content: '' }))
+        // The result's text goes sealed, as Anthropic's does: sent back on a later turn, it reaches the model again.
+        : results.map(r => ({ type: 'web_search_result' as const, url: r.url, title: r.title, page_age: null, encrypted_content: this.#ctx.seal.seal(this.#ctx.accountId, r.snippet, 'web_search_result') }))
       const done: StreamEvent[] = []
       this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content }, done)
       await this.#emit(done)

@@ -99,7 +99,7 @@ const ResponseBlock = Type.Union([
     type: Type.Literal('web_search_tool_result'),
     tool_use_id: Type.String(),
     content: Type.Union([
-      Type.Array(Type.Object({ type: Type.Literal('web_search_result'), url: Type.String(), title: Type.String(), page_age: Type.Null(), encrypted_content: Type.String() })),
+      Type.Array(Type.Object({ type: Type.Literal('web_search_result'), url: Type.String(), title: Type.String(), page_age: Type.Null(), encrypted_content: Type.String({ description: "The result's text, sealed for the account: sent back on a later turn, the model reads it again." }) })),
       Type.Object({
         type: Type.Literal('web_search_tool_result_error'),
         error_code: Type.Enum(['invalid_tool_input', 'unavailable', 'max_uses_exceeded'], { description: 'invalid_tool_input: the call named no query; unavailable: the provider failed; max_uses_exceeded: the reply\'s searches were used up.' }),

@@ -13,7 +13,9 @@ import type { InputLimits } from '../chat/input-limits.ts'
 import { codePoints } from '../chat/input-limits.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
-import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
+import { searchFailed, searchNotRun, WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
+import { sourcesBlock } from '../../prompt/search-context.ts'
+import type { SearchResult } from '../../search/provider.ts'
 import { TOOL_NAME_PATTERN, type ContentBlock, type MessagesRequest } from './schema.ts'
 import { isWebSearch, webSearchPlan, type WebSearchPlan } from './web-search.ts'
 
@@ -134,6 +136,8 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     const texts: string[] = []
     const results: ChatMessage[] = []
     const calls: NonNullable<ChatMessage['tool_calls']> = []
+    /** This turn's searches (server_tool_use id → query) whose result has not come yet. */
+    const searches = new Map<string, string>()
     let chars = 0
     blocks.forEach((block, j) => {
       const where = `${at}.content[${j}]`
@@ -170,10 +174,27 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
           if (ctx.seal.open(ctx.accountId, block.type === 'thinking' ? block.signature : block.data) !== undefined) verifiedThinking++
           else unverifiedThinking++
           break
-        case 'server_tool_use':
-        case 'web_search_tool_result':
-          // A server tool's turn sent back: its results reached the model on that turn already.
+        case 'server_tool_use': {
+          // A search chatd ran on an earlier turn; replayed with its result, just below. Any other
+          // server tool, or a malformed one, adds nothing (as a value chatd did not write).
+          const query = (block.input as { query?: unknown } | undefined)?.query
+          if (message.role === 'assistant' && block.name === WEB_SEARCH_FUNCTION && isReplayableId(block.id) && typeof query === 'string') searches.set(block.id, query)
           break
+        }
+        case 'web_search_tool_result': {
+          const query = isReplayableId(block.tool_use_id) ? searches.get(block.tool_use_id) : undefined
+          if (query === undefined) break // it answers no search of this turn: nothing to replay
+          searches.delete(block.tool_use_id as string)
+          // The turn as the model wrote it: its text so far ending in the call, then the call's
+          // result as the model read it (the results' text opens only if chatd sealed it for this account).
+          const call = { id: block.tool_use_id as string, type: 'function' as const, function: { name: WEB_SEARCH_FUNCTION, arguments: JSON.stringify({ query }) } }
+          const result = searchResultText(query, block.content, ctx)
+          const before = texts.splice(0).join('\n\n')
+          chars += codePoints(before) + codePoints(call.function.arguments) + codePoints(result)
+          push({ role: 'assistant', content: before === '' ? null : before, tool_calls: [call] })
+          push({ role: 'tool', tool_call_id: call.id, content: result })
+          break
+        }
         default: {
           const doc = documentText(block, where)
           if (doc !== undefined) {
@@ -224,6 +245,31 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     unverifiedThinking,
     ...(webSearch ? { webSearch } : {}),
   }
+}
+
+/** Results replayed from one web_search_tool_result block, at most (a provider returns ten). */
+const REPLAYED_RESULTS_MAX = 20
+
+/** A server tool id worth replaying: the shape chatd writes them in, and bounded. */
+function isReplayableId (id: unknown): id is string {
+  return typeof id === 'string' && /^[A-Za-z0-9_-]{1,128}$/.test(id)
+}
+
+/** A web_search_tool_result's content as the model read it on that turn (hosted-search.ts). */
+function searchResultText (query: string, content: unknown, ctx: TranslateContext): string {
+  if (!Array.isArray(content)) {
+    const code = (content as { error_code?: unknown } | null)?.error_code
+    return code === 'unavailable' || typeof code !== 'string' ? searchFailed() : searchNotRun(code.replaceAll('_', ' ').slice(0, 64))
+  }
+  const results: SearchResult[] = content
+    .filter((r): r is Record<string, unknown> => typeof r === 'object' && r !== null && (r as { type?: unknown }).type === 'web_search_result')
+    .slice(0, REPLAYED_RESULTS_MAX)
+    .map(r => ({
+      title: typeof r.title === 'string' ? r.title : '',
+      url: typeof r.url === 'string' ? r.url : '',
+      snippet: ctx.seal.open(ctx.accountId, r.encrypted_content, 'web_search_result') ?? '',
+    }))
+  return sourcesBlock(query, results)
 }
 
 /**
