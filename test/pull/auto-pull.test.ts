@@ -10,6 +10,7 @@ import t, { type Test } from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
 import { storiesModelDir } from '../helpers/models.ts'
+import { REFUSED_URL } from '../helpers/refused.ts'
 import { repoFromDir, startHub } from './hub-server.ts'
 
 const REPO = 'test-org/stories260k-ONNX'
@@ -99,9 +100,7 @@ t.test('missing files are fetched at start; 503 model_unavailable with progress 
 })
 
 t.test('an unreachable hub: the model is unavailable, and the error names the hub and the exact pull command', async t => {
-  const hub = await startHub({})
-  await hub.close()
-  const { app, logs, chat } = await serve(t, hub.url)
+  const { app, logs, chat } = await serve(t, REFUSED_URL)
   await until('the download to fail', async () => (await app.inject({ url: '/readyz' })).json().downloads?.stories?.state === 'failed' ? true : undefined)
   const readyz = await app.inject({ url: '/readyz' })
   t.same(readyz.json().downloads.stories, { state: 'failed', error: 'its files could not be downloaded; the server log says why and the command to retry' }, '/readyz needs no key: it says that the download failed, not where from or what to run')
@@ -109,7 +108,7 @@ t.test('an unreachable hub: the model is unavailable, and the error names the hu
   t.equal(res.statusCode, 503)
   t.match(res.json().error, {
     code: 'model_unavailable',
-    message: new RegExp(`^The model 'stories' is unavailable: its files could not be downloaded: could not reach the Hugging Face Hub at ${hub.url}: .*\\(run: npx chatd pull stories\\)$`),
+    message: new RegExp(`^The model 'stories' is unavailable: its files could not be downloaded: could not reach the Hugging Face Hub at ${REFUSED_URL}: .*\\(run: npx chatd pull stories\\)$`),
   })
   t.match(logs.find(l => l.msg === 'model download failed; to retry by hand run: npx chatd pull stories'), { level: 50, model: 'stories' })
   // Each message says it once: no log line's message, error or err.message repeats the hub's

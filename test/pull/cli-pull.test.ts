@@ -7,6 +7,7 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { run } from '../../src/cli.ts'
 import { storiesModelDir } from '../helpers/models.ts'
+import { REFUSED_URL } from '../helpers/refused.ts'
 import { repoFromDir, startHub } from './hub-server.ts'
 
 const REPO = 'test-org/stories260k-ONNX'
@@ -76,6 +77,7 @@ t.test('MODELS_DIR moves the model directories; an unreachable hub is named', as
   t.ok(existsSync(join(dir, 'volume/stories/onnx/model_q4.onnx')))
 
   await hub.close()
+  withEnv(t, { HF_ENDPOINT: REFUSED_URL }) // the hub is gone (its closed port could be anyone's by now)
   const offline = await cli(['pull', '--if-missing'])
   t.equal(offline.code, 0, '--if-missing: complete models need no hub (an offline restart of model-init)')
   t.match(offline.out, `stories: every file is already in ${join(dir, 'volume/stories')}`)
@@ -84,5 +86,5 @@ t.test('MODELS_DIR moves the model directories; an unreachable hub is named', as
   t.match(await cli(['pull', '--if-missing']), { code: 1, err: /could not reach the Hugging Face Hub/ }, 'missing files still need the hub')
   const failed = await cli(['pull', 'stories'])
   t.equal(failed.code, 1)
-  t.match(failed.err, `chatd pull: could not reach the Hugging Face Hub at ${hub.url}`)
+  t.match(failed.err, `chatd pull: could not reach the Hugging Face Hub at ${REFUSED_URL}`)
 })

@@ -3,12 +3,12 @@
 // file caught by its hash and removed, a gated repository, an unreachable hub.
 
 import { existsSync, readFileSync, statSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { readModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { pullModel, type PullEvent } from '../../src/pull/pull.ts'
 import { storiesModelDir } from '../helpers/models.ts'
+import { REFUSED_URL } from '../helpers/refused.ts'
 import { partialReaches, repoFromDir, startHub, type HubRepo } from './hub-server.ts'
 
 const REPO = 'test-org/stories260k-ONNX'
@@ -141,17 +141,10 @@ t.test('a gated repository: no HF_TOKEN or a refused one gives a clear error; th
 })
 
 t.test('an unreachable hub is named in the error; an unknown repository or dtype is explained', async t => {
-  // A port that was free a moment ago: nothing listens there.
-  const port = await new Promise<number>(resolve => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as { port: number }).port
-      s.close(() => resolve(p))
-    })
-  })
   const dir = join(t.testdir(), 'stories')
-  await t.rejects(pullModel({ hub: { endpoint: `http://127.0.0.1:${port}`, repo: REPO, revision: 'main' }, dir, dtype: 'q4', retries: 0 }), {
+  await t.rejects(pullModel({ hub: { endpoint: REFUSED_URL, repo: REPO, revision: 'main' }, dir, dtype: 'q4', retries: 0 }), {
     name: 'HubUnreachableError',
-    message: new RegExp(`^could not reach the Hugging Face Hub at http://127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`),
+    message: /^could not reach the Hugging Face Hub at http:\/\/127\.0\.0\.1:2: .*ECONNREFUSED/,
   })
 
   const hub = await hubWith(t, storiesRepo())

@@ -7,6 +7,7 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import t from 'tap'
 import { freePort } from '../helpers/chatd-process.ts'
+import { REFUSED_URL } from '../helpers/refused.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
 
 async function runChatd (args: string[], env: Record<string, string>, cwd: string): Promise<{ code: number | null, stdout: string, stderr: string }> {
@@ -24,7 +25,7 @@ async function runChatd (args: string[], env: Record<string, string>, cwd: strin
 }
 
 t.test('chatd serve with PostgreSQL on a closed port: one line naming DATABASE_URL, exit 1', async t => {
-  const port = await freePort()
+  const port = new URL(REFUSED_URL).port // never a port another test may listen on meanwhile
   const res = await runChatd(['serve'], { DATABASE_URL: `postgres://chatd:s3cret-pw@127.0.0.1:${port}/chatd` }, t.testdir())
   t.equal(res.code, 1)
   t.equal(res.stderr, `chatd: DATABASE_URL: cannot open the database (PostgreSQL at 127.0.0.1:${port}): connect ECONNREFUSED 127.0.0.1:${port}\n`)
@@ -41,7 +42,7 @@ t.test('chatd serve with a SQLite path that cannot be made: the same line', asyn
 })
 
 t.test('a CLI command on an unreachable database: the same line, under its own name', async t => {
-  const port = await freePort()
+  const port = new URL(REFUSED_URL).port
   const res = await runChatd(['accounts', 'list'], { DATABASE_URL: `postgres://chatd:s3cret-pw@127.0.0.1:${port}/chatd` }, t.testdir())
   t.equal(res.code, 1)
   t.equal(res.stderr, `chatd accounts list: DATABASE_URL: cannot open the database (PostgreSQL at 127.0.0.1:${port}): connect ECONNREFUSED 127.0.0.1:${port}\n`)
