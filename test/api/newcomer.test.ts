@@ -6,7 +6,8 @@
 // environment variables still win over .env.
 
 import t from 'tap'
-import { freePort, startChatd } from '../helpers/chatd-process.ts'
+import { startChatd } from '../helpers/chatd-process.ts'
+import { REFUSED_URL } from '../helpers/refused.ts'
 import { fakeUpstream } from '../helpers/fake-upstream.ts'
 
 const ADMIN_KEY = 'sk-chatd-' + 'N3wc0mer'.repeat(4)
@@ -53,9 +54,8 @@ t.test('UPSTREAM_* set only in .env: the upstream model is ready and answers', a
 
 t.test('a real environment variable wins over the same one in .env', async t => {
   const upstream = await fakeUpstream(t, { delayMs: 0 })
-  const nobody = await freePort()
   const dir = t.testdir({
-    '.env': [`UPSTREAM_BASE_URL=http://127.0.0.1:${nobody}/v1`, 'UPSTREAM_MODEL=model-from-dotenv', `CHATD_ADMIN_KEY=${ADMIN_KEY}`, ''].join('\n'),
+    '.env': [`UPSTREAM_BASE_URL=${REFUSED_URL}/v1`, 'UPSTREAM_MODEL=model-from-dotenv', `CHATD_ADMIN_KEY=${ADMIN_KEY}`, ''].join('\n'),
   })
   const chatd = await startChatd(t, { ...CLEAN, MODELS_DIR: `${dir}/no-models`, UPSTREAM_BASE_URL: `${upstream.url}/v1` }, { cwd: dir })
   const reply = await ask(chatd.url)

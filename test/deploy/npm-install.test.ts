@@ -16,9 +16,9 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { cudaProviderPath } from '../../src/engine/onnx/cuda-provider.ts'
-import { freePort } from '../helpers/chatd-process.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
 import { ortCopy } from '../helpers/ort-copy.ts'
+import { REFUSED_URL } from '../helpers/refused.ts'
 
 const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { allowScripts?: Record<string, boolean> }
 const linuxX64 = process.platform === 'linux' && process.arch === 'x64'
@@ -56,7 +56,7 @@ t.test('install.js, run as npm runs a dependency\'s postinstall: with nothing se
   const dir = t.testdir({ project: {} })
   writeFileSync(join(dir, 'project', 'package.json'), '{}')
   const copy = ortCopy(join(dir, 'project'))
-  const proxy = `http://127.0.0.1:${await freePort()}`
+  const proxy = REFUSED_URL
   // What npm sets for a dependency's install script: the project's prefix, the dependency's package.json.
   const asDependency = { PATH: process.env.PATH, GLOBAL_AGENT_HTTPS_PROXY: proxy, npm_config_local_prefix: join(dir, 'project'), npm_package_json: join(copy, 'package.json') }
   const script = join(copy, 'script', 'install.js')

@@ -39,8 +39,22 @@ export async function freePort (): Promise<number> {
  * default (as `npm start` runs it).
  */
 export async function startChatd (t: Test, env: Record<string, string | undefined>, opts: { readyWithinMs?: number; cwd?: string } = {}): Promise<ChatdProcess> {
-  // The port is chosen here rather than read from the log, so LOG_LEVEL can stay quiet.
-  const port = await freePort()
+  // The port is chosen here rather than read from the log, so LOG_LEVEL can stay quiet. Between
+  // freePort() and the child's listen another process may take it (the OS hands a freed port out
+  // again readily): the child then exits with EADDRINUSE, and a new port is tried.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(t, env, opts, await freePort())
+    } catch (err) {
+      if (!(err instanceof PortTaken) || attempt === 3) throw err
+    }
+  }
+}
+
+/** The child could not listen: its port was taken after freePort() chose it. */
+class PortTaken extends Error {}
+
+async function startOnce (t: Test, env: Record<string, string | undefined>, opts: { readyWithinMs?: number; cwd?: string }, port: number): Promise<ChatdProcess> {
   const childEnv: Record<string, string | undefined> = { ...process.env, HOST: '127.0.0.1', LOG_LEVEL: 'warn', CHATD_AUTO_PULL: '0', ...env, PORT: String(port) }
   for (const [name, value] of Object.entries(childEnv)) if (value === undefined) delete childEnv[name]
   const child = spawn(process.execPath, [join(REPO_ROOT, 'src/cli.ts'), 'serve'], {
@@ -70,7 +84,8 @@ export async function startChatd (t: Test, env: Record<string, string | undefine
     await new Promise(resolve => setTimeout(resolve, 100))
   }
   if (gone() || Date.now() > deadline) {
-    throw new Error(`chatd did not become ready at ${url} (exit ${child.exitCode ?? child.signalCode}):\n${output}`)
+    const message = `chatd did not become ready at ${url} (exit ${child.exitCode ?? child.signalCode}):\n${output}`
+    throw gone() && /EADDRINUSE/.test(output) ? new PortTaken(message) : new Error(message)
   }
   return {
     child,

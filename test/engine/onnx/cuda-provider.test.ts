@@ -13,9 +13,9 @@ import t from 'tap'
 import { run } from '../../../src/cli.ts'
 import { cudaProviderFiles, cudaProviderInstalled, cudaProviderPath, CudaInstallError, INSTALL_CUDA_COMMAND, installCudaProvider, installerEnv, SKIPPING_VARIABLES } from '../../../src/engine/onnx/cuda-provider.ts'
 import { createSession, cudaProviderMissingMessage } from '../../../src/engine/onnx/ort.ts'
-import { freePort } from '../../helpers/chatd-process.ts'
 import { REPO_ROOT } from '../../helpers/models.ts'
 import { ortCopy } from '../../helpers/ort-copy.ts'
+import { REFUSED_URL } from '../../helpers/refused.ts'
 
 const linuxX64 = process.platform === 'linux' && process.arch === 'x64'
 const installed = cudaProviderInstalled()
@@ -40,7 +40,7 @@ t.test('the installer\'s environment: every variable that makes the script skip 
 t.test('the README\'s old command did nothing, silently; chatd install-cuda fails loudly when the download cannot happen', { skip: !linuxX64 && 'onnxruntime-node publishes its CUDA provider for Linux x64 only' }, async t => {
   const dir = t.testdir({})
   const copy = ortCopy(dir)
-  const proxy = `http://127.0.0.1:${await freePort()}`
+  const proxy = REFUSED_URL
   const library = cudaProviderPath(copy)
   t.match(cudaProviderFiles(copy), [library, /libonnxruntime_providers_shared\.so$/, /libonnxruntime_providers_tensorrt\.so$/])
 
@@ -70,7 +70,7 @@ t.test('`chatd install-cuda` exits 1 with the reason when it cannot download', {
     for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name]
     Object.assign(process.env, saved)
   })
-  Object.assign(process.env, NPM_LIKE, { GLOBAL_AGENT_HTTPS_PROXY: `http://127.0.0.1:${await freePort()}` })
+  Object.assign(process.env, NPM_LIKE, { GLOBAL_AGENT_HTTPS_PROXY: REFUSED_URL })
   let out = ''
   let err = ''
   const code = await run(['install-cuda'], line => { out += line + '\n' }, line => { err += line + '\n' })
