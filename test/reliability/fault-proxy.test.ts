@@ -3,11 +3,10 @@
 // process spins in its exit cleanup until tap's timeout). Each case runs in a child process, so a
 // socket left behind shows as a child that does not exit, instead of hanging this file.
 
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { join } from 'node:path'
 import t from 'tap'
 import { REPO_ROOT } from '../helpers/models.ts'
+import { runModuleSource } from '../helpers/node-script.ts'
 
 const CASE = `
 import { once } from 'node:events'
@@ -27,14 +26,10 @@ server.close()
 `
 
 async function runCase (how: 'open' | 'ending'): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, ['--input-type=module', '-e', CASE, how], { stdio: ['ignore', 'pipe', 'inherit'] })
-  let output = ''
-  child.stdout.on('data', chunk => { output += chunk })
   // Bounded: a child that spins at exit is killed, and its exit code says so.
-  const timer = setTimeout(() => child.kill('SIGKILL'), 60_000)
-  const [code] = await once(child, 'exit') as [number | null]
-  clearTimeout(timer)
-  return { code, output }
+  const { code, stdout, stderr } = await runModuleSource(CASE, { args: [how], killAfterMs: 60_000 })
+  process.stderr.write(stderr)
+  return { code, output: stdout }
 }
 
 t.test('an open connection is cut with RST and closed', async t => {

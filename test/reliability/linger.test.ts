@@ -4,11 +4,10 @@
 // the process exits with its tests' result. Run in a child process, so a spin shows as a child
 // that does not exit rather than as this file hanging.
 
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { join } from 'node:path'
 import t from 'tap'
 import { REPO_ROOT } from '../helpers/models.ts'
+import { runModuleSource, type ScriptRun } from '../helpers/node-script.ts'
 
 const FILE = (guarded: boolean) => `
 import t from 'tap'
@@ -30,18 +29,10 @@ const done = t.test('leaves a socket behind', async t => {
 ${guarded ? 'exitIfLingering(t, done)' : ''}
 `
 
-async function runFile (guarded: boolean): Promise<{ code: number | null; stdout: string; stderr: string }> {
+async function runFile (guarded: boolean): Promise<ScriptRun> {
   // The child is a test file run by itself, not one of this run's: none of tap's variables.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(TAP|_TAPJS|NODE_V8_COVERAGE)/.test(name)))
-  const child = spawn(process.execPath, ['--input-type=module', '-e', FILE(guarded)], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', chunk => { stdout += chunk })
-  child.stderr.on('data', chunk => { stderr += chunk })
-  const timer = setTimeout(() => child.kill('SIGKILL'), guarded ? 60_000 : 5_000)
-  const [code] = await once(child, 'exit') as [number | null]
-  clearTimeout(timer)
-  return { code, stdout, stderr }
+  return runModuleSource(FILE(guarded), { cwd: REPO_ROOT, env, killAfterMs: guarded ? 60_000 : 5_000 })
 }
 
 t.test('unguarded, the process outlives its passing tests (what the guard is for)', async t => {

@@ -7,10 +7,11 @@
 
 import { PassThrough } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { FinishReason, GenerateEvent } from '../../engine/backend.ts'
+import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
 import type { StopSignal } from './stop-signal.ts'
+import type { AnsweredFinish } from './whole-reply.ts'
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
@@ -91,7 +92,7 @@ export interface StreamWriters {
   open (slow: boolean): Promise<void>
   delta (event: Extract<GenerateEvent, { type: 'delta' }>): Promise<void>
   /** The generation finished (not cancelled): the closing frames. */
-  finish (event: Extract<GenerateEvent, { type: 'finish' }> & { reason: Exclude<FinishReason, 'cancelled'> }): Promise<void>
+  finish (event: AnsweredFinish): Promise<void>
   /** A failure after the status line: the stream's error frame (log it, count it, write it). */
   fail (err: unknown): Promise<void>
 }

@@ -9,12 +9,13 @@ import type { FastifyRequest } from 'fastify'
 import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
+import type { VisibleFinish } from './completion.ts'
 import type { StartedCompletion } from './pipeline.ts'
 
 export type Delta = Extract<GenerateEvent, { type: 'delta' }>
 export type Finish = Extract<GenerateEvent, { type: 'finish' }>
 /** A finish the client is answered with (a cancelled one never is). */
-export type AnsweredFinish = Finish & { reason: Exclude<Finish['reason'], 'cancelled'> }
+export type AnsweredFinish = Finish & { reason: VisibleFinish }
 
 /**
  * Reads the whole reply, handing each delta to `onDelta`. Resolves with the finish event, or
