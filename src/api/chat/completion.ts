@@ -5,7 +5,6 @@ import { randomBytes } from 'node:crypto'
 import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, ToolCall, ToolCallDelta, Usage } from '../../engine/backend.ts'
 import type { SearchResult } from '../../search/provider.ts'
 import type { ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, SearchResultItem } from './schema.ts'
-import type { Delta } from './whole-reply.ts'
 
 export interface CompletionMeta {
   id: string
@@ -67,7 +66,7 @@ export class CompletionCollector {
   readonly #logprobs: DeltaLogprobs = { content: [], reasoning: [] }
   readonly #toolCalls: ToolCall[] = []
 
-  add (event: Delta): void {
+  add (event: Extract<GenerateEvent, { type: 'delta' }>): void {
     if (event.toolCalls) assembleToolCalls(this.#toolCalls, event.toolCalls)
     this.#content += event.content ?? ''
     this.#reasoning += event.reasoning ?? ''
