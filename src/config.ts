@@ -131,6 +131,7 @@ export const ConfigSchema = Type.Object({
   MIXED_BATCHES: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Continuous batching: a request that arrives while others decode has its prompt fed inside their decode steps (one pass over the weights for both) instead of in runs of its own between them; graphs `chatd convert` writes with the append cache only, and only while no prompt graph is loaded (see `PROMPT_GRAPH`; others always take separate runs). `1` (or `true`) or `0` (or `false`).' }),
   PROMPT_GRAPH: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Where a local model\'s directory has `onnx/model_prompt.onnx` (the int8 copy `chatd pull` writes for the default model, or `chatd convert --prompt-graph`), run prompt tokens on it, on the CPU: several times faster prompts than the int4 graph, which generated tokens still run on. It holds its own weights in memory (about 2 GB for the 1.5B model); `0` does not load it. While it is loaded, prompts and decode steps take separate runs (no mixed batches). `1` (or `true`) or `0` (or `false`).' }),
   PREFIX_CACHE: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: 'Keep requests\' KV caches (within `KV_CACHE_MB`) so a request that starts the same way, such as the next turn of a chat or one with the same system prompt, computes only what is new; while idle, the engine also computes each reply\'s conversation as the next turn will send it, so that turn computes only its new message: `1` (or `true`) or `0` (or `false`).' }),
+  PREFIX_CACHE_MB: Type.Integer({ minimum: 0, maximum: 16777216, default: 384, description: 'Memory (MiB) the prefix cache may keep per local model, in all, once requests have finished (their caches and the next turns computed ahead), within `KV_CACHE_MB`. Prompts that never repeat (every agent request carries its own tools) fill it and then replace its oldest entries, the account keeping the most losing its own first, so the process\'s memory levels off here instead of climbing to the whole KV budget. Each kept position takes the model\'s bytes per token (deepseek-r1-distill-qwen-1.5b: 56 KiB, so 384 MiB keeps about 7,000 tokens, less than one agent conversation): raise it on hosts that serve agents. 0: the prefix cache keeps nothing once a request ends.' }),
   PREFIX_CACHE_SHARED_PREFIX: Type.String({ maxLength: 100000, default: '', description: 'A system prompt that every account sends (exactly this text as the model sees it, with the default controls) whose prefix cache every account may reuse: a request whose prompt starts with exactly its tokens reuses them up to their end, whoever computed them, and nothing beyond. Every other cached prompt is reused only by the account (and `cache_salt`) that computed it. The risk: any account can tell, from `cached_tokens` or the time to its first token, whether this prompt was computed recently, so put nothing secret in it. Empty: no shared prefix.' }),
   PREFILL_CHUNK: Type.Integer({ minimum: 0, maximum: 4096, default: DEFAULT_SCHEDULER.prefillChunk, description: 'Prompt tokens fed per step while other sequences decode (a long prompt never freezes them); smaller: steadier streams, a later first token for newcomers. 0: sized from measured timings so one chunk costs about 1.75 decode steps (about 6 tokens on a 2-core CPU, up to 512 on a GPU). With nothing else decoding, prompts go in chunks of 512 either way.' }),
   QUEUE_SIZE: Type.Integer({ minimum: 1, maximum: 100000, default: 64, description: 'Chat completions per model that may be in progress at once (generating or waiting for the engine); one more gets 503 `server_overloaded` with `Retry-After` at once instead of queueing.' }),
@@ -183,6 +184,8 @@ export interface Config {
   kvCacheBytes: number
   /** PREFIX_CACHE: reuse earlier requests' caches for prompts that start the same way. */
   prefixCache: boolean
+  /** PREFIX_CACHE_MB in bytes: what finished requests' caches may keep in all. */
+  prefixCacheBytes: number
   /** PREFIX_CACHE_SHARED_PREFIX: a system prompt whose cache every account may reuse; '' for none. */
   prefixCacheSharedPrefix: string
   /** MIXED_BATCHES: decoding rows ride in prompt chunks' runs (graphs that pack rows). */
@@ -343,6 +346,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     prefillChunk: raw.PREFILL_CHUNK,
     kvCacheBytes: raw.KV_CACHE_MB * 2 ** 20,
     prefixCache: raw.PREFIX_CACHE === '1' || raw.PREFIX_CACHE === 'true',
+    prefixCacheBytes: raw.PREFIX_CACHE_MB * 2 ** 20,
     prefixCacheSharedPrefix: raw.PREFIX_CACHE_SHARED_PREFIX,
     mixedBatches: raw.MIXED_BATCHES === '1' || raw.MIXED_BATCHES === 'true',
     promptGraph: raw.PROMPT_GRAPH === '1' || raw.PROMPT_GRAPH === 'true',

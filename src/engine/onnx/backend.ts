@@ -18,7 +18,7 @@ import { forcedCallTools } from '../tools/forced-call.ts'
 import { streamForcedCall } from '../tools/forced-stream.ts'
 
 /** The engine's tuning, as models.json and the settings give it (defaults are the engine's; see EngineSettings). */
-type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph'>
+type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph'>
 
 export interface OnnxBackendOptions extends EngineTuning {
   id: string

@@ -21,6 +21,13 @@
 // the others' caches: its requests wait for its running ones instead. Only a
 // request that finds nothing else running may take any entry (least recently
 // used first): otherwise a request larger than its share could never start.
+//
+// Kept bound: finished sequences' caches are kept within PREFIX_CACHE_MB, apart
+// from the budget's room for running sequences, so a stream of prompts that
+// never repeat (every agent request carries its own tools) keeps what it
+// computed only up to that bound: memory stays where the operator set it
+// instead of climbing to the whole KV budget. Past it, the oldest entry of the
+// scope keeping the most goes first, so the scope that floods loses its own.
 import { KvBudget, SLOT_SLACK } from './kv-budget.ts'
 import type { CacheLayout, RowCache } from './kv-cache.ts'
 import { BLOCK, PrefixCache, type PrefixEntry, type PrefixMatch } from './prefix-cache.ts'
@@ -53,14 +60,18 @@ export class CacheManager {
   readonly #layout: CacheLayout
   readonly #budget: KvBudget
   readonly #cache: PrefixCache
+  /** Positions kept entries may hold in all (their slack included): PREFIX_CACHE_MB, within the budget. */
+  readonly keptLimit: number
   /** The shared prefix's token ids; empty when there is none (or it is shorter than a block, too short to reuse). */
   readonly sharedIds: readonly number[]
 
-  constructor (layout: CacheLayout, budget: KvBudget, sharedIds: readonly number[] = []) {
+  constructor (layout: CacheLayout, budget: KvBudget, opts: { sharedIds?: readonly number[]; keptBytes?: number } = {}) {
     this.#layout = layout
     this.#budget = budget
     this.#cache = new PrefixCache(layout)
+    const sharedIds = opts.sharedIds ?? []
     this.sharedIds = sharedIds.length >= BLOCK ? sharedIds : []
+    this.keptLimit = opts.keptBytes === undefined ? budget.tokens : Math.min(budget.tokens, Math.floor(opts.keptBytes / budget.bytesPerToken))
   }
 
   /** Entries kept. */
@@ -102,9 +113,13 @@ export class CacheManager {
     return this.#cache.holds(entry)
   }
 
-  /** Keeps `cache` (one row, taken over) as `scope`'s cache of `tokens`, without making room. */
+  /**
+   * Keeps `cache` (one row, taken over) as `scope`'s cache of `tokens`, without making room for
+   * running sequences; within the kept bound.
+   */
   insert (scope: string, tokens: readonly number[], cache: RowCache): void {
     this.#cache.insert(keyOf(scope), tokens, cache)
+    this.#trimKept()
   }
 
   /**
@@ -118,9 +133,34 @@ export class CacheManager {
     // Before this entry they fitted, so the scope's own entries make room; the fallback only guards that.
     if (!this.makeRoom(scope, running)) this.makeRoom(scope, running, { anyScope: true })
     const shared = this.sharedIds.length
-    if (!this.#startsShared(tokens) || this.#cache.lookup(SHARED_KEY, this.sharedIds, shared)?.length === shared) return
-    if (this.#budget.fits(running.map(r => r.positions), this.keptPositions + shared + SLOT_SLACK)) {
+    if (this.#startsShared(tokens) && this.#cache.lookup(SHARED_KEY, this.sharedIds, shared)?.length !== shared &&
+      this.#budget.fits(running.map(r => r.positions), this.keptPositions + shared + SLOT_SLACK)) {
       this.#cache.insert(SHARED_KEY, this.sharedIds, this.#layout.gather([{ cache, row, length: shared }]))
+    }
+    this.#trimKept()
+  }
+
+  /** Frees entries past the kept bound: the oldest of the scope keeping the most, first. */
+  #trimKept (): void {
+    let kept = this.keptPositions
+    if (kept <= this.keptLimit) return
+    const holding = new Map<string, PrefixEntry[]>()
+    for (const e of [...this.#cache.entries()].sort((a, b) => a.lastUsed - b.lastUsed)) {
+      const list = holding.get(e.scope) ?? []
+      list.push(e)
+      holding.set(e.scope, list)
+    }
+    const size = (list: PrefixEntry[]): number => list.reduce((n, e) => n + e.tokens.length + SLOT_SLACK, 0)
+    const held = new Map([...holding].map(([scope, list]) => [scope, size(list)]))
+    while (kept > this.keptLimit) {
+      let most: string | undefined
+      for (const [scope, n] of held) if (most === undefined || n > held.get(most)!) most = scope
+      const victim = holding.get(most!)!.shift()!
+      const freed = victim.tokens.length + SLOT_SLACK
+      held.set(most!, held.get(most!)! - freed)
+      if (holding.get(most!)!.length === 0) held.delete(most!)
+      kept -= freed
+      this.#cache.remove(victim)
     }
   }
 

@@ -69,6 +69,8 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   kvCacheBytes?: number
   /** Keep sequences' caches for later requests that start the same way (PREFIX_CACHE); default true. */
   prefixCache?: boolean
+  /** Bytes the kept caches may hold in all (PREFIX_CACHE_MB), within the KV budget; the whole budget when absent. */
+  prefixCacheBytes?: number
   /** A system prompt whose cache every cache scope may reuse (PREFIX_CACHE_SHARED_PREFIX); none when absent. */
   sharedPrefix?: SharedPrefix
   /** Feed newcomers' prompts inside the decode steps of the others (MIXED_BATCHES), where the graph packs rows; default true. */
@@ -136,7 +138,7 @@ export class LocalEngine {
   #closeThinkingIds: number[] | undefined
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
-    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -149,7 +151,10 @@ export class LocalEngine {
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
     this.prefixes = limits.prefixCache === false
       ? null
-      : new CacheManager(this.cacheLayout, this.kvBudget, limits.sharedPrefix ? sharedPrefixIds(limits.sharedPrefix, messages => this.encodePrompt({ messages })) : [])
+      : new CacheManager(this.cacheLayout, this.kvBudget, {
+        sharedIds: limits.sharedPrefix ? sharedPrefixIds(limits.sharedPrefix, messages => this.encodePrompt({ messages })) : [],
+        keptBytes: limits.prefixCacheBytes,
+      })
     // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
     this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph
     this.tokens = new TokenTable(tokenizer)
@@ -171,7 +176,7 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
-    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix })
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix })
   }
 
   /**

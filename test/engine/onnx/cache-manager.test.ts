@@ -48,7 +48,7 @@ t.test('a scope finds only its own entries', async t => {
 t.test('the shared prefix: any scope reuses it up to its end; its own entries beyond', async t => {
   const { layout, remember } = countingLayout()
   const shared = ids(1, 20)
-  const cache = new CacheManager(layout, new KvBudget(10_000, 1), shared)
+  const cache = new CacheManager(layout, new KvBudget(10_000, 1), { sharedIds: shared })
   const prompt = [...shared, ...ids(100, 30)]
   remember(cache, 'A', prompt)
   t.equal(cache.size, 2, 'A\'s entry and the shared prefix\'s')
@@ -106,4 +106,26 @@ t.test('the entry a newcomer is about to take goes last, and only when asked', a
   t.ok(match && cache.holds(match.entry))
   t.ok(cache.makeRoom('A', [{ scope: 'A', positions: 200 }], { keep: match?.entry, orKeep: true }))
   t.notOk(match && cache.holds(match.entry), 'given up last')
+})
+
+t.test('the kept bound (PREFIX_CACHE_MB): prompts that never repeat keep at most it; the scope keeping the most loses its own first', async t => {
+  const { layout, remember, held } = countingLayout()
+  // 2 bytes a position: a kept bound of 1,000 bytes is 500 positions, within a budget of 10,000.
+  const cache = new CacheManager(layout, new KvBudget(20_000, 2), { keptBytes: 1000 })
+  t.equal(cache.keptLimit, 500)
+  remember(cache, 'B', ids(1, 100 - SLOT_SLACK))
+  // A floods with prompts it never sends again: 50 of them, each 100 positions kept.
+  for (let i = 0; i < 50; i++) remember(cache, 'A', ids(1000 * (i + 1), 100 - SLOT_SLACK))
+  t.equal(cache.keptPositions, 500, 'held at the bound, not at the budget')
+  t.equal(held(), cache.size, 'evicted entries released their caches')
+  t.equal(cache.sizeOf('B'), 1, 'B keeps its entry: A keeps the most, so A\'s go')
+  t.equal(cache.sizeOf('A'), 4)
+  t.equal(cache.lookup('A', ids(50_000, 100 - SLOT_SLACK), 100)?.length, 100 - SLOT_SLACK, 'A\'s newest is kept')
+  t.equal(cache.lookup('A', ids(1000, 100 - SLOT_SLACK), 100), null, 'A\'s oldest went')
+  // An entry larger than the bound alone is not kept at all.
+  remember(cache, 'C', ids(90_000, 600))
+  t.equal(cache.sizeOf('C'), 0)
+  t.ok(cache.keptPositions <= 500)
+  // Without a kept bound the whole budget may be kept, as before.
+  t.equal(new CacheManager(layout, new KvBudget(20_000, 2)).keptLimit, 10_000)
 })
