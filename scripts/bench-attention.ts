@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util'
 import { groupedAttention } from '../src/convert/decoder-graph.ts'
 import { GraphBuilder } from '../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../src/convert/onnx-proto.ts'
-import { ort } from '../src/engine/onnx/ort.ts'
+import { ort } from '../src/engine/onnx/device/ort.ts'
 import { ensureHugePages } from './huge-pages.ts'
 
 const { values } = parseArgs({

@@ -22,7 +22,7 @@ import { int8Linear } from '../src/convert/decoder-graph.ts'
 import { attr, GraphBuilder } from '../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../src/convert/onnx-proto.ts'
 import { quantizeInt4, quantizeInt8, toFloat32Bytes } from '../src/convert/tensors.ts'
-import { ort } from '../src/engine/onnx/ort.ts'
+import { ort } from '../src/engine/onnx/device/ort.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 
 const { values } = parseArgs({

@@ -239,7 +239,7 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
   async 'install-cuda' (args, out) {
     parse(args, {})
     // Loaded on demand; it never loads onnxruntime itself.
-    const { installCudaProvider, CudaInstallError } = await import('./engine/onnx/cuda-provider.ts')
+    const { installCudaProvider, CudaInstallError } = await import('./engine/onnx/device/cuda-provider.ts')
     try {
       const files = await installCudaProvider({ onOutput: line => process.stderr.write(`onnxruntime-node: ${line}\n`) })
       for (const file of files) out(`installed ${file}`)

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { parseEnv } from 'node:util'
 import envSchema from 'env-schema'
 import { Type, type Static } from 'typebox'
-import { DEFAULT_SCHEDULER } from './engine/onnx/scheduler-settings.ts'
+import { DEFAULT_SCHEDULER } from './engine/onnx/scheduler/scheduler-settings.ts'
 import type { UpstreamSettings } from './engine/upstream/settings.ts'
 import type { SearchSettings } from './search/web-search.ts'
 
@@ -180,7 +180,7 @@ export interface Config {
   onnxThreads: number
   maxBatch: number
   prefillChunk: number
-  /** KV_CACHE_MB in bytes; 0: derived from the machine's memory (engine/onnx/kv-budget.ts). */
+  /** KV_CACHE_MB in bytes; 0: derived from the machine's memory (engine/onnx/cache/kv-budget.ts). */
   kvCacheBytes: number
   /** PREFIX_CACHE: reuse earlier requests' caches for prompts that start the same way. */
   prefixCache: boolean

@@ -12,7 +12,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type OpenAI from 'openai'
 import type { ChatMessage } from '../../src/engine/backend.ts'
-import type { LocalEngine } from '../../src/engine/onnx/engine.ts'
+import type { LocalEngine } from '../../src/engine/onnx/scheduler/engine.ts'
 
 const WORDS = ('the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches near old ' +
   'harbors where sailors mend nets and children chase kites under silver clouds before supper').split(' ')

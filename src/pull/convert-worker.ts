@@ -5,8 +5,8 @@
 import { parentPort, workerData } from 'node:worker_threads'
 import { convertCheckpoint } from '../convert/index.ts'
 import type { WeightFormat } from '../convert/decoder-graph.ts'
-import { DecoderSession } from '../engine/onnx/decoder-session.ts'
-import { LocalEngine } from '../engine/onnx/engine.ts'
+import { DecoderSession } from '../engine/onnx/device/decoder-session.ts'
+import { LocalEngine } from '../engine/onnx/scheduler/engine.ts'
 import type { ModelDtype } from '../engine/onnx/model-dir.ts'
 
 export interface ConvertJob {

@@ -2,7 +2,7 @@
 // checked against references computed from an unadjusted greedy run's own log-probabilities;
 // hostile values get 400 naming the field.
 import t from 'tap'
-import { loadTokenizer } from '../../src/engine/onnx/tokenizer.ts'
+import { loadTokenizer } from '../../src/engine/onnx/text/tokenizer.ts'
 import { storiesModelDir } from '../helpers/models.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
 

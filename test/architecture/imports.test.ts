@@ -88,8 +88,15 @@ const RULES: Array<[string, string[], string]> = [
   ['api/', ['dashboard/', 'server.ts', 'cli.ts', 'pull/'], 'the API does not reach into the dashboard or the process entry points'],
   ['pull/', ['api/', 'dashboard/', 'app.ts', 'server.ts'], 'pull serves the engine (the server wraps the onnx factory with it); the registry never imports pull'],
   ['engine/registry.ts', ['pull/'], 'models.json is read by engine/models-file.ts for both, so the registry needs nothing from pull'],
-  ['convert/', ['api/', 'dashboard/', 'accounts/', 'limits/', 'prompt/', 'search/', 'store/', 'pull/', 'engine/registry.ts', 'engine/onnx/engine.ts'],
+  ['convert/', ['api/', 'dashboard/', 'accounts/', 'limits/', 'prompt/', 'search/', 'store/', 'pull/', 'engine/registry.ts', 'engine/onnx/scheduler/engine.ts'],
     'the converter is a build tool'],
+  // The local engine's rooms (src/engine/onnx/): the scheduler uses them all; none uses the scheduler.
+  ['engine/onnx/device/', ['engine/onnx/cache/', 'engine/onnx/grammar/', 'engine/onnx/text/', 'engine/onnx/sampling/', 'engine/onnx/scheduler/'],
+    'the device runs graphs; it knows nothing of what the tokens mean, what is kept, or how rows are scheduled'],
+  ['engine/onnx/cache/', ['engine/onnx/grammar/', 'engine/onnx/text/', 'engine/onnx/sampling/', 'engine/onnx/scheduler/'], 'caches hold positions of the device\'s tensors, nothing more'],
+  ['engine/onnx/text/', ['engine/onnx/device/', 'engine/onnx/cache/', 'engine/onnx/grammar/', 'engine/onnx/sampling/', 'engine/onnx/scheduler/'], 'text in and out knows only the tokenizer and the template'],
+  ['engine/onnx/sampling/', ['engine/onnx/device/', 'engine/onnx/cache/', 'engine/onnx/grammar/', 'engine/onnx/scheduler/'], 'sampling reads one row of logits'],
+  ['engine/onnx/grammar/', ['engine/onnx/device/', 'engine/onnx/cache/', 'engine/onnx/sampling/', 'engine/onnx/scheduler/'], 'grammars see token bytes and masks, never the graph'],
 ]
 
 t.test('no module imports against the direction', async t => {

@@ -9,8 +9,8 @@
 
 import t from 'tap'
 import fc from 'fast-check'
-import { createRng } from '../../src/engine/onnx/rng.ts'
-import { argmax, sample } from '../../src/engine/onnx/sampler.ts'
+import { createRng } from '../../src/engine/onnx/sampling/rng.ts'
+import { argmax, sample } from '../../src/engine/onnx/sampling/sampler.ts'
 import { FUZZ_SEED, fuzzParameters, fuzzRuns } from '../helpers/fuzz.ts'
 
 const logit = fc.oneof(

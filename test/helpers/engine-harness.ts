@@ -6,8 +6,8 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type { Test } from 'tap'
 import type { ChatMessage, FinishReason, GenerateRequest } from '../../src/engine/backend.ts'
-import type { ForwardInput } from '../../src/engine/onnx/decoder-session.ts'
-import { LocalEngine, type EngineSettings } from '../../src/engine/onnx/engine.ts'
+import type { ForwardInput } from '../../src/engine/onnx/device/decoder-session.ts'
+import { LocalEngine, type EngineSettings } from '../../src/engine/onnx/scheduler/engine.ts'
 import { DEEPSEEK_R1_DISTILL_TEMPLATE } from './r1-tokenizer.ts'
 
 export interface Outcome { text: string; reason: FinishReason; completion: number; cached: number }

@@ -4,7 +4,7 @@
 
 import { cpSync, mkdirSync, symlinkSync } from 'node:fs'
 import { join } from 'node:path'
-import { ortPackageDir } from '../../src/engine/onnx/cuda-provider.ts'
+import { ortPackageDir } from '../../src/engine/onnx/device/cuda-provider.ts'
 import { REPO_ROOT } from './models.ts'
 
 /** Copies onnxruntime-node's installer into `dir`/node_modules/onnxruntime-node; returns that directory. */

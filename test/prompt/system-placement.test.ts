@@ -3,7 +3,7 @@
 // at the start of the first user turn (models.json `systemPrompt: "user"`).
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { ChatTemplate } from '../../src/engine/onnx/chat-template.ts'
+import { ChatTemplate } from '../../src/engine/onnx/text/chat-template.ts'
 import { parseModelsFile } from '../../src/engine/models-file.ts'
 import { placeInFirstUserTurn, shapeConversation } from '../../src/prompt/shape.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'

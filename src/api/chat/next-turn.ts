@@ -1,6 +1,6 @@
 // After a reply, the backend learns how the conversation's next request will
 // start, so a local engine can compute that while the user reads the answer and
-// types the next message (src/engine/onnx/next-turn.ts says why it pays).
+// types the next message (src/engine/onnx/cache/next-turn.ts says why it pays).
 import type { Backend, GenerateEvent, GenerateRequest } from '../../engine/backend.ts'
 import { nextTurnStart } from '../../prompt/shape.ts'
 

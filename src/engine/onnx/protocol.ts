@@ -2,7 +2,7 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
-import type { EngineSettings } from './engine.ts'
+import type { EngineSettings } from './scheduler/engine.ts'
 
 /** The worker builds its engine from exactly the engine's settings (a structured clone of them). */
 export type WorkerSettings = EngineSettings

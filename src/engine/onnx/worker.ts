@@ -3,7 +3,7 @@
 // stays free to answer requests, health checks and cancellations.
 import { parentPort, workerData } from 'node:worker_threads'
 import { ApiError } from '../../errors.ts'
-import { LocalEngine } from './engine.ts'
+import { LocalEngine } from './scheduler/engine.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import { toolFormatForTemplate } from '../tools/format.ts'
 

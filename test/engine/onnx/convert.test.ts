@@ -3,9 +3,9 @@ import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import { ConvertUsageError, runConvert } from '../../../src/convert/cli.ts'
-import { DecoderSession } from '../../../src/engine/onnx/decoder-session.ts'
+import { DecoderSession } from '../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
-import { loadTokenizer } from '../../../src/engine/onnx/tokenizer.ts'
+import { loadTokenizer } from '../../../src/engine/onnx/text/tokenizer.ts'
 import { REPO_ROOT, STORIES_SOURCE } from '../../helpers/models.ts'
 
 const TINY = path.join(REPO_ROOT, 'test/fixtures/tiny-llama.config.json')

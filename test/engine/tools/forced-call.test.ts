@@ -1,8 +1,8 @@
 // A forced tool call (tool_choice required or a named tool): the constraint that writes it, token
 // by token, in each family's form, and the text it writes parsing back to the call.
 import t from 'tap'
-import type { Constraint } from '../../../src/engine/onnx/grammar.ts'
-import { ToolCallConstraint } from '../../../src/engine/onnx/tool-call-constraint.ts'
+import type { Constraint } from '../../../src/engine/onnx/grammar/grammar.ts'
+import { ToolCallConstraint } from '../../../src/engine/onnx/grammar/tool-call-constraint.ts'
 import type { GenerateEvent } from '../../../src/engine/backend.ts'
 import { forcedCallTools } from '../../../src/engine/tools/forced-call.ts'
 import { streamForcedCall } from '../../../src/engine/tools/forced-stream.ts'

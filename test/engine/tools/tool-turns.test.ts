@@ -2,8 +2,8 @@
 // tokens (its stock template's defects avoided), or the generic <tool_call> form for any other.
 import t from 'tap'
 import type { ChatMessage } from '../../../src/engine/backend.ts'
-import { ChatTemplate } from '../../../src/engine/onnx/chat-template.ts'
-import { renderToolTurns } from '../../../src/engine/onnx/tool-turns.ts'
+import { ChatTemplate } from '../../../src/engine/onnx/text/chat-template.ts'
+import { renderToolTurns } from '../../../src/engine/onnx/text/tool-turns.ts'
 import { toolFormatForTemplate } from '../../../src/engine/tools/format.ts'
 import { DEEPSEEK_R1_DISTILL_TEMPLATE } from '../../helpers/r1-tokenizer.ts'
 

@@ -1,0 +1,334 @@
+// One ONNX decoder session with the inputs and outputs discovered from the
+// graph itself: input_ids, attention_mask, optional position_ids and
+// num_logits_to_keep, past_key_values.N.key/value -> logits and either
+// present.N.key/value (the whole cache: the onnx-community signature) or
+// new_key_values.N.key/value (only this run's positions: graphs chatd convert
+// writes), with float32 or float16 caches and logits. kv-cache.ts keeps the
+// cache between runs in the way each of the two needs.
+//
+// Graphs from elsewhere differ in ways that change the answer if ignored:
+// without num_logits_to_keep, logits come back for every position fed (the
+// last one of each row is the one to sample from); without position_ids, the
+// graph derives positions itself, so rows cannot be padded. A graph with an
+// input or output chatd does not know how to feed or read is refused at load,
+// never run on a guess.
+import fs from 'node:fs'
+import type { ModelDir } from '../model-dir.ts'
+import { ModelDirError } from '../model-dir.ts'
+import { createSession, DeviceError, float16BitsToFloat32, freeTensor, ort, type OrtTensor, type SessionSettings } from './ort.ts'
+
+export type CacheType = 'float32' | 'float16'
+
+/**
+ * standard: attention from plain operators; any attention_mask (left padding included) is exact.
+ * gqa: com.microsoft GroupQueryAttention, which derives positions from the mask's row sums and so
+ * computes wrong results for left-padded rows.
+ * mha: com.microsoft MultiHeadAttention; how it treats padding depends on how the exporter wired
+ * the mask, so chatd does not pad its rows either.
+ */
+export type GraphStyle = 'standard' | 'gqa' | 'mha'
+
+/**
+ * concat: present.N.* outputs hold the past with the new positions appended.
+ * append: new_key_values.N.* outputs hold only the new positions.
+ */
+export type CacheOutputs = 'concat' | 'append'
+
+/** A sequence batch's key/value cache: one key and one value tensor per layer. */
+export interface KvCache {
+  /** past_key_values.N.key/value feeds, [batch, kvHeads, length, headDim]. */
+  tensors: Record<string, OrtTensor>
+  length: number
+}
+
+export interface ForwardInput {
+  batch: number
+  /** [batch, seqLen] token ids. */
+  inputIds: number[][]
+  /** [batch, past + seqLen]: 1 for real tokens, 0 for padding. */
+  attentionMask: number[][]
+  /** [batch, seqLen] positions. */
+  positionIds: number[][]
+  past: KvCache
+  /** Compute logits for the last N positions only (0 = all), where the graph allows. */
+  logitsToKeep: number
+  /**
+   * Every token fed is a prompt token: the run goes to the prompt graph where one is loaded
+   * (`hasPromptGraph`). Generated tokens always run on the main graph, so which graph computed a
+   * position depends only on what the token is, never on what shares its run.
+   */
+  prompt?: boolean
+  /**
+   * Graphs that pack rows (`packsRows`): each row's count of real tokens, which come first in its
+   * inputIds row; the rest is padding. Default: every row is whole. The logits are then each
+   * row's last real token's.
+   */
+  tokensPerRow?: number[]
+}
+
+export interface ForwardOutput {
+  /** Float32 logits, [batch, rows, vocab]. */
+  logits: Float32Array
+  rows: number
+  /**
+   * Keyed by the past_key_values.N.* names. concat graphs: the whole cache after this run
+   * (length past + seqLen). append graphs: this run's positions only (length seqLen).
+   */
+  present: KvCache
+}
+
+/** The inputs chatd knows how to feed. */
+const KNOWN_INPUT = /^(input_ids|attention_mask|position_ids|num_logits_to_keep|tokens_per_row|past_key_values\.\d+\.(key|value))$/
+
+export class DecoderSession {
+  readonly model: ModelDir
+  readonly device: 'cpu' | 'cuda'
+  readonly cacheType: CacheType
+  readonly hasPositionIds: boolean
+  /** The graph takes num_logits_to_keep; without it, logits come back for every position fed (unless it packs rows). */
+  readonly hasLogitsToKeep: boolean
+  /**
+   * The graph takes tokens_per_row (chatd's own append-cache graphs): rows of one run may carry
+   * different numbers of real tokens, and only real tokens cost weight work, so decode rows can
+   * ride in a prompt chunk's run. It returns each row's last real token's logits.
+   */
+  readonly packsRows: boolean
+  readonly graphStyle: GraphStyle
+  readonly cacheOutputs: CacheOutputs
+  /** The names of the cache outputs: present.N.* (concat) or new_key_values.N.* (append). */
+  readonly #cacheOutputPrefix: 'present' | 'new_key_values'
+  readonly #session: ort.InferenceSession
+  /** The prompt graph's session (model_prompt.onnx), on the CPU only; null without one. */
+  #promptSession: ort.InferenceSession | null = null
+
+  private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
+    this.model = model
+    this.#session = session
+    this.device = device
+    this.graphStyle = graphStyle
+    const inputs = new Map(session.inputMetadata.map(m => [m.name, m]))
+    const outputs = new Set(session.outputNames)
+    const where = model.onnxPath
+    for (const name of ['input_ids', 'attention_mask']) {
+      if (!inputs.has(name)) throw new ModelDirError(`${where}: graph has no ${name} input (inputs: ${session.inputNames.join(', ')})`)
+    }
+    for (const name of session.inputNames) {
+      if (!KNOWN_INPUT.test(name)) {
+        throw new ModelDirError(`${where}: graph input ${name} is not one chatd can feed (it feeds input_ids, attention_mask, position_ids, num_logits_to_keep, tokens_per_row and past_key_values.N.key/value)`)
+      }
+    }
+    if (!outputs.has('logits')) throw new ModelDirError(`${where}: graph has no logits output`)
+    const logitsInfo = session.outputMetadata.find(m => m.name === 'logits')
+    if (logitsInfo?.isTensor) {
+      const width = logitsInfo.shape[logitsInfo.shape.length - 1]
+      if (logitsInfo.shape.length !== 3) throw new ModelDirError(`${where}: logits output has ${logitsInfo.shape.length} dimensions, expected [batch, positions, vocab]`)
+      if (typeof width === 'number' && width !== model.vocabSize) {
+        throw new ModelDirError(`${where}: logits output is ${width} wide but config.json says vocab_size ${model.vocabSize}`)
+      }
+    }
+    const pastLayers = session.inputNames.filter(n => /^past_key_values\.\d+\.key$/.test(n)).length
+    if (pastLayers !== model.numLayers) {
+      throw new ModelDirError(`${where}: graph has ${pastLayers} past_key_values layers but config.json says num_hidden_layers ${model.numLayers}`)
+    }
+    const firstPast = inputs.get('past_key_values.0.key')
+    if (!firstPast || !firstPast.isTensor) throw new ModelDirError(`${where}: past_key_values.0.key is not a tensor input`)
+    if (firstPast.type !== 'float32' && firstPast.type !== 'float16') {
+      throw new ModelDirError(`${where}: cache type ${firstPast.type} is not supported (float32 or float16)`)
+    }
+    this.cacheType = firstPast.type
+    const [, kvHeads, , headDim] = firstPast.shape
+    if ((typeof kvHeads === 'number' && kvHeads !== model.numKvHeads) || (typeof headDim === 'number' && headDim !== model.headDim)) {
+      throw new ModelDirError(`${where}: cache shape [batch, ${kvHeads}, past, ${headDim}] does not match config.json (num_key_value_heads ${model.numKvHeads}, head_dim ${model.headDim})`)
+    }
+    if (outputs.has('present.0.key')) this.cacheOutputs = 'concat'
+    else if (outputs.has('new_key_values.0.key')) this.cacheOutputs = 'append'
+    else throw new ModelDirError(`${where}: unknown cache layout: the graph returns neither present.N.key/value (the whole cache) nor new_key_values.N.key/value (new positions); outputs: ${session.outputNames.join(', ')}`)
+    this.#cacheOutputPrefix = this.cacheOutputs === 'concat' ? 'present' : 'new_key_values'
+    this.hasPositionIds = inputs.has('position_ids')
+    this.hasLogitsToKeep = inputs.has('num_logits_to_keep')
+    this.packsRows = inputs.has('tokens_per_row')
+    if (this.packsRows && (this.cacheOutputs !== 'append' || graphStyle !== 'standard')) {
+      throw new ModelDirError(`${where}: tokens_per_row is understood only in graphs with plain attention that return new_key_values.N.*`)
+    }
+    if (this.cacheOutputs === 'append' && graphStyle === 'gqa') throw new ModelDirError(`${where}: a GroupQueryAttention graph must return present.N.key/value`)
+    // Spare cache slots are masked out and every row's positions come from position_ids; a graph
+    // that derives positions from the mask would count the slots wrong.
+    if (this.cacheOutputs === 'append' && !this.hasPositionIds) throw new ModelDirError(`${where}: a graph that returns new_key_values.N.* must take position_ids`)
+    if (graphStyle === 'gqa' && model.headDim % 16 !== 0) {
+      throw new ModelDirError(`${where}: GroupQueryAttention needs a head size that is a multiple of 16 (onnxruntime's kernel); config.json gives head_dim ${model.headDim}`)
+    }
+    for (let i = 0; i < model.numLayers; i++) {
+      for (const kv of ['key', 'value']) {
+        if (!inputs.has(`past_key_values.${i}.${kv}`)) throw new ModelDirError(`${where}: graph has no past_key_values.${i}.${kv} input`)
+        const output = `${this.#cacheOutputPrefix}.${i}.${kv}`
+        if (!outputs.has(output)) throw new ModelDirError(`${where}: graph has no ${output} output`)
+      }
+    }
+  }
+
+  /**
+   * Whether rows of different lengths can share a run: they are padded, so the graph must take
+   * each row's positions (position_ids) and honour any attention mask (plain attention, not
+   * GroupQueryAttention, which derives positions from the mask's row sums).
+   */
+  get takesPaddedRows (): boolean {
+    return this.graphStyle === 'standard' && this.hasPositionIds
+  }
+
+  static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {
+    const main = await DecoderSession.#open(model, model.onnxPath, settings)
+    // The int8 prompt graph runs on onnxruntime's CPU integer kernels; on CUDA the main graph does all.
+    if (!model.promptOnnxPath || settings.promptGraph === false || main.device !== 'cpu') return main
+    try {
+      const promptSettings = { ...settings, device: 'cpu' as const, profilePrefix: settings.profilePrefix && `${settings.profilePrefix}-prompt` }
+      const prompt = await DecoderSession.#open({ ...model, onnxPath: model.promptOnnxPath }, model.promptOnnxPath, promptSettings)
+      main.#attachPrompt(prompt)
+    } catch (err) {
+      await main.close()
+      throw err
+    }
+    return main
+  }
+
+  static async #open (model: ModelDir, file: string, settings: SessionSettings): Promise<DecoderSession> {
+    let loaded
+    try {
+      loaded = await createSession(file, settings)
+    } catch (err) {
+      if (err instanceof DeviceError) throw err
+      throw new ModelDirError(`${file}: onnxruntime cannot load it: ${(err as Error).message}`)
+    }
+    return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(file))
+  }
+
+  /** Takes over a prompt graph's session; its signature must be the main graph's, or it is refused. */
+  #attachPrompt (prompt: DecoderSession): void {
+    const signature = (s: DecoderSession): string => JSON.stringify([
+      s.graphStyle, s.cacheOutputs, s.cacheType, s.hasPositionIds, s.hasLogitsToKeep, s.packsRows,
+    ])
+    if (signature(prompt) !== signature(this)) {
+      void prompt.close()
+      throw new ModelDirError(`${prompt.model.onnxPath}: the prompt graph's inputs and outputs differ from ${this.model.onnxPath}'s; rebuild both with one chatd convert --prompt-graph, or remove it`)
+    }
+    this.#promptSession = prompt.#session
+  }
+
+  /** Prompt tokens run on the int8 prompt graph (model_prompt.onnx). */
+  get hasPromptGraph (): boolean {
+    return this.#promptSession !== null
+  }
+
+  /** Stops onnxruntime's profiler (sessions loaded with `profilePrefix`) and writes its trace file. */
+  endProfiling (): void {
+    this.#session.endProfiling()
+    this.#promptSession?.endProfiling()
+  }
+
+  /** An empty cache for `batch` rows. */
+  emptyCache (batch: number): KvCache {
+    const tensors: Record<string, OrtTensor> = {}
+    const dims = [batch, this.model.numKvHeads, 0, this.model.headDim]
+    for (let i = 0; i < this.model.numLayers; i++) {
+      for (const kv of ['key', 'value']) {
+        tensors[`past_key_values.${i}.${kv}`] = this.cacheType === 'float16'
+          ? new ort.Tensor('float16', new Uint16Array(0), dims)
+          : new ort.Tensor('float32', new Float32Array(0), dims)
+      }
+    }
+    return { tensors, length: 0 }
+  }
+
+  async forward (input: ForwardInput): Promise<ForwardOutput> {
+    const { batch } = input
+    const seqLen = input.inputIds[0].length
+    if (!this.packsRows && input.tokensPerRow?.some(n => n !== seqLen)) {
+      throw new Error(`${this.model.onnxPath}: rows of different lengths in one run need a graph that packs rows (tokens_per_row)`)
+    }
+    const totalLen = input.past.length + seqLen
+    const feeds: Record<string, OrtTensor> = {
+      input_ids: int64Tensor(input.inputIds, [batch, seqLen]),
+      attention_mask: int64Tensor(input.attentionMask, [batch, totalLen]),
+      ...input.past.tensors,
+    }
+    if (this.hasPositionIds) feeds.position_ids = int64Tensor(input.positionIds, [batch, seqLen])
+    if (this.hasLogitsToKeep) feeds.num_logits_to_keep = new ort.Tensor('int64', BigInt64Array.of(BigInt(input.logitsToKeep)), [])
+    if (this.packsRows) {
+      feeds.tokens_per_row = new ort.Tensor('int64', BigInt64Array.from(input.tokensPerRow ?? input.inputIds.map(() => seqLen), BigInt), [batch])
+    }
+    const out = await (input.prompt && this.#promptSession ? this.#promptSession : this.#session).run(feeds)
+    const logitsTensor = out.logits
+    const [, positions, vocab] = logitsTensor.dims
+    // Graphs without num_logits_to_keep return every position's logits: keep the last ones of each row.
+    const rows = input.logitsToKeep > 0 ? Math.min(input.logitsToKeep, positions) : positions
+    const kept = rows === positions
+      ? logitsTensor.data as Float32Array | Uint16Array
+      : lastPositions(logitsTensor.data as Float32Array | Uint16Array, batch, positions, rows, vocab)
+    const logits = logitsTensor.type === 'float16' ? float16BitsToFloat32(kept as Uint16Array) : kept as Float32Array
+    const prefix = this.#cacheOutputPrefix
+    const present: KvCache = { tensors: {}, length: this.cacheOutputs === 'append' ? seqLen : totalLen }
+    for (let i = 0; i < this.model.numLayers; i++) {
+      present.tensors[`past_key_values.${i}.key`] = out[`${prefix}.${i}.key`]
+      present.tensors[`past_key_values.${i}.value`] = out[`${prefix}.${i}.value`]
+    }
+    logitsTensor.dispose()
+    return { logits, rows, present }
+  }
+
+  /** Frees a cache that no step will read again (its memory at once, see freeTensor). */
+  static disposeCache (cache: KvCache): void {
+    for (const t of Object.values(cache.tensors)) freeTensor(t)
+  }
+
+  async close (): Promise<void> {
+    await this.#session.release()
+    await this.#promptSession?.release()
+    this.#promptSession = null
+  }
+}
+
+/**
+ * Finds the attention style by looking for the fused operators' names in the
+ * graph file. Op types are stored as plain strings in the protobuf; scanning
+ * bytes avoids decoding a graph that may carry gigabytes of inline weights.
+ */
+export function detectGraphStyle (onnxPath: string): GraphStyle {
+  const needles: Array<[Buffer, GraphStyle]> = [[Buffer.from('GroupQueryAttention'), 'gqa'], [Buffer.from('MultiHeadAttention'), 'mha']]
+  const longest = Math.max(...needles.map(([n]) => n.length))
+  const fd = fs.openSync(onnxPath, 'r')
+  try {
+    const chunk = Buffer.alloc(1 << 22)
+    let position = 0
+    let carry = Buffer.alloc(0)
+    let found: GraphStyle = 'standard'
+    for (;;) {
+      const read = fs.readSync(fd, chunk, 0, chunk.length, position)
+      if (read === 0) return found
+      const window = Buffer.concat([carry, chunk.subarray(0, read)])
+      for (const [needle, style] of needles) {
+        if (style === 'gqa' && window.includes(needle)) return 'gqa'
+        if (window.includes(needle)) found = style
+      }
+      carry = window.subarray(Math.max(0, window.length - longest + 1))
+      position += read
+    }
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/** The last `keep` positions of each row of [batch, positions, vocab] logits. */
+function lastPositions<T extends Float32Array | Uint16Array> (data: T, batch: number, positions: number, keep: number, vocab: number): T {
+  const out = new (data.constructor as new (n: number) => T)(batch * keep * vocab)
+  for (let b = 0; b < batch; b++) {
+    const from = (b * positions + positions - keep) * vocab
+    out.set(data.subarray(from, from + keep * vocab), b * keep * vocab)
+  }
+  return out
+}
+
+function int64Tensor (rows: number[][], dims: number[]): OrtTensor {
+  const data = new BigInt64Array(dims[0] * dims[1])
+  let k = 0
+  for (const row of rows) for (const v of row) data[k++] = BigInt(v)
+  return new ort.Tensor('int64', data, dims)
+}

@@ -1,0 +1,35 @@
+// Messages of the grammar workers (grammar-worker.ts): with the thread that
+// owns them (grammar-service.ts), and with the engine's thread over a port of
+// their own (grammar-client.ts).
+import type { MessagePort } from 'node:worker_threads'
+import type { JsonFormat } from './grammar.ts'
+import type { ModelDtype } from '../model-dir.ts'
+
+export interface GrammarWorkerData {
+  modelDir: string
+  dtype: ModelDtype
+  /** A trial worker compiles one schema and is let go; a serving worker keeps grammars and matchers. */
+  role: 'trial' | 'serving'
+  /** The serving worker's end of the engine's port. */
+  port?: MessagePort
+}
+
+export type ToGrammarWorker =
+  | { type: 'compile'; id: number; key: string; format: JsonFormat }
+
+export type FromGrammarWorker =
+  /** The vocabulary is prepared: compiles may start (and be timed). */
+  | { type: 'ready' }
+  | { type: 'compiled'; id: number; memoryBytes: number }
+  | { type: 'failed'; id: number; message: string; broken: boolean }
+  /** Matchers open in the serving worker, after each change. */
+  | { type: 'matchers'; open: number; memoryBytes: number }
+
+/** From the engine: take `tokens` (sampled since the last step), then send the next mask. The first step opens the matcher. */
+export type ToMatcher =
+  | { type: 'step'; seq: number; tokens: number[]; open?: { key: string; format: JsonFormat } }
+  | { type: 'close'; seq: number }
+
+export type FromMatcher =
+  | { type: 'mask'; seq: number; mask: Int32Array }
+  | { type: 'error'; seq: number; message: string }

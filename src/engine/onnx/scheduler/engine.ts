@@ -1,0 +1,665 @@
+// The local engine, in whichever thread hosts it: a loaded decoder, its
+// tokenizer and chat template, and the scheduler loop.
+//
+// Scheduling (continuous batching): sequences that are generating share one
+// batched session.run per decode step; new requests' prompts are fed in
+// chunks between those steps (several waiting prompts together, one run per
+// chunk: prefill-group.ts), so they never freeze the others for their whole
+// length, and each joins the batch as soon as its first token is out. With a
+// graph that packs rows (chatd's own), a prompt that starts while others
+// decode joins their batch at once instead and is fed a chunk per decode
+// step, inside the same run (mixed batches: one pass over the weights feeds
+// both; decode-batch.ts). Finished
+// and cancelled sequences leave between steps. The loop yields to the event
+// loop after every run, so cancellations and new requests are seen within
+// one step.
+//
+// Graphs built around com.microsoft GroupQueryAttention, and graphs without a
+// position_ids input, derive positions themselves and cannot take padded
+// rows; for them every sequence decodes in a batch of its own, taking turns.
+import { randomUUID } from 'node:crypto'
+import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
+import { jsonFormatOf, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type Usage } from '../../backend.ts'
+import { ApiError } from '../../../errors.ts'
+import { encodeChatPrompt, type EncodedPrompt } from '../text/chat-prompt.ts'
+import { ChatTemplate } from '../text/chat-template.ts'
+import { DecodeBatch } from './decode-batch.ts'
+import { PrefillGroup } from './prefill-group.ts'
+import { PrefillPacer } from './prefill-pacer.ts'
+import { PromptTooLong } from '../text/quoted-encoding.ts'
+import { effortBudget } from '../sampling/reasoning-effort.ts'
+import { DecoderSession } from '../device/decoder-session.ts'
+import type { Constraint } from '../grammar/grammar.ts'
+import { GrammarClient } from '../grammar/grammar-client.ts'
+import { ToolCallConstraint } from '../grammar/tool-call-constraint.ts'
+import { ForcedText } from '../grammar/forced-text.ts'
+import { argumentsFormat, forcedCallTools } from '../../tools/forced-call.ts'
+import { toolFormatForTemplate } from '../../tools/format.ts'
+import { TokenTable } from '../text/token-bytes.ts'
+import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
+import { cacheLayoutFor, type CacheLayout, type RowCache } from '../cache/kv-cache.ts'
+import { CacheManager, type Reservation } from '../cache/cache-manager.ts'
+import { sharedPrefixIds, type SharedPrefix } from '../cache/shared-prefix.ts'
+import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds, type PendingTurn } from '../cache/next-turn.ts'
+import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../model-dir.ts'
+import type { DeviceChoice } from '../device/ort.ts'
+import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
+import { Sequence, type StepResult } from './sequence.ts'
+import { loadTokenizer, type TextTokenizer } from '../text/tokenizer.ts'
+
+export interface EngineEvents {
+  delta (id: string, text: { content: string; reasoning: string; logprobs?: DeltaLogprobs }): void
+  /** `stopSequence`: the request's stop string that ended it, if one did. */
+  finish (id: string, reason: FinishReason, usage: Usage, stopSequence?: string): void
+  error (id: string, error: ApiError): void
+  /** Prompt positions were computed ahead for a conversation's next turn (next-turn.ts). */
+  computedAhead? (positions: number): void
+}
+
+export interface EngineSettings extends Partial<SchedulerSettings> {
+  modelDir: string
+  dtype: ModelDtype
+  device: DeviceChoice
+  /** Who asked for the device, for its errors (SessionSettings.deviceFrom). */
+  deviceFrom?: string
+  threads: number
+  /** models.json `contextLength`: lowers the model's own context length. */
+  contextLength?: number
+  /** Memory for the KV cache in bytes (KV_CACHE_MB); 0 or absent: defaultKvCacheBytes(). */
+  kvCacheBytes?: number
+  /** Keep sequences' caches for later requests that start the same way (PREFIX_CACHE); default true. */
+  prefixCache?: boolean
+  /** Bytes the kept caches may hold in all (PREFIX_CACHE_MB), within the KV budget; the whole budget when absent. */
+  prefixCacheBytes?: number
+  /** A system prompt whose cache every cache scope may reuse (PREFIX_CACHE_SHARED_PREFIX); none when absent. */
+  sharedPrefix?: SharedPrefix
+  /** Feed newcomers' prompts inside the decode steps of the others (MIXED_BATCHES), where the graph packs rows; default true. */
+  mixedBatches?: boolean
+  /** Run prompts on the model's int8 prompt graph where it has one, on the CPU (PROMPT_GRAPH); default true. */
+  promptGraph?: boolean
+}
+
+/** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
+const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
+/** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
+const SOLO_PREFILL_CHUNK = 512
+/** Bound on one run's logits for graphs that return every position's. */
+const ALL_POSITION_LOGITS_BYTES = 64 << 20
+/**
+ * How long an idle engine waits after the first request before it starts, so requests that
+ * arrive together (a burst reaches the engine over a few milliseconds, each through its own
+ * authentication and limit checks) are prefilled as one group and decode together from their
+ * first step, instead of one decoding alone while the others' prompts are fed between its steps.
+ */
+const ADMISSION_WINDOW_MS = 10
+
+/** Cache positions a sequence may come to hold, and for which cache scope. */
+function reserveOf (seq: Sequence): Reservation {
+  return { scope: seq.cacheScope, positions: KvBudget.reserveOf(seq.promptIds.length, seq.maxNewTokens) }
+}
+
+export class LocalEngine {
+  readonly model: ModelDir
+  readonly session: DecoderSession
+  readonly tokenizer: TextTokenizer
+  readonly template: ChatTemplate
+  readonly scheduler: SchedulerSettings
+  /** How key/value caches are kept between runs, as the graph's outputs require. */
+  readonly cacheLayout: CacheLayout
+  readonly #events: EngineEvents
+  /** Admitted sequences whose prompt has not started. */
+  readonly #waiting: Sequence[] = []
+  /** The sequences whose prompts are being fed together, chunk by chunk. */
+  #prefill: PrefillGroup | null = null
+  readonly #batches: DecodeBatch[] = []
+  #looping = false
+  /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
+  readonly #pacer: PrefillPacer
+  /** Admission: sequences start only while their reserved caches fit in it. */
+  readonly kvBudget: KvBudget
+  /** Prompt plus generated tokens of one sequence; see contextLength. */
+  readonly #contextLimit: number
+  /** Caches kept for later requests of the same cache scope with the same start (cache-manager.ts); null when turned off. */
+  readonly prefixes: CacheManager | null
+  /** Each token's bytes and text (logprobs, grammars); built on first use. */
+  readonly tokens: TokenTable
+  /** The ids of a forced tool call's fixed text; made on the first such call. */
+  #forcedText: ForcedText | undefined
+  /** JSON response_format grammars: the matchers live in the model's grammar worker, reached through this. */
+  readonly grammars = new GrammarClient()
+  /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
+  readonly #mixes: boolean
+  /** Conversations whose next turn is computed ahead when the engine is idle (next-turn.ts). */
+  readonly #nextTurns = new NextTurns<PendingTurn>()
+  /** Prompt positions computed ahead for conversations' next turns, in all. */
+  tokensComputedAhead = 0
+  #closing = false
+  /** The ids of `</think>`, forced when a thinking budget is spent; encoded on first use. */
+  #closeThinkingIds: number[] | undefined
+
+  private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
+    this.model = model
+    this.session = session
+    this.tokenizer = tokenizer
+    this.template = template
+    this.#events = events
+    this.scheduler = scheduler
+    this.cacheLayout = cacheLayoutFor(session)
+    this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
+    this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
+    this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    this.prefixes = limits.prefixCache === false
+      ? null
+      : new CacheManager(this.cacheLayout, this.kvBudget, {
+        sharedIds: limits.sharedPrefix ? sharedPrefixIds(limits.sharedPrefix, messages => this.encodePrompt({ messages })) : [],
+        keptBytes: limits.prefixCacheBytes,
+      })
+    // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
+    this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph
+    this.tokens = new TokenTable(tokenizer)
+    if (this.#contextLimit < 1) {
+      throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
+    }
+  }
+
+  static async load (opts: EngineSettings, events: EngineEvents): Promise<LocalEngine> {
+    const model = readModelDir(opts.modelDir, opts.dtype)
+    const tokenizer = await loadTokenizer(opts.modelDir)
+    // A token id past the embedding table fails inside the graph on every request that uses it.
+    if (tokenizer.vocabSize > model.vocabSize) {
+      throw new ModelDirError(`${opts.modelDir}: tokenizer.json has ids up to ${tokenizer.vocabSize - 1} but config.json says vocab_size ${model.vocabSize}: the tokenizer does not belong to this model`)
+    }
+    const template = ChatTemplate.fromTokenizerConfig(tokenizer.config, `${opts.modelDir}/tokenizer_config.json`)
+    const session = await DecoderSession.load(model, { device: opts.device, deviceFrom: opts.deviceFrom, threads: opts.threads, promptGraph: opts.promptGraph })
+    const scheduler = {
+      maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
+      prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
+    }
+    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix })
+  }
+
+  /**
+   * Prompt plus generated tokens one sequence may hold: the smallest of the model's own limit
+   * (max_position_embeddings, the tokenizer's model_max_length), models.json `contextLength`, and
+   * what the KV cache budget holds for one sequence.
+   */
+  get contextLength (): number {
+    return this.#contextLimit
+  }
+
+  /** Rows per decode batch: graphs that cannot take padded rows decode one sequence per run. */
+  get #batchCapacity (): number {
+    return this.session.takesPaddedRows ? this.scheduler.maxBatch : 1
+  }
+
+  /**
+   * Most positions one run may feed. A graph without num_logits_to_keep returns logits for every
+   * position fed (4 bytes x vocabulary each: 300 MB for 512 positions of a 150k vocabulary), so
+   * its prompt chunks are bounded by the memory those logits take.
+   */
+  get #positionsPerRun (): number {
+    if (this.session.hasLogitsToKeep) return SOLO_PREFILL_CHUNK
+    return Math.max(1, Math.min(SOLO_PREFILL_CHUNK, Math.floor(ALL_POSITION_LOGITS_BYTES / (4 * this.model.vocabSize))))
+  }
+
+  /** The prompt's token ids, exactly as the model will see them. */
+  encodePrompt (request: Pick<GenerateRequest, 'messages'>): number[] {
+    return this.renderPrompt(request).ids
+  }
+
+  /**
+   * The prompt's ids, and whether the template left it inside an open <think> block. With
+   * `maxTokens`, throws PromptTooLong once the prompt is shown to need more.
+   */
+  renderPrompt (request: Pick<GenerateRequest, 'messages'>, maxTokens?: number): EncodedPrompt {
+    // Message text never becomes control tokens (no prompt-template injection): chat-prompt.ts.
+    return encodeChatPrompt(this.template, this.tokenizer, request.messages, maxTokens)
+  }
+
+  /**
+   * The prompt, refused with context_length_exceeded as soon as it is shown to fill the context:
+   * encoding a megabyte of text takes seconds on this thread, during which every sequence of
+   * the model waits, and a prompt that cannot fit is not worth them.
+   */
+  #renderWithinContext (request: GenerateRequest): EncodedPrompt {
+    try {
+      return this.renderPrompt(request, this.contextLength - 1)
+    } catch (err) {
+      if (!(err instanceof PromptTooLong)) throw err
+      throw new ApiError('context_length_exceeded',
+        `This model's context length is ${this.contextLength} tokens; the prompt has at least ${err.atLeast}.`, { param: 'messages' })
+    }
+  }
+
+  /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
+  start (request: GenerateRequest, id: string = randomUUID()): string {
+    const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
+    for (const key of Object.keys(request.logitBias ?? {})) {
+      if (!(Number(key) < vocab)) throw new ApiError('invalid_parameter', `logit_bias: token id ${key} is not in this model's vocabulary (ids 0 to ${vocab - 1}).`, { param: 'logit_bias' })
+    }
+    const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
+    const room = this.contextLength - promptIds.length
+    if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
+      const wanted = request.maxTokens ?? 1
+      throw new ApiError('context_length_exceeded',
+        `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and max_tokens asks for ${wanted} more.`,
+        { param: request.maxTokens !== undefined && room > 0 ? 'max_tokens' : 'messages' })
+    }
+    this.#waiting.push(new Sequence({
+      id,
+      promptIds,
+      maxNewTokens: request.maxTokens ?? room,
+      request,
+      tokenizer: this.tokenizer,
+      eosIds: this.model.eosTokenIds,
+      // Logits past the tokenizer's vocabulary are padding in the output layer.
+      validVocab: Math.min(this.tokenizer.vocabSize, this.model.vocabSize),
+      startsInReasoning: endsInThink,
+      tokens: this.tokens,
+      ...this.#constraintOf(request),
+      ...this.#effortOf(request, request.maxTokens ?? room),
+    }))
+    if (!this.#looping) void this.#loop()
+    return id
+  }
+
+  #closeThinking (): number[] {
+    this.#closeThinkingIds ??= this.tokenizer.encode('</think>', { addSpecialTokens: false })
+    return this.#closeThinkingIds
+  }
+
+  /** reasoning_effort's thinking budget and the ids that close the block when it is spent. */
+  #effortOf (request: GenerateRequest, maxNewTokens: number): { effortBudget?: number; closeThinking?: number[] } {
+    const budget = effortBudget(request.reasoningEffort, maxNewTokens)
+    if (budget === undefined) return {}
+    return { effortBudget: budget, closeThinking: this.#closeThinking() }
+  }
+
+  /** A JSON response_format's grammar or a forced tool call's (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
+  #constraintOf (request: GenerateRequest): { constraint?: Promise<Constraint>; closeThinking?: number[] } {
+    const scope = request.grammarScope ?? ''
+    const json = jsonFormatOf(request.responseFormat)
+    const tools = forcedCallTools(request.tools, request.toolChoice)
+    let constraint: Constraint
+    if (tools) {
+      // tool_choice required or a named tool: the call in the template's own form, its arguments under the tool's grammar.
+      const form = toolFormatForTemplate(this.template.source).forced
+      const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
+      this.#forcedText ??= new ForcedText(this.tokens, vocab, this.tokenizer.specialTokenIds)
+      const forced = this.#forcedText
+      const encode = (text: string): number[] => forced.ids(text)
+      constraint = new ToolCallConstraint({
+        open: encode(form.open),
+        names: tools.map(tool => ({ ids: encode(tool.function.name + form.afterName), arguments: () => this.grammars.constraint(argumentsFormat(tool), scope) })),
+        close: encode(form.close),
+        stopIds: this.model.eosTokenIds,
+        vocab,
+      })
+    } else if (json) {
+      constraint = this.grammars.constraint(json, scope)
+    } else {
+      return {}
+    }
+    return {
+      constraint: Promise.resolve(constraint),
+      ...(request.thinkingBudget ? { closeThinking: this.#closeThinking() } : {}),
+    }
+  }
+
+  /**
+   * Takes a finished reply's conversation as the next request will start with it (the messages,
+   * then the reply as an assistant message) and computes it into the prefix cache once nothing
+   * else is waiting (next-turn.ts), for `cacheScope`'s requests alone (the request's own scope).
+   * Does nothing without a prefix cache, or for a conversation that cannot be rendered or would
+   * fill the context.
+   */
+  prepareNextTurn (messages: ChatMessage[], cacheScope = ''): void {
+    if (!this.prefixes || this.#closing) return
+    this.#nextTurns.add({ messages, scope: cacheScope })
+    if (!this.#looping) void this.#loop()
+  }
+
+  /** Resolves once the engine has nothing left to do: no sequence, and no next turn to compute ahead. */
+  async idle (): Promise<void> {
+    while (this.#looping) await sleep(5)
+  }
+
+  /** Computes the newest pending conversation's next turn ahead; stops at a chunk's end when a request arrives. */
+  async #computeNextTurn (): Promise<void> {
+    const pending = this.#nextTurns.take()
+    const prefixes = this.prefixes
+    if (!pending || !prefixes) return
+    // Rendered here, while idle, rather than when the reply ends, between other sequences' steps.
+    let ids: number[]
+    try {
+      ids = nextTurnIds(pending.messages, turn => this.renderPrompt({ messages: turn }, this.contextLength - 1).ids)
+    } catch {
+      return
+    }
+    const computed = await computeAhead(ids, {
+      layout: this.cacheLayout,
+      prefixes,
+      scope: pending.scope,
+      chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
+      interrupted: () => this.#waiting.length > 0 || this.#closing,
+      feed: async (cache, tokens) => {
+        const out = await this.cacheLayout.run(cache, [tokens], 1, true)
+        // New requests arrive as messages: let them in before deciding on the next chunk.
+        await yieldToEventLoop()
+        return out.cache
+      },
+    })
+    this.tokensComputedAhead += computed
+    if (computed > 0) this.#events.computedAhead?.(computed)
+  }
+
+  /** Stops a sequence before its next step; it finishes with reason "cancelled". */
+  cancel (id: string): void {
+    for (const seq of this.#allSequences()) if (seq.id === id) seq.cancelled = true
+  }
+
+  /** Sequences admitted and not finished: waiting, prefilling or decoding. */
+  get activeCount (): number {
+    return this.#waiting.length + (this.#prefill?.size ?? 0) + this.#decodingCount
+  }
+
+  get #decodingCount (): number {
+    return this.#batches.reduce((n, b) => n + b.size, 0)
+  }
+
+  /**
+   * Takes the waiting sequences, from the front of the queue, that may start now: at most `limit`,
+   * and only while every cache-holding sequence's reservation still fits the budget beside the
+   * cached prefixes, which give way, in fair-share order (cache-manager.ts), when a sequence needs their room.
+   * The queue is never reordered, so a long request is not starved by short ones behind it. Each
+   * sequence that starts takes the longest cached prefix of its prompt, in its own cache scope, into a cache of its own.
+   */
+  #admit (limit: number): Sequence[] {
+    const reserves = this.#running()
+    let count = 0
+    while (count < limit && count < this.#waiting.length) {
+      const seq = this.#waiting[count]
+      // A seeded request computes its whole prompt, so the same seed gives the same reply bit for bit:
+      // logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
+      // token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
+      // turn that into another token.
+      const match = seq.seeded ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
+      // With nothing else running, nothing else will free room: any entry may give way (cache-manager.ts).
+      const alone = reserves.length === 0
+      reserves.push(reserveOf(seq))
+      const fits = this.prefixes
+        ? this.prefixes.makeRoom(seq.cacheScope, reserves, { keep: match?.entry, orKeep: true, anyScope: alone })
+        : this.kvBudget.fits(reserves.map(r => r.positions))
+      if (!fits) break
+      // Taken now: making room for the next sequence may evict this one's entry.
+      if (match && this.prefixes?.holds(match.entry)) {
+        seq.cache = this.prefixes.take(match)
+        seq.cachedTokens = seq.reusedTokens = match.length
+      }
+      count++
+    }
+    return this.#waiting.splice(0, count)
+  }
+
+  /** The reservations of the sequences holding caches: prefilling or decoding, and `joining` a batch. */
+  #running (joining: Sequence[] = []): Reservation[] {
+    return [...new Set([...(this.#prefill?.rows ?? []), ...this.#batches.flatMap(b => b.rows), ...joining])].map(reserveOf)
+  }
+
+  /**
+   * Keeps a copy of a sequence's cache for later requests of its scope with the same start (row
+   * `row` of `cache`), then lets go of entries until running sequences' reservations fit again.
+   */
+  #remember (seq: Sequence, cache: RowCache, row: number, joining: Sequence[] = []): void {
+    // With a prompt graph, generated tokens' entries came from the main graph, while a later prompt
+    // holding them would compute them on the prompt graph: only the prompt is kept, so a reused
+    // prefix holds exactly what computing it afresh would.
+    const kept = this.session.hasPromptGraph ? Math.min(seq.cachedTokens, seq.promptIds.length) : seq.cachedTokens
+    if (!this.prefixes || kept === 0) return
+    this.prefixes.remember(seq.cacheScope, seq.cachedIds.slice(0, kept), cache, row, this.#running(joining))
+  }
+
+  * #allSequences (): Iterable<Sequence> {
+    yield * this.#waiting
+    if (this.#prefill) yield * this.#prefill.rows
+    for (const batch of this.#batches) yield * batch.rows
+  }
+
+  async #loop (): Promise<void> {
+    this.#looping = true
+    try {
+      await sleep(ADMISSION_WINDOW_MS)
+      while (this.activeCount > 0 || this.#nextTurns.size > 0) {
+        this.#dropCancelled()
+        if (this.activeCount === 0) {
+          await this.#computeNextTurn()
+          continue
+        }
+        const room = this.scheduler.maxBatch - this.#decodingCount
+        if (!this.#prefill && this.#waiting.length > 0 && room > 0) {
+          // Waiting prompts in arrival order that will have a row to decode in, up to what one run
+          // may batch and what the KV cache budget still holds.
+          const admitted = this.#admit(Math.min(room, this.#batchCapacity))
+          if (admitted.length > 0 && this.#mixes && this.#decodingCount > 0) {
+            // Others are decoding: these prompts ride in their steps, a chunk per step.
+            for (const seq of admitted) this.#batchWithRoom().join(seq)
+          } else if (admitted.length > 0) {
+            this.#prefill = new PrefillGroup(this.cacheLayout, admitted)
+          }
+        }
+        if (this.#prefill) {
+          await this.#prefillChunk(this.#prefill)
+          await yieldToEventLoop()
+          this.#dropCancelled()
+        }
+        for (const batch of this.#batches) {
+          if (batch.size === 0) continue
+          await this.#decodeStep(batch)
+          await yieldToEventLoop()
+          this.#dropCancelled()
+        }
+        // Idle one-row batches (graphs that cannot pad rows) are dropped; the shared batch is kept.
+        for (let i = this.#batches.length - 1; i >= 0; i--) {
+          if (this.#batches[i].size === 0 && this.#batchCapacity === 1) this.#batches.splice(i, 1)
+        }
+      }
+    } finally {
+      this.#looping = false
+    }
+  }
+
+  /**
+   * Feeds the next slice of the group's prompts. A row whose prompt is complete samples its first
+   * token and leaves the group for a decode batch.
+   */
+  async #prefillChunk (group: PrefillGroup): Promise<void> {
+    // Tokens for this run, shared by the rows: alone, large chunks (bounded for attention's scratch
+    // memory); beside decoding streams, what the pacer allows between their steps.
+    const budget = Math.min(this.#positionsPerRun, this.#decodingCount === 0
+      ? SOLO_PREFILL_CHUNK
+      : this.scheduler.prefillChunk || this.#pacer.chunkSize())
+    const started = performance.now()
+    let logits: Float32Array
+    try {
+      const out = await group.feed(Math.max(1, Math.floor(budget / group.size)))
+      logits = out.logits
+      this.#pacer.recordPrefill(out.tokens, performance.now() - started)
+    } catch (err) {
+      const rows = group.rows
+      group.free()
+      this.#prefill = null
+      this.#fail(rows, err)
+      return
+    }
+    const done = group.rows.filter(seq => !seq.prefilling)
+    const failed = await this.#prepareGrammars(done)
+    const ready = new Map<Sequence, StepResult>()
+    group.rows.forEach((seq, b) => {
+      if (seq.prefilling || failed.has(seq)) return
+      try {
+        ready.set(seq, seq.advance(this.#lastRow(logits, b)))
+      } catch (err) {
+        failed.set(seq, err)
+      }
+    })
+    group.remove(new Set([...ready.keys(), ...failed.keys()]))
+    if (group.size === 0) this.#prefill = null
+    for (const [seq, err] of failed) this.#fail([seq], err)
+    // Rows that left the group to decode still hold their reservations while the others' prompts are kept.
+    const joining = [...ready].filter(([, result]) => !result.finish).map(([seq]) => seq)
+    for (const [seq, result] of ready) {
+      if (seq.cache) this.#remember(seq, seq.cache, 0, joining)
+      this.#emit(seq, result)
+      if (result.finish) {
+        if (seq.cache) this.cacheLayout.free(seq.cache)
+        seq.cache = null
+        this.#finish(seq, result.finish)
+      } else {
+        this.#batchWithRoom().join(seq)
+      }
+    }
+  }
+
+  async #decodeStep (batch: DecodeBatch): Promise<void> {
+    let logits: Float32Array
+    // Rows still prefilling (mixed batches) take a share of the prompt tokens the pacer allows
+    // beside the decoding rows; with no row decoding, the large chunks of a prompt fed alone.
+    const prefilling = new Set(batch.prefilling)
+    const decoding = batch.size - prefilling.size
+    let promptChunk = 0
+    if (prefilling.size > 0) {
+      const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize(decoding))
+      promptChunk = Math.floor(budget / prefilling.size)
+    }
+    const started = performance.now()
+    try {
+      const out = await batch.step(promptChunk)
+      logits = out.logits
+      if (out.promptTokens > 0) this.#pacer.recordPrefill(out.promptTokens, performance.now() - started, decoding)
+      else this.#pacer.recordDecode(performance.now() - started, batch.size)
+    } catch (err) {
+      const rows = batch.rows
+      batch.leave(new Set(rows))
+      this.#fail(rows, err)
+      return
+    }
+    // Rows whose prompt is still not all in have nothing to sample yet.
+    const sampling = batch.rows.filter(seq => !seq.prefilling)
+    const failed = await this.#prepareGrammars(sampling)
+    const finished = new Set<Sequence>(failed.keys())
+    batch.rows.forEach((seq, b) => {
+      if (seq.prefilling || failed.has(seq)) return
+      let result: StepResult
+      try {
+        result = seq.advance(this.#lastRow(logits, b))
+      } catch (err) {
+        failed.set(seq, err)
+        finished.add(seq)
+        return
+      }
+      // A prompt just completed is kept for later requests, as a prompt fed in runs of its own is.
+      // (One that finishes at once is kept below, with its output.)
+      if (prefilling.has(seq) && !result.finish && batch.cache) this.#remember(seq, batch.cache, b)
+      this.#emit(seq, result)
+      if (result.finish) {
+        finished.add(seq)
+        if (batch.cache) this.#remember(seq, batch.cache, b)
+        this.#finish(seq, result.finish)
+      }
+    })
+    batch.leave(finished)
+    for (const [seq, err] of failed) this.#fail([seq], err)
+  }
+
+  /**
+   * Computes the grammar masks of the constrained rows about to sample (rows without a grammar do
+   * nothing here); returns the rows whose grammar failed, with why.
+   */
+  async #prepareGrammars (rows: Sequence[]): Promise<Map<Sequence, unknown>> {
+    const failed = new Map<Sequence, unknown>()
+    for (const seq of rows) {
+      if (!seq.constrained) continue
+      try {
+        await seq.prepare()
+      } catch (err) {
+        failed.set(seq, err)
+      }
+    }
+    return failed
+  }
+
+  #emit (seq: Sequence, result: StepResult): void {
+    if (result.content !== '' || result.reasoning !== '' || result.logprobs) {
+      this.#events.delta(seq.id, { content: result.content, reasoning: result.reasoning, ...(result.logprobs ? { logprobs: result.logprobs } : {}) })
+    }
+  }
+
+  /** Row b's logits (each step keeps one position per row). */
+  #lastRow (logits: Float32Array, b: number): Float32Array {
+    const vocab = this.model.vocabSize
+    return logits.subarray(b * vocab, (b + 1) * vocab)
+  }
+
+  #batchWithRoom (): DecodeBatch {
+    let batch = this.#batches.find(b => b.hasRoom)
+    if (!batch) {
+      batch = new DecodeBatch(this.cacheLayout, this.#batchCapacity)
+      this.#batches.push(batch)
+    }
+    return batch
+  }
+
+  #dropCancelled (): void {
+    for (let i = this.#waiting.length - 1; i >= 0; i--) {
+      const seq = this.#waiting[i]
+      if (seq.cancelled) {
+        this.#waiting.splice(i, 1)
+        this.#finish(seq, 'cancelled')
+      }
+    }
+    const group = this.#prefill
+    const gone = new Set(group?.rows.filter(r => r.cancelled))
+    if (group && gone.size > 0) {
+      group.remove(gone, true)
+      if (group.size === 0) this.#prefill = null
+      for (const seq of gone) this.#finish(seq, 'cancelled')
+    }
+    for (const batch of this.#batches) {
+      const gone = new Set(batch.rows.filter(r => r.cancelled))
+      if (gone.size === 0) continue
+      batch.leave(gone)
+      for (const seq of gone) this.#finish(seq, 'cancelled')
+    }
+  }
+
+  #finish (seq: Sequence, reason: FinishReason): void {
+    seq.release()
+    const prompt = seq.promptIds.length
+    this.#events.finish(seq.id, reason, {
+      prompt_tokens: prompt,
+      completion_tokens: seq.generated,
+      total_tokens: prompt + seq.generated,
+      prompt_tokens_details: { cached_tokens: seq.reusedTokens },
+      completion_tokens_details: { reasoning_tokens: seq.reasoningTokens },
+    }, reason === 'stop' ? seq.matchedStop ?? undefined : undefined)
+  }
+
+  #fail (seqs: Sequence[], err: unknown): void {
+    for (const seq of seqs) {
+      seq.release()
+      if (seq.cache) this.cacheLayout.free(seq.cache)
+      seq.cache = null
+      this.#events.error(seq.id, err instanceof ApiError ? err : new ApiError('internal_error', `inference failed: ${(err as Error).message}`))
+    }
+  }
+
+  async close (): Promise<void> {
+    this.#closing = true
+    this.#nextTurns.clear()
+    for (const seq of this.#allSequences()) seq.cancelled = true
+    while (this.#looping) await yieldToEventLoop()
+    this.prefixes?.clear()
+    await this.session.close()
+  }
+}

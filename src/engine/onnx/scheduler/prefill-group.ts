@@ -1,0 +1,72 @@
+// Prompts being fed together: one batched run per chunk, every row taking the
+// same number of its own prompt's tokens, until each prompt is in. Requests
+// that arrive together (a burst, several users at once) are prefilled in one
+// run per chunk instead of one after another, so none of them starts decoding
+// alone while the others still wait for their first token: they then share
+// every decode step from the first one.
+//
+// A row whose prompt is complete leaves with a cache of its own (one copy),
+// which a DecodeBatch then takes over.
+import type { CacheLayout, RowCache } from '../cache/kv-cache.ts'
+import type { Sequence } from './sequence.ts'
+
+export class PrefillGroup {
+  readonly #layout: CacheLayout
+  /** Sequences in row order. */
+  rows: Sequence[]
+  /** The rows' shared cache; null once every row has left. */
+  #cache: RowCache | null
+
+  /** Rows may bring a cache of their own (a reused prefix, in `seq.cache`); the group takes it over. */
+  constructor (layout: CacheLayout, rows: Sequence[]) {
+    this.#layout = layout
+    this.rows = rows
+    if (rows.every(r => !r.cache)) {
+      this.#cache = layout.empty(rows.length)
+      return
+    }
+    const own = rows.map(r => r.cache ?? layout.empty(1))
+    this.#cache = layout.gather(own.map(cache => ({ cache, row: 0 })))
+    for (const cache of own) layout.free(cache)
+    for (const r of rows) r.cache = null
+  }
+
+  get size (): number {
+    return this.rows.length
+  }
+
+  /**
+   * Feeds up to `perRow` prompt tokens to every row (fewer when a prompt has fewer left, so all
+   * rows take the same count) and returns the logits of each row's last position, [rows, vocab].
+   */
+  async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
+    const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
+    const count = Math.max(1, Math.min(perRow, remaining))
+    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true)
+    this.#cache = out.cache
+    for (const row of this.rows) row.cachedTokens += count
+    return { logits: out.logits, tokens: count * this.rows.length }
+  }
+
+  /** Takes the given rows out: each leaves with its own single-row cache (in `seq.cache`) unless `discard`. */
+  remove (leaving: Set<Sequence>, discard = false): void {
+    if (leaving.size === 0) return
+    const old = this.#cache as RowCache
+    if (!discard) {
+      this.rows.forEach((seq, row) => {
+        if (leaving.has(seq)) seq.cache = this.#layout.gather([{ cache: old, row }])
+      })
+    }
+    const keep = this.rows.map((seq, row) => ({ seq, row })).filter(r => !leaving.has(r.seq))
+    this.#cache = keep.length > 0 ? this.#layout.gather(keep.map(r => ({ cache: old, row: r.row }))) : null
+    this.#layout.free(old)
+    this.rows = keep.map(r => r.seq)
+  }
+
+  /** Frees the group's cache (the group failed); a group whose rows all left has nothing to free. */
+  free (): void {
+    if (this.#cache) this.#layout.free(this.#cache)
+    this.#cache = null
+    this.rows = []
+  }
+}

@@ -1,0 +1,159 @@
+// The decoder graph computes the same logits whether a sequence is run with
+// its key/value cache one token at a time or recomputed from scratch.
+import fs from 'node:fs'
+import path from 'node:path'
+import t from 'tap'
+import { parseDecoderConfig } from '../../../../src/convert/decoder-config.ts'
+import { writeOnnx } from '../../../../src/convert/index.ts'
+import { dequantizeInt4, quantizeInt4 } from '../../../../src/convert/tensors.ts'
+import { RandomWeights } from '../../../../src/convert/weight-sources.ts'
+import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
+import { cacheLayoutFor } from '../../../../src/engine/onnx/cache/kv-cache.ts'
+import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
+import { DTYPE_OF, randomGqaModelDir, randomModelDir, type RandomKind } from '../../../helpers/models.ts'
+
+const TOKENS = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 17]
+
+async function load (kind: RandomKind, weights: 'fp32' | 'fp16' | 'int4', cache?: 'append' | 'concat'): Promise<DecoderSession> {
+  const model = readModelDir(randomModelDir(kind, weights, 7, cache), DTYPE_OF[weights])
+  return DecoderSession.load(model, { device: 'cpu', threads: 1 })
+}
+
+/** Last-position logits after feeding `ids` in one pass without a cache. */
+async function fullPass (s: DecoderSession, ids: number[]): Promise<Float32Array> {
+  const out = await s.forward({
+    batch: 1,
+    inputIds: [ids],
+    attentionMask: [ids.map(() => 1)],
+    positionIds: [ids.map((_, k) => k)],
+    past: s.emptyCache(1),
+    logitsToKeep: 1,
+  })
+  return out.logits
+}
+
+function maxAbsDiff (a: Float32Array, b: Float32Array): number {
+  let max = 0
+  for (let i = 0; i < a.length; i++) max = Math.max(max, Math.abs(a[i] - b[i]))
+  return max
+}
+
+for (const kind of ['llama', 'qwen2'] as const) {
+  for (const [weights, tolerance] of [['fp32', 1e-4], ['fp16', 1e-2]] as const) {
+    for (const cacheStyle of ['append', 'concat'] as const) {
+      t.test(`${kind} ${weights} (${cacheStyle} cache): cached decoding equals full-prefix recomputation`, async t => {
+        const s = await load(kind, weights, cacheStyle)
+        t.equal(s.cacheType, weights === 'fp16' ? 'float16' : 'float32', 'cache dtype discovered from the graph')
+        t.equal(s.cacheOutputs, cacheStyle, 'cache outputs discovered from the graph')
+        const layout = cacheLayoutFor(s)
+        // Prefill a 5-token prompt, then feed the rest one token at a time.
+        const prompt = TOKENS.slice(0, 5)
+        let step = await layout.run(layout.empty(), [prompt], 1)
+        t.equal(step.logits.length, s.model.vocabSize, 'num_logits_to_keep = 1 returns only the last position')
+        let worst = maxAbsDiff(step.logits, await fullPass(s, prompt))
+        for (let n = prompt.length; n < TOKENS.length; n++) {
+          step = await layout.run(step.cache, [[TOKENS[n]]], 1)
+          t.same(step.cache.lengths, [n + 1])
+          worst = Math.max(worst, maxAbsDiff(step.logits, await fullPass(s, TOKENS.slice(0, n + 1))))
+        }
+        t.ok(worst < tolerance, `max |cached - full| = ${worst.toExponential(2)} < ${tolerance}`)
+        layout.free(step.cache)
+        await s.close()
+      })
+    }
+  }
+}
+
+t.test('left padding: a padded row computes the same logits as the unpadded sequence', async t => {
+  const s = await load('llama', 'fp32')
+  const short = TOKENS.slice(0, 4)
+  const long = TOKENS.slice(0, 7)
+  const pad = long.length - short.length
+  const batched = await s.forward({
+    batch: 2,
+    inputIds: [[...new Array(pad).fill(0), ...short], long],
+    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], long.map(() => 1)],
+    positionIds: [[...new Array(pad).fill(0), ...short.map((_, k) => k)], long.map((_, k) => k)],
+    past: s.emptyCache(2),
+    logitsToKeep: 1,
+  })
+  const V = s.model.vocabSize
+  t.ok(maxAbsDiff(batched.logits.subarray(0, V), await fullPass(s, short)) < 1e-4, 'padded row matches')
+  t.ok(maxAbsDiff(batched.logits.subarray(V, 2 * V), await fullPass(s, long)) < 1e-4, 'full row matches')
+  await s.close()
+})
+
+for (const blockSize of [32, 128]) {
+  t.test(`int4 graph (block ${blockSize}) computes what its dequantized weights compute in float`, async t => {
+    // Builds an fp32 model from exactly the weights the int4 model stores, so the
+    // only difference left is MatMulNBits' int8 activations (accuracy_level 4).
+    const source = randomModelDir('llama', 'int4')
+    const cfg = parseDecoderConfig(JSON.parse(fs.readFileSync(path.join(source, 'config.json'), 'utf8')))
+    const random = new RandomWeights(cfg, 7, 0.2)
+    const dequantized = {
+      has: (name: string) => random.has(name),
+      get: (name: string) => {
+        const w = random.get(name)
+        if (/proj\.weight$|lm_head\.weight$/.test(name)) return dequantizeInt4(quantizeInt4(w, blockSize))
+        if (name === 'model.embed_tokens.weight') return { shape: w.shape, data: Float32Array.from(new Float16Array(w.data)) }
+        return w
+      },
+    }
+    const copyModelFiles = (dir: string): void => {
+      for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) fs.copyFileSync(path.join(source, f), path.join(dir, f))
+      fs.mkdirSync(path.join(dir, 'onnx'))
+    }
+    const floatDir = t.testdir({ float: {}, quant: {} })
+    copyModelFiles(path.join(floatDir, 'float'))
+    writeOnnx(path.join(floatDir, 'float'), cfg, dequantized, { weights: 'fp32' }, {})
+    let quantDir = source
+    if (blockSize !== 32) {
+      quantDir = path.join(floatDir, 'quant')
+      copyModelFiles(quantDir)
+      writeOnnx(quantDir, cfg, random, { weights: 'int4', int4BlockSize: blockSize }, {})
+    }
+    const float = await DecoderSession.load(readModelDir(path.join(floatDir, 'float'), 'fp32'), { device: 'cpu', threads: 1 })
+    const quant = await DecoderSession.load(readModelDir(quantDir, 'q4'), { device: 'cpu', threads: 1 })
+    const a = await fullPass(float, TOKENS)
+    const b = await fullPass(quant, TOKENS)
+    t.ok(Math.max(...a) - Math.min(...a) > 0.5, 'logits are not degenerate')
+    let dot = 0; let na = 0; let nb = 0
+    for (let i = 0; i < a.length; i++) { dot += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i] }
+    const cosine = dot / Math.sqrt(na * nb)
+    t.ok(cosine > 0.999, `cosine similarity ${cosine.toFixed(5)} > 0.999`)
+    t.equal(argmax(a), argmax(b), 'same greedy token')
+    await float.close()
+    await quant.close()
+  })
+}
+
+function argmax (a: Float32Array): number {
+  let best = 0
+  for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i
+  return best
+}
+
+t.test('GroupQueryAttention graphs: detected, equal to the standard graph alone, wrong with left padding', async t => {
+  const gqa = await DecoderSession.load(readModelDir(randomGqaModelDir(), 'fp32'), { device: 'cpu', threads: 1 })
+  const std = await load('llama', 'fp32')
+  t.equal(gqa.graphStyle, 'gqa')
+  t.equal(std.graphStyle, 'standard')
+  t.notOk(gqa.hasPositionIds, 'positions come from the mask')
+  const worst = maxAbsDiff(await fullPass(gqa, TOKENS), await fullPass(std, TOKENS))
+  t.ok(worst < 1e-4, `single sequence: max difference ${worst.toExponential(2)}`)
+  // The reason chatd never left-pads such a graph: the padded row comes out wrong.
+  const short = TOKENS.slice(0, 4)
+  const pad = 3
+  const padded = await gqa.forward({
+    batch: 2,
+    inputIds: [[...new Array(pad).fill(0), ...short], TOKENS.slice(0, 7)],
+    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], new Array(7).fill(1)],
+    positionIds: [[], []],
+    past: gqa.emptyCache(2),
+    logitsToKeep: 1,
+  })
+  const paddedError = maxAbsDiff(padded.logits.subarray(0, gqa.model.vocabSize), await fullPass(std, short))
+  t.ok(paddedError > 1e-2, `left-padded row differs by ${paddedError.toFixed(3)}`)
+  await gqa.close()
+  await std.close()
+})
