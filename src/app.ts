@@ -226,7 +226,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     await api.register(messagesRoute, { pipeline, reasoningSeal, inputLimits: config.inputLimits ?? DEFAULT_INPUT_LIMITS, sseKeepAliveMs: config.sseKeepAliveMs })
     await api.register(modelsRoute, { models, limiter: limits.limiter })
     await api.register(usageRoute, limits)
-    await api.register(storedResponsesRoutes, { stored: storedResponses })
+    await api.register(storedResponsesRoutes, { stored: storedResponses, countRequest: (request, reply) => pipeline.countRequest(request, reply) })
   }, { prefix: '/api/v1' })
 
   // 8. The dashboard at /api: web pages behind a session cookie, with their own

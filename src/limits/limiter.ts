@@ -187,6 +187,66 @@ export class Limiter {
   }
 
   /**
+   * Refuses at once, with the admission's own 429, an account that is past a limit right now:
+   * for the doors that must read or translate much (a stored conversation, a long Messages body)
+   * before they know the request's size, so a key past its limit makes no such work. Counts
+   * nothing: the request is still admitted (or refused) by admit() once its size is known.
+   */
+  async precheck (account: Account, model?: string): Promise<void> {
+    const tier = this.tierOf(account)
+    if (model !== undefined && !this.tiers.allowsModel(tier, model)) {
+      throw new ApiError('model_not_allowed', `The ${tier.name} tier may not use the model '${model}'.`, { param: 'model' })
+    }
+    if (tier.requestsPerMinute === null && tier.tokensPerMinute === null && tier.callsPerMonth === null) return
+    const month = monthOf(this.#now())
+    const usage = await this.#fromStore(this.store.peek(account.id, month))
+    const headers = rateLimitHeaders(tier, usage)
+    if (tier.callsPerMonth !== null && usage.calls !== null && usage.calls >= tier.callsPerMonth) {
+      throw new ApiError('allowance_exhausted',
+        `This account has used its ${tier.callsPerMonth} calls for this month (${tier.name} tier); the allowance renews on ${new Date(month.endMs).toISOString().slice(0, 10)} (UTC).`,
+        { headers: { ...headers, ...retryAfterHeaders(month.endMs - this.#now()) } })
+    }
+    const over = tier.requestsPerMinute !== null && usage.requests >= tier.requestsPerMinute
+      ? { what: `${tier.requestsPerMinute} requests per minute`, resetMs: usage.requestsResetMs }
+      : tier.tokensPerMinute !== null && usage.tokens >= tier.tokensPerMinute
+        ? { what: `${tier.tokensPerMinute} tokens per minute`, resetMs: usage.tokensResetMs }
+        : undefined
+    if (over) {
+      const refusalHeaders = { ...headers, ...retryAfterHeaders(over.resetMs) }
+      throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${over.what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
+    }
+  }
+
+  /**
+   * Counts one request that generates nothing (a token count, a stored response read) against the
+   * tier's requests per minute: no tokens, no call of the monthly allowance. Throws the 429 of
+   * admit() when the minute is used up; returns the x-ratelimit-* headers.
+   */
+  async countRequest (account: Account): Promise<Record<string, string>> {
+    const tier = this.tierOf(account)
+    if (tier.requestsPerMinute === null && tier.tokensPerMinute === null && tier.callsPerMonth === null) return {}
+    const month = monthOf(this.#now())
+    const requestId = randomUUID()
+    // The month's counter must exist for the store to count (a refused check writes nothing).
+    const request = { accountId: account.id, requestId, tokens: 0, rules: { ...rulesOf(tier), callsPerMonth: null }, month }
+    let result = await this.#fromStore(this.store.admit(request))
+    if (result.outcome === 'needs-seed') {
+      const monthSeed = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
+      result = await this.#fromStore(this.store.admit({ ...request, monthSeed }))
+      if (result.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
+    }
+    const headers = rateLimitHeaders(tier, result.usage)
+    if (result.outcome === 'refused') {
+      const refusalHeaders = { ...headers, ...retryAfterHeaders(result.retryAfterMs) }
+      const what = result.limit === 'requests' ? `${tier.requestsPerMinute} requests per minute` : `${tier.tokensPerMinute} tokens per minute`
+      throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
+    }
+    // Its call of the month is given back at once: only the minute's request stays counted.
+    await fromStore(this.store.settle({ accountId: account.id, requestId, tokens: 0, refundCall: true, month }))
+    return headers
+  }
+
+  /**
    * The x-ratelimit-* headers for a response that counts nothing (models,
    * usage, refusals before the limits). Only informative, so for a moment after
    * the store failed they are not asked for at all: a refusal for an

@@ -44,6 +44,9 @@ const MAX_ID_LENGTH = 128
 /** Rows read per query when a conversation's bodies are fetched (well under either database's parameter limit). */
 const BODIES_PER_QUERY = 200
 
+/** Bodies read at a time while a page of input items is listed (a page rarely needs more). */
+const BODIES_PER_PAGE_READ = 8
+
 /** Where a store writes what it drops (a response over the byte cap) or fails at in the background. */
 export interface StoreLog {
   warn (obj: Record<string, unknown>, msg: string): void
@@ -180,19 +183,50 @@ export class StoredResponses {
    * Undefined when the account has no response `id`.
    */
   async inputItems (accountId: number, id: string): Promise<ConversationItem[] | undefined> {
+    const page = await this.inputItemsPage(accountId, id, { order: 'asc', limit: Infinity })
+    return page === undefined || page === 'after-not-found' ? undefined : page.data
+  }
+
+  /**
+   * One page of inputItems(), in `order`, starting after the item `after`: only the bodies the
+   * page needs are parsed (a body before the cursor is searched as text, not parsed), so a page of
+   * a long conversation costs about what the page holds. Undefined when the account has no
+   * response `id`; 'after-not-found' when no listed item has the id `after`.
+   */
+  async inputItemsPage (accountId: number, id: string, opts: { order: 'asc' | 'desc'; after?: string; limit: number }): Promise<{ data: ConversationItem[]; hasMore: boolean } | 'after-not-found' | undefined> {
     const links = await this.#links(accountId, id)
     if (links.length === 0) return undefined
     // The response itself always; then earlier ones, newest first, while their total fits.
     let kept = 1
     let bytes = links[0].bytes
     while (kept < links.length && bytes + links[kept].bytes <= this.#limits.maxConversationBytes) bytes += links[kept++].bytes
-    const bodies = await this.#bodies(accountId, links.slice(0, kept))
-    if (bodies === undefined) return undefined
-    const [own, ...earlier] = bodies
-    const items: ConversationItem[] = []
-    for (const body of earlier.reverse()) items.push(...JSON.parse(body.input) as ConversationItem[], ...outputOf(body.response))
-    items.push(...JSON.parse(own.input) as ConversationItem[])
-    return items
+    // Listing order: oldest first, its input then its output; the response itself: its input only.
+    const listed = links.slice(0, kept).reverse()
+    const bodies = opts.order === 'asc' ? listed : [...listed].reverse()
+    const needle = opts.after === undefined ? undefined : `"id":${JSON.stringify(opts.after)}`
+    let found = opts.after === undefined
+    const data: ConversationItem[] = []
+    for (let i = 0; i < bodies.length; i += BODIES_PER_PAGE_READ) {
+      const chunk = bodies.slice(i, i + BODIES_PER_PAGE_READ)
+      const read = await this.#bodies(accountId, chunk)
+      if (read === undefined) return undefined // deleted while being read
+      for (const [j, body] of read.entries()) {
+        const own = chunk[j].id === id
+        // A body before the cursor that does not hold it is skipped unparsed.
+        if (!found && !body.input.includes(needle!) && (own || !body.response.includes(needle!))) continue
+        let items = [...JSON.parse(body.input) as ConversationItem[], ...(own ? [] : outputOf(body.response))]
+        if (opts.order === 'desc') items = items.reverse()
+        for (const item of items) {
+          if (!found) {
+            found = item.id === opts.after
+            continue
+          }
+          if (data.length === opts.limit) return { data, hasMore: true }
+          data.push(item)
+        }
+      }
+    }
+    return found ? { data, hasMore: false } : 'after-not-found'
   }
 
   /**

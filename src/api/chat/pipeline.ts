@@ -98,6 +98,24 @@ export class CompletionPipeline {
     return this.#opts.metrics
   }
 
+  /**
+   * Refuses a key past its tier's limits right now (429, counting nothing), before a door does work
+   * whose size it cannot know yet: reading a stored conversation, translating a long body.
+   */
+  async precheck (request: FastifyRequest, model?: string): Promise<void> {
+    if (!request.account) throw new ApiError('missing_api_key', 'Missing API key.')
+    await this.#opts.limits.limiter.precheck(request.account, model)
+  }
+
+  /**
+   * Counts a request that generates nothing (a token count, a stored response read) as one of the
+   * tier's requests per minute, before its work; the reply gets the x-ratelimit-* headers.
+   */
+  async countRequest (request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    if (!request.account) throw new ApiError('missing_api_key', 'Missing API key.')
+    reply.headers(await this.#opts.limits.limiter.countRequest(request.account))
+  }
+
   get searchConfigured (): boolean {
     return this.#opts.search !== undefined
   }

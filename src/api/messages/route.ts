@@ -59,6 +59,9 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     const body = request.body
     const accountId = request.account!.id // bearerAuth refused a request without one
     const search = pipeline.webSearch
+    // Translation (signatures opened, blocks joined) is work before the request's size is known:
+    // never for a key past its limits.
+    await pipeline.precheck(request, body.model)
     const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
     const hostedSearch = translated.webSearch !== undefined && search !== undefined
     const builder = new MessageBuilder({ id: newMessageId(), model: body.model, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay, hostedSearch })
@@ -92,12 +95,14 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     schema: {
       tags: ['messages'],
       summary: 'Count a message request\'s input tokens (an estimate)',
-      description: 'The same body as POST /messages without max_tokens; answers {"input_tokens"}: an estimate (about 4 characters a token), computed without the model. Not counted against the tier\'s limits.',
+      description: 'The same body as POST /messages without max_tokens; answers {"input_tokens"}: an estimate (about 4 characters a token), computed without the model. Counts as one of the tier\'s requests per minute (no tokens, no call of the monthly allowance).',
       security: [{ bearerAuth: [] }],
       body: CountTokensRequest,
       response: { 200: { description: 'The estimate', content: { 'application/json': { schema: { type: 'object', properties: { input_tokens: { type: 'integer' } } } } } }, ...errorResponses },
     },
-  }, async request => {
+  }, async (request, reply) => {
+    // Generates nothing, but translating and counting a long body is work: one request of the minute.
+    await pipeline.countRequest(request, reply)
     const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
     try {
       checkInputLimits(translated.chat, inputLimits)

@@ -68,6 +68,9 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     const accountId = request.account!.id // bearerAuth admits no request without one
     let chain: Array<Record<string, unknown>> | undefined
     if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
+      // A stored conversation is read and parsed before the request's size is known: never for a
+      // key past its limits (the admission itself comes once the conversation is translated).
+      await pipeline.precheck(request, body.model)
       chain = stored ? await stored.chain(accountId, body.previous_response_id) : undefined
       if (chain === undefined) {
         throw new ApiError('not_found', `No response with id '${body.previous_response_id.slice(0, 256)}' was found.`, { param: 'previous_response_id' })

@@ -1,9 +1,11 @@
 // GET /responses/{id}, DELETE /responses/{id} and GET /responses/{id}/input_items:
 // the account's stored responses, as OpenAI's Responses API serves them.
-// Reading counts against nothing; another account's id is 404 like an
-// unknown one.
+// A read counts as one of the tier's requests per minute (no tokens, no call of
+// the allowance), and a page of input items parses only what it shows; another
+// account's id is 404 like an unknown one.
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { ApiError, invalidParam } from '../../errors.ts'
 import type { ConversationItem, StoredResponses } from '../../responses/stored-responses.ts'
@@ -70,7 +72,13 @@ function itemId (item: ConversationItem): string | null {
   return typeof item.id === 'string' ? item.id : null
 }
 
-export const storedResponsesRoutes: FastifyPluginAsyncTypebox<{ stored: StoredResponses }> = async (app, { stored }) => {
+export interface StoredRoutesOptions {
+  stored: StoredResponses
+  /** Counts the read as one of the tier's requests per minute (pipeline.countRequest), before its work. */
+  countRequest: (request: FastifyRequest, reply: FastifyReply) => Promise<void>
+}
+
+export const storedResponsesRoutes: FastifyPluginAsyncTypebox<StoredRoutesOptions> = async (app, { stored, countRequest }) => {
   app.get('/responses/:response_id', {
     schema: {
       tags: ['responses'],
@@ -86,6 +94,7 @@ export const storedResponsesRoutes: FastifyPluginAsyncTypebox<{ stored: StoredRe
     if (stream !== undefined && stream !== 'false') {
       throw invalidParam('stream', 'Invalid value for \'stream\': a stored response cannot be replayed as a stream; leave stream out or set it to false.')
     }
+    await countRequest(request, reply)
     const json = await stored.get(request.account!.id, request.params.response_id)
     if (json === undefined) throw notFound(request.params.response_id)
     // The stored text itself: the same bytes' worth of JSON the client was first sent, nothing re-serialized.
@@ -115,26 +124,21 @@ export const storedResponsesRoutes: FastifyPluginAsyncTypebox<{ stored: StoredRe
       querystring: ListQuery,
       response: { 200: ItemList, ...errorResponses },
     },
-  }, async request => {
+  }, async (request, reply) => {
     const limit = parseLimit(request.query.limit)
     const order = parseOrder(request.query.order)
     const { after } = request.query
-    const items = await stored.inputItems(request.account!.id, request.params.response_id)
-    if (items === undefined) throw notFound(request.params.response_id)
-    if (order === 'desc') items.reverse()
-    let start = 0
-    if (after !== undefined) {
-      const at = items.findIndex(item => itemId(item) === after)
-      if (at === -1) throw invalidParam('after', `Invalid value for 'after': no item with id '${after.slice(0, 80)}' in this response's input items.`)
-      start = at + 1
-    }
-    const data = items.slice(start, start + limit)
+    await countRequest(request, reply)
+    const page = await stored.inputItemsPage(request.account!.id, request.params.response_id, { order, after, limit })
+    if (page === undefined) throw notFound(request.params.response_id)
+    if (page === 'after-not-found') throw invalidParam('after', `Invalid value for 'after': no item with id '${after!.slice(0, 80)}' in this response's input items.`)
+    const { data } = page
     return {
       object: 'list' as const,
       data,
       first_id: data.length > 0 ? itemId(data[0]) : null,
       last_id: data.length > 0 ? itemId(data[data.length - 1]) : null,
-      has_more: start + limit < items.length,
+      has_more: page.hasMore,
     }
   })
 }
