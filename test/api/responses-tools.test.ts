@@ -136,7 +136,7 @@ t.test('text.format: json_schema and json_object become the response_format; the
   t.equal(backend.lastRequest?.responseFormat, undefined)
 })
 
-t.test('reasoning: sealed for the account with include, sent back it opens for that account only; forged or foreign values are ignored', async t => {
+t.test('reasoning: sealed for the account with include; sent back (the own, another account\'s, forged, or not a string) it is accepted and adds nothing', async t => {
   const backend = new ScriptedBackend({ thinking: ['Secret', ' plan'], words: ['Done'] })
   const { app, auth, otherAuth } = await buildResponsesApp(t, { backends: [backend] })
   const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x', include: ['reasoning.encrypted_content'], reasoning: { effort: 'low', summary: 'auto' } } })
@@ -159,9 +159,12 @@ t.test('reasoning: sealed for the account with include, sent back it opens for t
     ['another account\'s', await otherAuth(), reasoning.encrypted_content],
     ['a forged', auth, 'chatd1.' + Buffer.from('not sealed by chatd at all, really').toString('base64url')],
     ['a foreign', auth, 'opaque-sealed-value'],
+    ['an object', auth, { not: 'a string' }],
+    ['a number', auth, 42],
   ] as const) {
     const res = await sendBack(headers, value)
     t.equal(res.statusCode, 200, `${label} value is ignored, not refused`)
+    t.same(backend.lastRequest?.messages.map(m => m.content), ['x', 'Done', 'more'], `${label} value adds nothing`)
   }
   const streamed = parseEvents((await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x', include: ['reasoning.encrypted_content'], stream: true } })).body)
   const doneItem = streamed.find(e => e.event === 'response.output_item.done')!.data.item as Record<string, unknown>

@@ -224,3 +224,31 @@ function ids (items: Array<Record<string, unknown>> | undefined): unknown[] | un
 
 t.test('a rebuilt app on the same database reads what the previous one stored [sqlite]', t => survivesRestart(t, 'sqlite'))
 t.test('a rebuilt app on the same database reads what the previous one stored [postgres]', t => survivesRestart(t, 'postgres'))
+
+t.test('what is stored of the input is what the prompt holds: a client\'s own fields and sent-back thinking are not kept', async t => {
+  const { app, auth, db } = await setup(t)
+  const junk = 'z'.repeat(100_000)
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/v1/responses',
+    headers: auth,
+    payload: {
+      model: 'scripted',
+      input: [
+        { role: 'user', content: [{ type: 'input_text', text: 'Hello', padding: junk }], padding: junk },
+        { type: 'reasoning', id: 'rs_1', summary: [{ type: 'summary_text', text: junk }], encrypted_content: junk, content: [{ type: 'reasoning_text', text: junk }] },
+        { role: 'assistant', content: 'Hi', extra: { deep: junk } },
+        { role: 'user', content: 'Again' },
+      ],
+    },
+  })
+  t.equal(res.statusCode, 200, res.body)
+  const items = await app.inject({ url: `/api/v1/responses/${res.json().id}/input_items?order=asc`, headers: auth })
+  t.same(items.json().data.map((item: Record<string, unknown>) => Object.keys(item).sort()), [
+    ['content', 'id', 'role', 'type'], ['id', 'summary', 'type'], ['content', 'id', 'role', 'type'], ['content', 'id', 'role', 'type'],
+  ])
+  t.same(items.json().data[0].content, [{ type: 'input_text', text: 'Hello' }], 'a part keeps its known fields only')
+  t.same(items.json().data[1], { type: 'reasoning', id: 'rs_1', summary: [] }, 'a reasoning item is kept by its id')
+  const row = await db.selectFrom('stored_responses').select('bytes').executeTakeFirstOrThrow()
+  t.ok(Number(row.bytes) < 5000, `stored ${row.bytes} bytes of a 700 KB body`)
+})

@@ -6,6 +6,7 @@
 // with an id each for the store.
 
 import { Compile } from 'typebox/compile'
+import { Value } from 'typebox/value'
 import { invalidParam } from '../../errors.ts'
 import { newId, type IdPrefix } from './ids.ts'
 import { FunctionCallItem, FunctionCallOutputItem, MessageItem, ReasoningItem, WebSearchCallItem } from './schema.ts'
@@ -16,6 +17,14 @@ export type InputItem =
   | ({ kind: 'function_call_output' } & FunctionCallOutputItem)
   | ({ kind: 'reasoning' } & ReasoningItem)
   | { kind: 'web_search_call' }
+
+const SCHEMAS = {
+  message: MessageItem,
+  function_call: FunctionCallItem,
+  function_call_output: FunctionCallOutputItem,
+  reasoning: ReasoningItem,
+  web_search_call: WebSearchCallItem,
+} as const
 
 const CHECKS = {
   message: Compile(MessageItem),
@@ -99,11 +108,19 @@ export function checkInputItems (items: unknown[], at: (i: number) => string): I
   })
 }
 
-/** The item as it is stored: as sent, with an id when it came without one. */
+/**
+ * The item as it is stored: the fields its schema names (a client's own fields are not kept: they
+ * reach no prompt, and stored bytes should be what a request paid for), with an id when it came
+ * without one. A reasoning item keeps only its id: its summary and sealed thinking add nothing to
+ * later prompts (prompt shaping drops earlier thinking), so they are not stored either.
+ */
 export function normalisedItem (value: Record<string, unknown>): Record<string, unknown> {
   const fields = Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null))
   const kind = fields.type === undefined && 'role' in fields ? 'message' : fields.type as keyof typeof CHECKS
-  const item: Record<string, unknown> = kind === 'message' ? { type: 'message', ...fields } : fields
+  const known = Object.hasOwn(SCHEMAS, kind) ? Value.Clean(SCHEMAS[kind], Value.Clone(fields)) as Record<string, unknown> : fields
+  const item: Record<string, unknown> = kind === 'message'
+    ? { type: 'message', ...known }
+    : kind === 'reasoning' ? { type: 'reasoning', ...(typeof known.id === 'string' ? { id: known.id } : {}), summary: [] } : known
   if (typeof item.id !== 'string') item.id = newId(ID_PREFIX[kind] ?? 'msg')
   return item
 }

@@ -76,7 +76,7 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
         throw new ApiError('not_found', `No response with id '${body.previous_response_id.slice(0, 256)}' was found.`, { param: 'previous_response_id' })
       }
     }
-    const translation = toChatRequest(body, { chain, accountId, seal: reasoningSeal, searchConfigured: pipeline.searchConfigured })
+    const translation = toChatRequest(body, { chain, searchConfigured: pipeline.searchConfigured })
     const id = newId('resp')
     const createdAt = Math.floor(Date.now() / 1000)
     let sink: ((event: StreamEvent) => Promise<void>) | undefined

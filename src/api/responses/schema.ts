@@ -75,7 +75,8 @@ export const ReasoningItem = Type.Object({
   type: Type.Literal('reasoning'),
   id: Type.Optional(ItemId),
   summary: Type.Optional(Type.Array(Type.Object({ type: Type.String({ maxLength: 64 }), text: Type.String() }), { maxItems: ITEM_PARTS_MAX })),
-  encrypted_content: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  /** Whatever it carries: only a string this server sealed for the account opens; anything else is ignored. */
+  encrypted_content: Type.Optional(Type.Unknown()),
   content: Type.Optional(Type.Union([Type.Array(Type.Object({ type: Type.String({ maxLength: 64 }), text: Type.String() }), { maxItems: ITEM_PARTS_MAX }), Type.Null()])),
   status: Type.Optional(Status),
 })

@@ -5,7 +5,6 @@
 // tool messages. It also keeps where each chat message and tool came from, so a
 // refusal about `messages[4].content` names `input[6].content` instead.
 
-import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
 import type { ClientSampling } from '../chat/pipeline.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
@@ -34,8 +33,6 @@ export interface Translation {
 export interface TranslationContext {
   /** The conversation previous_response_id continues (the store's items, oldest first). */
   chain?: Array<Record<string, unknown>>
-  accountId: number
-  seal: ReasoningSeal
   searchConfigured: boolean
 }
 
@@ -61,7 +58,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
   }
 
   const chainItems = checkInputItems(ctx.chain ?? [], () => 'previous_response_id')
-  appendItems(messages, sources, chainItems, () => 'previous_response_id', ctx)
+  appendItems(messages, sources, chainItems, () => 'previous_response_id')
   let inputItems: Array<Record<string, unknown>> = []
   if (typeof body.input === 'string') {
     messages.push({ role: 'user', content: body.input })
@@ -69,7 +66,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
     inputItems = [normalisedItem({ type: 'message', role: 'user', content: [{ type: 'input_text', text: body.input }] })]
   } else if (body.input !== undefined) {
     const items = checkInputItems(body.input, i => `input[${i}]`)
-    appendItems(messages, sources, items, i => `input[${i}]`, ctx)
+    appendItems(messages, sources, items, i => `input[${i}]`)
     inputItems = body.input.map(item => normalisedItem(item as Record<string, unknown>))
   }
   if (!messages.some(m => m.role !== 'system')) {
@@ -120,7 +117,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
 }
 
 /** Adds the items to the conversation: calls join the assistant message before them, outputs become tool messages. */
-function appendItems (messages: ChatMessage[], sources: MessageSource[], items: InputItem[], at: (i: number) => string, ctx: TranslationContext): void {
+function appendItems (messages: ChatMessage[], sources: MessageSource[], items: InputItem[], at: (i: number) => string): void {
   items.forEach((item, i) => {
     const where = at(i)
     switch (item.kind) {
@@ -143,12 +140,11 @@ function appendItems (messages: ChatMessage[], sources: MessageSource[], items: 
       case 'function_call_output':
         messages.push({ role: 'tool', tool_call_id: item.call_id, content: outputText(item, where) })
         sources.push({ item: where, calls: [] })
-        return
+        break
       case 'reasoning':
-        // Only a value this server sealed for this account opens; anything else is ignored, never
-        // an error. Either way it adds nothing to the prompt: the prompt shaping drops the thinking
-        // of earlier turns (prompt/shape.ts), which is what the model was trained to see.
-        if (typeof item.encrypted_content === 'string') ctx.seal.open(ctx.accountId, item.encrypted_content)
+        // Accepted whatever it carries, and never opened: earlier thinking adds nothing to the prompt
+        // (prompt shaping drops the thinking of earlier turns, prompt/shape.ts, which is what the model
+        // was trained to see), so a sealed value sent back has nothing to do here.
         break
       case 'web_search_call':
         // A search chatd ran on an earlier turn: its results reached that turn's answer, which follows.
