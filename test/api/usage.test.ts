@@ -12,6 +12,7 @@ import { ApiError } from '../../src/errors.ts'
 import { monthOf } from '../../src/limits/calendar.ts'
 import { buildTestApp, chatBody, type TestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
+import { TOOL_FORMATS, type ToolCallFormat } from '../../src/engine/tools/format.ts'
 
 const CHAT = '/api/v1/chat/completions'
 
@@ -223,13 +224,25 @@ t.test('GET /api/v1/usage: tier, limits, what remains, 30 days of totals', async
 })
 
 t.test('tokens_per_minute counts the tools\' definitions as prompt: an agent\'s 8,000 characters of tools do not fit a 1,000-token minute', async t => {
-  const test = await buildTestApp(t, { tier: 'tight', tiers: JSON.stringify({ default: 'tight', tiers: { tight: { tokens_per_minute: 1000 } } }), backends: [new ScriptedBackend({ words: ['ok'] })] })
+  /** Prompts for tools itself, as the local engine does: with tool_choice none they are left out. */
+  class PromptingBackend extends ScriptedBackend {
+    toolCallFormat (): ToolCallFormat { return TOOL_FORMATS.json }
+  }
+  const relayed = new ScriptedBackend({ id: 'relayed', words: ['ok'] })
+  const prompting = new PromptingBackend({ id: 'prompting', words: ['ok'] })
+  const test = await buildTestApp(t, { tier: 'tight', tiers: JSON.stringify({ default: 'tight', tiers: { tight: { tokens_per_minute: 1000 } } }), backends: [relayed, prompting] })
   const tools = Array.from({ length: 4 }, (_, i) => ({ type: 'function', function: { name: `tool_${i}`, description: 'd'.repeat(2000), parameters: { type: 'object', properties: {} } } }))
-  const res = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { ...chatBody(), tools } })
-  t.equal(res.statusCode, 400, 'the prompt alone is about 2,100 tokens: it can never fit the minute')
-  t.match(res.json().error, { code: 'invalid_parameter', message: /The prompt alone \(about 2\d\d\d tokens\) leaves no room/ })
-  const without = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { ...chatBody(), tools, tool_choice: 'none' } })
-  t.equal(without.statusCode, 200, 'tool_choice none: the tools are not in the prompt')
+  const send = (model: string, extra: Record<string, unknown>) => test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { ...chatBody({ model }), tools, ...extra } })
+  for (const model of ['relayed', 'prompting']) {
+    const res = await send(model, {})
+    t.equal(res.statusCode, 400, `${model}: the prompt alone is about 2,100 tokens: it can never fit the minute`)
+    t.match(res.json().error, { code: 'invalid_parameter', message: /The prompt alone \(about 2\d\d\d tokens\) leaves no room/ })
+  }
+  const relayedNone = await send('relayed', { tool_choice: 'none' })
+  t.equal(relayedNone.statusCode, 400, 'tool_choice none on a backend sent the tools (an upstream): they still count')
+  const promptingNone = await send('prompting', { tool_choice: 'none' })
+  t.equal(promptingNone.statusCode, 200, 'tool_choice none on a backend that prompts for tools: they are not in the prompt')
+  t.equal(relayed.lastRequest, undefined, 'the upstream-like backend was never sent them')
 })
 
 t.test('tokens_per_minute without max_tokens or a cap: a 466-token reply is cut to what the minute allows', async t => {

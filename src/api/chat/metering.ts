@@ -113,12 +113,15 @@ export async function admitCompletion (
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
   // A tool call's arguments are prompt text like the content, and so are the tools' definitions
-  // (an agent's can be 30 KB: the prompt's largest part).
+  // (an agent's can be 30 KB: the prompt's largest part). A backend that prompts for tools itself
+  // (the local engine) leaves them out with tool_choice none; any other (an upstream) is sent them
+  // whatever tool_choice says, so they count.
   const messages = body.messages.map(m => ({
     content: (typeof m.content === 'string' || m.content == null ? m.content ?? '' : m.content.map(p => p.text).join('')) +
       (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
   }))
-  if (body.tools && body.tools.length > 0 && body.tool_choice !== 'none') messages.push({ content: JSON.stringify(body.tools) })
+  const toolsInPrompt = body.tool_choice !== 'none' || model.backend.toolCallFormat?.() === undefined
+  if (body.tools && body.tools.length > 0 && toolsInPrompt) messages.push({ content: JSON.stringify(body.tools) })
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
   const permit = await limits.limiter.admit(account, {
     model: model.id,
