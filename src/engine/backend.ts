@@ -1,6 +1,8 @@
 // The one interface every model backend implements. The HTTP layer only ever
 // talks to a Backend; backends never know about HTTP.
 
+import { ApiError } from '../errors.ts'
+
 export type Role = 'system' | 'user' | 'assistant' | 'tool'
 
 export interface ChatMessage {
@@ -256,13 +258,14 @@ export interface Backend {
    */
   generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent>
   /**
-   * Gets a JSON `response_format` ready once the request is admitted: the local engine compiles
-   * (and caches, per `scope`) its grammar in a worker of its own, under a time limit, and throws
-   * ApiError invalid_parameter (param `response_format`) when the schema cannot be compiled or
-   * not in time, or a 429/503 when too many compiles are in flight. When `signal` aborts the
-   * compile stops and the promise rejects. Absent for backends that pass the format on.
+   * Gets a request's JSON formats ready once it is admitted (its `response_format`, or a forced
+   * call's tools' arguments): the local engine compiles (and caches, per `scope`) their grammars
+   * in a worker of its own, under one time limit for them all, and throws FormatCompileError (its
+   * `index` names the format) when a schema cannot be compiled or not in time, or a 429/503 when
+   * too many compiles are in flight. When `signal` aborts the compile stops and the promise
+   * rejects. Absent for backends that pass formats on.
    */
-  prepareResponseFormat? (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void>
+  prepareResponseFormats? (formats: ResponseFormat[], opts: { scope: string; signal?: AbortSignal }): Promise<void>
   /** Grammar compiles since start (metrics); absent without a local engine. */
   readonly grammarCounts?: GrammarCounts
   /**
@@ -277,8 +280,22 @@ export interface Backend {
    * The way this backend's model writes tool calls, where the backend renders `tools` into the
    * prompt itself (the local engine: the prompt layer adds the tools block of this format; with
    * tool_choice `required` or a named tool the backend writes the call by construction, its tools'
-   * schemas compiled through prepareResponseFormat first). Absent: the backend passes tools on (upstream).
+   * schemas compiled through prepareResponseFormats first). Absent: the backend passes tools on (upstream).
    */
   toolCallFormat? (): ToolCallFormat | undefined
   close (): Promise<void>
+}
+
+/**
+ * A format of the request cannot be used (or not within the compile's limits): invalid_parameter
+ * naming `response_format`; `index` is the format's place in prepareResponseFormats' list (a
+ * forced call's tool), so the door can name the field it came from.
+ */
+export class FormatCompileError extends ApiError {
+  readonly index: number
+
+  constructor (message: string, index: number) {
+    super('invalid_parameter', message, { param: 'response_format' })
+    this.index = index
+  }
 }

@@ -123,8 +123,8 @@ export class PullingBackend implements DownloadingBackend {
   }
 
   /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */
-  async prepareResponseFormat (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
-    await this.#inner?.prepareResponseFormat?.(format, opts)
+  async prepareResponseFormats (formats: ResponseFormat[], opts: { scope: string; signal?: AbortSignal }): Promise<void> {
+    await this.#inner?.prepareResponseFormats?.(formats, opts)
   }
 
   get grammarCounts (): GrammarCounts | undefined {

@@ -33,12 +33,31 @@ interface Ending {
 export class RequestMeter {
   readonly #permit: Permit
   readonly #record: (ending: Ending) => Promise<void>
+  /** The prompt's estimate the request was admitted with. */
+  readonly #promptEstimate: number
   #generating = false
   #ended = false
+  /** The request cost work before it failed (a schema's compile): its prompt stays counted. */
+  #charged = false
 
-  constructor (permit: Permit, record: (ending: Ending) => Promise<void>) {
+  constructor (permit: Permit, record: (ending: Ending) => Promise<void>, promptEstimate = 0) {
     this.#permit = permit
     this.#record = record
+    this.#promptEstimate = promptEstimate
+  }
+
+  /**
+   * The request made the server work before it failed (a schema's compile that failed or ran out of
+   * time): however it ends without usage, its prompt's estimate is counted against the minute's
+   * tokens, so failing compiles are not free.
+   */
+  charge (): void {
+    this.#charged = true
+  }
+
+  /** Tokens counted when the request ends with no real usage and no text sent. */
+  get unusedCharge (): number {
+    return this.#charged ? this.#promptEstimate : 0
   }
 
   /** The backend's max_tokens: the request's (or its wordcount budget), never more than was reserved for the reply. */
@@ -123,18 +142,19 @@ export async function admitCompletion (
   const toolsInPrompt = body.tool_choice !== 'none' || model.backend.toolCallFormat?.() === undefined
   if (body.tools && body.tools.length > 0 && toolsInPrompt) messages.push({ content: JSON.stringify(body.tools) })
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
+  const promptTokens = estimatePromptTokens(messages)
   const permit = await limits.limiter.admit(account, {
     model: model.id,
     maxTokens,
     maxTokensParam: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
-    promptTokens: estimatePromptTokens(messages),
+    promptTokens,
     contextLength: model.backend.contextLength,
   })
   reply.headers(permit.headers)
 
-  const meter = new RequestMeter(permit, async ending => {
+  const meter: RequestMeter = new RequestMeter(permit, async ending => {
     const failed = ending.status === 'failed'
-    const tokens = ending.usage ? ending.usage.total_tokens : ending.produced ? null : 0
+    const tokens = ending.usage ? ending.usage.total_tokens : ending.produced ? null : meter.unusedCharge
     try {
       const [, written] = await Promise.all([
         permit.settle(tokens, failed),
@@ -142,7 +162,7 @@ export async function admitCompletion (
           accountId: account.id,
           keyPrefix: request.apiKeyPrefix ?? '',
           model: model.id,
-          promptTokens: ending.usage?.prompt_tokens ?? 0,
+          promptTokens: ending.usage?.prompt_tokens ?? meter.unusedCharge,
           completionTokens: ending.usage?.completion_tokens ?? 0,
           status: ending.status,
           errorCode: ending.errorCode ?? null,
@@ -155,7 +175,7 @@ export async function admitCompletion (
       // The reply itself is fine; losing its usage row or settlement is logged, not turned into an error.
       request.log.error({ err }, 'recording usage failed')
     }
-  })
+  }, promptTokens)
   reply.raw.once('close', () => { void meter.closed() })
   return meter
 }

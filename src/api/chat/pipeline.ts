@@ -11,7 +11,7 @@
 // around the events.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { GenerateEvent, GenerateRequest } from '../../engine/backend.ts'
+import { FormatCompileError, type GenerateEvent, type GenerateRequest } from '../../engine/backend.ts'
 import { withReasoningMode } from '../../engine/reasoning.ts'
 import { unavailableError, type ModelRegistry, type RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
@@ -145,7 +145,7 @@ export class CompletionPipeline {
     // A JSON response_format for the local engine: its schema is checked before the request counts
     // (cheap and bounded: what the grammar could not compile or, with strict, not enforce is a 400)...
     // A forced tool call's tools' arguments take the same path (grammar-formats.ts).
-    const formats = model.backend.prepareResponseFormat !== undefined ? grammarFormats(body, toolFormat !== undefined) : []
+    const formats = model.backend.prepareResponseFormats !== undefined ? grammarFormats(body, toolFormat !== undefined) : []
     const compiles = formats.length > 0
     checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
@@ -158,14 +158,17 @@ export class CompletionPipeline {
     let generateRequest: GenerateRequest
     const scope = String(request.account?.id ?? '')
     try {
-      // ...and compiled only now, once admitted: a compile is paid for, and a refused key compiles nothing.
-      for (const { format, param } of formats) {
+      // ...and compiled only now, once admitted, all together under one time limit: a compile is
+      // paid for, and a refused key compiles nothing.
+      if (compiles) {
         try {
-          await model.backend.prepareResponseFormat?.(format, { scope, signal })
+          await model.backend.prepareResponseFormats?.(formats.map(f => f.format), { scope, signal })
         } catch (err) {
           if (stop.byShutdown()) throw drainDeadlineError()
           if (signal.aborted) return undefined // the client left while its schema compiled: the compile was stopped
-          throw asFieldError(err, param)
+          // A schema that failed cost the compile: its prompt's reservation stands for the minute.
+          if (err instanceof FormatCompileError) meter.charge()
+          throw asFieldError(err, formats[err instanceof FormatCompileError ? err.index : 0]?.param ?? 'response_format')
         }
       }
       if (body.googleSearchStatus && search) {

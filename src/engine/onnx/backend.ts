@@ -10,6 +10,7 @@ import { pullCommand } from '../models-file.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './device/ort.ts'
 import { GrammarService, type GrammarLimits } from './grammar/grammar-service.ts'
+import type { JsonFormat } from './grammar/grammar.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import type { EngineSettings } from './scheduler/engine.ts'
 import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
@@ -200,12 +201,13 @@ export class OnnxBackend implements Backend {
     if (this.#current.state === 'ready') this.#post({ type: 'next_turn', messages, ...(cacheScope !== undefined ? { cacheScope } : {}) })
   }
 
-  /** Compiles the format's grammar for `scope` in the grammar workers (grammar-service.ts); a schema it cannot use is a 400. */
-  async prepareResponseFormat (format: ResponseFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
-    const json = jsonFormatOf(format)
-    if (!json) return
+  /** Compiles the formats' grammars for `scope` in the grammar workers (grammar-service.ts), together; a schema it cannot use is a 400. */
+  async prepareResponseFormats (formats: ResponseFormat[], opts: { scope: string; signal?: AbortSignal }): Promise<void> {
+    const json = formats.map(jsonFormatOf)
+    if (json.some(format => format === undefined)) throw new Error('prepareResponseFormats takes JSON formats only')
+    if (json.length === 0) return
     if (this.#current.state !== 'ready' || !this.#worker) throw new ApiError('model_unavailable', `model ${this.id} is not available`)
-    await this.#grammars.compile(json, opts)
+    await this.#grammars.compile(json as JsonFormat[], opts)
   }
 
   #onMessage (message: FromWorker): void {

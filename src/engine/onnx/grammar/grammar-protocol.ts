@@ -14,14 +14,18 @@ export interface GrammarWorkerData {
   port?: MessagePort
 }
 
+/** A request's schemas, compiled one after the other in one message (one time limit for them all). */
 export type ToGrammarWorker =
-  | { type: 'compile'; id: number; key: string; format: JsonFormat }
+  | { type: 'compile'; id: number; items: Array<{ key: string; format: JsonFormat }> }
 
 export type FromGrammarWorker =
   /** The vocabulary is prepared: compiles may start (and be timed). */
   | { type: 'ready' }
+  /** Item `index` of message `id` starts compiling (so a time or memory limit can name it). */
+  | { type: 'compiling'; id: number; index: number }
   | { type: 'compiled'; id: number; memoryBytes: number }
-  | { type: 'failed'; id: number; message: string; broken: boolean }
+  /** `index`: the item that failed. */
+  | { type: 'failed'; id: number; index: number; message: string; broken: boolean }
   /** Matchers open in the serving worker, after each change. */
   | { type: 'matchers'; open: number; memoryBytes: number }
 

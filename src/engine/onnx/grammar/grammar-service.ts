@@ -3,9 +3,10 @@
 // end (a deep anyOf chain), trap (a deep $ref chain reads out of bounds) or
 // grow WebAssembly memory for good, so:
 //
-// - each new schema is first compiled by a trial worker of its own, under the
-//   time limit, and the worker is terminated afterwards, whatever happened:
-//   timed out, trapped, aborted, or the client left (cancelled);
+// - a request's new schemas (a response_format's, or each tool's of a forced
+//   call) are first compiled together by a trial worker of their own, under one
+//   time limit for them all, and the worker is terminated afterwards, whatever
+//   happened: timed out, trapped, aborted, or the client left (cancelled);
 // - only a schema whose trial succeeded is compiled again where it serves: in
 //   its scope's (its account's) own serving worker, which holds that scope's
 //   grammars and its sequences' matchers (a compiled grammar cannot leave the
@@ -22,10 +23,10 @@
 //   memory bound and holds no matcher.
 import { EventEmitter } from 'node:events'
 import { MessageChannel, Worker, type MessagePort } from 'node:worker_threads'
-import type { GrammarCounts } from '../../backend.ts'
+import { FormatCompileError, type GrammarCounts } from '../../backend.ts'
 import { ApiError } from '../../../errors.ts'
 import { grammarKey, type JsonFormat } from './grammar.ts'
-import type { FromGrammarWorker, GrammarWorkerData } from './grammar-protocol.ts'
+import type { FromGrammarWorker, GrammarWorkerData, ToGrammarWorker } from './grammar-protocol.ts'
 import type { ModelDtype } from '../model-dir.ts'
 
 export interface GrammarLimits {
@@ -62,7 +63,8 @@ interface Serving {
   ready: Promise<void>
   /** Keys compiled there, least recently used first. */
   compiled: Set<string>
-  pending: Map<number, { resolve: () => void; reject: (err: Error) => void }>
+  /** Serving compiles in flight, with the requests' indexes of their items (errors name one). */
+  pending: Map<number, { resolve: () => void; reject: (err: Error) => void; indexes: number[] }>
   /** Matchers open there. */
   open: number
   /** Compiles for it in flight, and requests that will open or have opened a matcher there (hold()). */
@@ -130,13 +132,15 @@ export class GrammarService extends EventEmitter {
   }
 
   /**
-   * Gets the format's grammar compiled for `scope` in the serving worker. Throws ApiError:
-   * invalid_parameter (response_format) when the schema cannot be compiled or not within the
-   * limit; rate_limit_exceeded or server_overloaded when too many compiles are in flight; and
-   * rejects with CompileCancelled when the signal aborts first (the trial is terminated).
+   * Gets the formats' grammars compiled for `scope` in the serving worker: one request's schemas,
+   * compiled together under one time limit (GRAMMAR_COMPILE_TIMEOUT_MS for them all) and one
+   * compile slot. Throws FormatCompileError (invalid_parameter naming `response_format`, and the
+   * index of the format at fault) when a schema cannot be compiled or not within the limits;
+   * rate_limit_exceeded or server_overloaded when too many compiles are in flight; and rejects with
+   * CompileCancelled when the signal aborts first (the trial is terminated).
    */
-  async compile (format: JsonFormat, opts: { scope: string; signal?: AbortSignal }): Promise<void> {
-    const key = grammarKey({ format, scope: opts.scope })
+  async compile (formats: JsonFormat | JsonFormat[], opts: { scope: string; signal?: AbortSignal }): Promise<void> {
+    const all = (Array.isArray(formats) ? formats : [formats]).map((format, index) => ({ index, format, key: grammarKey({ format, scope: opts.scope }) }))
     // While the scope's worker compiles a new schema it answers no steps: the scope's requests wait
     // here, before their sequences start, so none of them holds up a decode step it shares.
     for (let gate = this.#serving.get(opts.scope)?.gate; gate; gate = this.#serving.get(opts.scope)?.gate) {
@@ -144,11 +148,16 @@ export class GrammarService extends EventEmitter {
     }
     const have = this.#serving.get(opts.scope)
     if (have) this.#touch(have)
-    if (have?.compiled.has(key)) {
-      have.compiled.delete(key)
-      have.compiled.add(key)
-      return
+    const missing: Array<{ index: number; format: JsonFormat; key: string }> = []
+    for (const item of all) {
+      if (have?.compiled.has(item.key)) {
+        have.compiled.delete(item.key)
+        have.compiled.add(item.key)
+      } else if (!missing.some(m => m.key === item.key)) {
+        missing.push(item)
+      }
     }
+    if (missing.length === 0) return
     const release = this.#acquire(opts.scope)
     let held: Serving | undefined
     try {
@@ -156,7 +165,7 @@ export class GrammarService extends EventEmitter {
       // prepares its vocabulary while the trial runs; held meanwhile so it is not let go.
       held = this.#servingWorker(opts.scope)
       held.users++
-      await this.#trial(key, format, opts.signal)
+      await this.#trial(missing, opts.signal)
       let serving = this.#serving.get(opts.scope) ?? held // replaced (crashed) meanwhile: its successor
       while (serving.gate) {
         await this.#abortable(serving.gate, opts.signal)
@@ -171,7 +180,7 @@ export class GrammarService extends EventEmitter {
         await this.#quiet(serving, opts.signal)
         this.emit('serving', { scope: opts.scope })
         try {
-          await this.#serve(serving, key, format)
+          await this.#serve(serving, missing)
         } finally {
           this.emit('served', { scope: opts.scope })
         }
@@ -233,46 +242,56 @@ export class GrammarService extends EventEmitter {
     }
   }
 
-  /** Compiles in a throwaway worker under the time limit; the worker is terminated however it ends. */
-  async #trial (key: string, format: JsonFormat, signal: AbortSignal | undefined): Promise<void> {
+  /**
+   * Compiles the items in a throwaway worker under one time limit for them all; the worker is
+   * terminated however it ends. A failure names the item it happened on.
+   */
+  async #trial (items: Array<{ index: number; format: JsonFormat; key: string }>, signal: AbortSignal | undefined): Promise<void> {
     if (signal?.aborted) throw new CompileCancelled('the client left while its response_format was compiling')
     this.counts.compiles++
     const trial = this.#takeTrial()
     let timer: NodeJS.Timeout | undefined
     let watch: NodeJS.Timeout | undefined
     let onAbort: (() => void) | undefined
+    let settled = false
     try {
       await new Promise<void>((resolve, reject) => {
-        onAbort = () => reject(new CompileCancelled('the client left while its response_format was compiling'))
+        const fail = (err: Error, counted?: keyof GrammarCounts): void => {
+          if (settled) return
+          settled = true
+          if (counted) this.counts[counted]++
+          reject(err)
+        }
+        onAbort = () => fail(new CompileCancelled('the client left while its response_format was compiling'))
         signal?.addEventListener('abort', onAbort, { once: true })
         let compiling = false
+        /** The item being compiled: a time or memory limit names it. */
+        let at = items[0].index
         trial.worker.on('message', (message: FromGrammarWorker) => {
-          if (message.type === 'compiled') {
+          if (message.type === 'compiling') {
+            at = items[message.index].index
+          } else if (message.type === 'compiled') {
+            settled = true
             resolve()
           } else if (message.type === 'failed') {
-            this.counts.failed++
-            reject(new ApiError('invalid_parameter', message.message, { param: 'response_format' }))
+            fail(new FormatCompileError(message.message, items[message.index].index), 'failed')
           }
         })
         // A trap that escapes, or the instance's abort while compiling: the schema broke the compiler.
         void trial.failure.then(err => {
           if (!compiling) {
-            reject(err)
+            fail(err)
             return
           }
-          this.counts.failed++
-          reject(new ApiError('invalid_parameter',
-            `response_format: the JSON schema cannot be used for structured output: the grammar compiler failed on it (${err.message.slice(0, 200)}).`,
-            { param: 'response_format' }))
+          fail(new FormatCompileError(
+            `response_format: the JSON schema cannot be used for structured output: the grammar compiler failed on it (${err.message.slice(0, 200)}).`, at), 'failed')
         })
         void trial.ready.then(() => {
           compiling = true
-          // Timed from here: the vocabulary's preparation is not the schema's doing.
+          // Timed from here: the vocabulary's preparation is not the schemas' doing.
           timer = setTimeout(() => {
-            this.counts.timedOut++
-            reject(new ApiError('invalid_parameter',
-              `response_format: the JSON schema did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS); simplify it (fewer nested alternatives, shorter repetitions).`,
-              { param: 'response_format' }))
+            fail(new FormatCompileError(
+              `response_format: the JSON schema${items.length > 1 ? 's of this request' : ''} did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS${items.length > 1 ? ', for all of them together' : ''}); simplify ${items.length > 1 ? 'them' : 'it'} (fewer nested alternatives, shorter repetitions${items.length > 1 ? ', fewer tools' : ''}).`, at), 'timedOut')
           }, this.#limits.compileTimeoutMs)
           // WebAssembly memory grows while a schema compiles and never shrinks: a compile past the
           // bound is stopped (the worker's heap statistics answer even while it compiles).
@@ -280,13 +299,11 @@ export class GrammarService extends EventEmitter {
             const bound = this.#limits.trialMemoryBytes ?? this.#limits.memoryBytes
             trial.worker.getHeapStatistics().then(heap => {
               if (heap.external_memory <= bound) return
-              this.counts.failed++
-              reject(new ApiError('invalid_parameter',
-                `response_format: compiling the JSON schema took more than ${Math.round(bound / 2 ** 20)} MiB of memory (GRAMMAR_WORKER_MEMORY_MB); simplify it.`,
-                { param: 'response_format' }))
+              fail(new FormatCompileError(
+                `response_format: compiling the JSON schema took more than ${Math.round(bound / 2 ** 20)} MiB of memory (GRAMMAR_WORKER_MEMORY_MB); simplify it.`, at), 'failed')
             }, () => {})
           }, MEMORY_WATCH_MS)
-          trial.worker.postMessage({ type: 'compile', id: 0, key, format })
+          trial.worker.postMessage({ type: 'compile', id: 0, items: items.map(({ key, format }) => ({ key, format })) } satisfies ToGrammarWorker)
         })
       })
     } catch (err) {
@@ -327,16 +344,16 @@ export class GrammarService extends EventEmitter {
     return trial
   }
 
-  /** Compiles a schema whose trial passed in its scope's serving worker. */
-  async #serve (serving: Serving, key: string, format: JsonFormat): Promise<void> {
+  /** Compiles schemas whose trial passed in their scope's serving worker. */
+  async #serve (serving: Serving, items: Array<{ index: number; format: JsonFormat; key: string }>): Promise<void> {
     await serving.ready
     if (this.#serving.get(serving.scope) !== serving) throw new Error('the grammar worker stopped before it was ready')
     const id = this.#nextId++
     let timer: NodeJS.Timeout | undefined
     try {
       await new Promise<void>((resolve, reject) => {
-        serving.pending.set(id, { resolve, reject })
-        serving.worker.postMessage({ type: 'compile', id, key, format })
+        serving.pending.set(id, { resolve, reject, indexes: items.map(item => item.index) })
+        serving.worker.postMessage({ type: 'compile', id, items: items.map(({ key, format }) => ({ key, format })) } satisfies ToGrammarWorker)
         // Past the backstop the serving worker is stuck: replaced, and its scope's requests fail.
         timer = setTimeout(() => this.#replace(serving, new Error('the grammar worker did not finish a compile its trial finished')),
           this.#limits.compileTimeoutMs * SERVING_BACKSTOP)
@@ -344,7 +361,7 @@ export class GrammarService extends EventEmitter {
     } finally {
       clearTimeout(timer)
     }
-    serving.compiled.add(key)
+    for (const { key } of items) serving.compiled.add(key)
     while (serving.compiled.size > CACHE_SIZE) serving.compiled.delete(serving.compiled.values().next().value as string)
   }
 
@@ -401,18 +418,20 @@ export class GrammarService extends EventEmitter {
         serving.open = message.open
         for (const call of serving.changed.splice(0)) call()
       }
-      if (message.type === 'failed' && message.broken) {
-        // A schema its trial took broke the serving instance: replaced; this request is a 400.
-        serving.pending.get(message.id)?.reject(new ApiError('invalid_parameter', message.message, { param: 'response_format' }))
-        serving.pending.delete(message.id)
-        this.#replace(serving, new Error('the grammar worker broke'))
-        return
-      }
-      if (message.type === 'compiled' || message.type === 'failed') {
+      if (message.type === 'failed') {
+        // A schema its trial took failed here (or broke the serving instance: replaced); a 400.
         const pending = serving.pending.get(message.id)
         serving.pending.delete(message.id)
-        if (message.type === 'compiled') pending?.resolve()
-        else pending?.reject(new ApiError('invalid_parameter', message.message, { param: 'response_format' }))
+        pending?.reject(new FormatCompileError(message.message, pending.indexes[message.index] ?? 0))
+        if (message.broken) {
+          this.#replace(serving, new Error('the grammar worker broke'))
+          return
+        }
+      }
+      if (message.type === 'compiled') {
+        const pending = serving.pending.get(message.id)
+        serving.pending.delete(message.id)
+        pending?.resolve()
       }
       if ((message.type === 'compiled' || message.type === 'matchers') && message.memoryBytes > this.#limits.memoryBytes) serving.retiring = true
       if (serving.retiring && unused(serving)) this.#replace(serving)

@@ -7,7 +7,7 @@
 import v8 from 'node:v8'
 import { parentPort, workerData } from 'node:worker_threads'
 import { ApiError } from '../../../errors.ts'
-import { Grammars, type LocalConstraint } from './grammar.ts'
+import { Grammars, type JsonFormat, type LocalConstraint } from './grammar.ts'
 import type { FromGrammarWorker, FromMatcher, GrammarWorkerData, ToGrammarWorker, ToMatcher } from './grammar-protocol.ts'
 import { readModelDir } from '../model-dir.ts'
 import { TokenTable } from '../text/token-bytes.ts'
@@ -27,21 +27,31 @@ const send = (message: FromGrammarWorker): void => parent.postMessage(message)
 await grammars.prepare()
 
 /** A trial also checks the grammar's first mask: a schema no JSON value satisfies allows no first token. */
-async function compile (message: ToGrammarWorker): Promise<void> {
-  await grammars.compile(message.format, message.key)
+async function compile (item: { key: string; format: JsonFormat }): Promise<void> {
+  await grammars.compile(item.format, item.key)
   if (settings.role !== 'trial') return
-  const first = await grammars.constraint(message.format, message.key)
+  const first = await grammars.constraint(item.format, item.key)
   await first.prepare()
   const empty = !(first.mask as Int32Array).some(word => word !== 0)
   first.dispose()
   if (empty) throw new ApiError('invalid_parameter', 'response_format: no JSON value satisfies the schema (its grammar allows no first token).', { param: 'response_format' })
 }
 
-parent.on('message', (message: ToGrammarWorker) => {
-  compile(message).then(
-    () => send({ type: 'compiled', id: message.id, memoryBytes: memoryBytes() }),
-    (err: unknown) => send({ type: 'failed', id: message.id, message: err instanceof ApiError ? err.message : String(err), broken: grammars.broken }))
-})
+/** Compiles the items in turn; the first that fails ends the message, naming its index. */
+async function compileAll (message: ToGrammarWorker): Promise<void> {
+  for (const [index, item] of message.items.entries()) {
+    send({ type: 'compiling', id: message.id, index })
+    try {
+      await compile(item)
+    } catch (err) {
+      send({ type: 'failed', id: message.id, index, message: err instanceof ApiError ? err.message : String(err), broken: grammars.broken })
+      return
+    }
+  }
+  send({ type: 'compiled', id: message.id, memoryBytes: memoryBytes() })
+}
+
+parent.on('message', (message: ToGrammarWorker) => { void compileAll(message) })
 
 const port = settings.port
 if (port) {
