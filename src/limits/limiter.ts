@@ -85,13 +85,25 @@ export class Permit {
   /** The most the reply may use, as reserved: max_tokens, or the bound replyBounds() found; null when nothing bounds it. */
   readonly replyLimit: number | null
   readonly #settle: (tokens: number | null, refundCall: boolean) => Promise<void>
+  readonly #extend: (tokens: number) => Promise<boolean>
   #settled = false
 
-  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; replyLimit: number | null }, settle: (tokens: number | null, refundCall: boolean) => Promise<void>) {
+  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; replyLimit: number | null },
+    settle: (tokens: number | null, refundCall: boolean) => Promise<void>, extend: (tokens: number) => Promise<boolean> = async () => true) {
     this.headers = opts.headers
     this.maxTokens = opts.maxTokens
     this.replyLimit = opts.replyLimit
     this.#settle = settle
+    this.#extend = extend
+  }
+
+  /**
+   * Reserves `tokens` more for this request (a later round of one reply, which sends its
+   * conversation again): false, reserving nothing, when they do not fit the minute's tokens.
+   */
+  async extend (tokens: number): Promise<boolean> {
+    if (this.#settled) return false
+    return this.#extend(tokens)
   }
 
   /**
@@ -175,14 +187,19 @@ export class Limiter {
       throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
     }
 
+    let reserved = reserve
     return new Permit({ headers, maxTokens, replyLimit: ask.maxTokens ?? (reply > 0 ? reply : null) }, async (tokens, failed) => {
       await fromStore(this.store.settle({
         accountId: account.id,
         requestId,
-        tokens: tokens ?? reserve,
+        tokens: tokens ?? reserved,
         refundCall: failed,
         month,
       }))
+    }, async extra => {
+      const added = await fromStore(this.store.extend({ accountId: account.id, requestId, tokens: extra, tokensPerMinute: tpm }))
+      if (added) reserved += extra
+      return added
     })
   }
 

@@ -3,7 +3,7 @@
 // cannot interleave within an admit. The algorithm is the Redis store's, kept
 // in the same order so both answer alike (test/limits runs one suite on both).
 
-import { WINDOW_MS, type AdmitRequest, type AdmitResult, type Limit, type LimitStore, type MonthRef, type SettleRequest, type Usage } from './store.ts'
+import { WINDOW_MS, type AdmitRequest, type AdmitResult, type ExtendRequest, type Limit, type LimitStore, type MonthRef, type SettleRequest, type Usage } from './store.ts'
 
 interface Entry {
   id: string
@@ -105,6 +105,16 @@ export class MemoryLimitStore implements LimitStore {
     const entry = state.entries.find(e => e.id === r.requestId)
     if (entry) entry.tokens = r.tokens
     if (r.refundCall && state.month?.id === r.month.id && state.month.calls > 0) state.month.calls--
+  }
+
+  async extend (r: ExtendRequest): Promise<boolean> {
+    const now = this.#now()
+    const state = this.#state(r.accountId, now)
+    const tokens = state.entries.reduce((n, e) => n + e.tokens, 0)
+    if (r.tokensPerMinute !== null && tokens + r.tokens > r.tokensPerMinute) return false
+    const entry = state.entries.find(e => e.id === r.requestId)
+    if (entry) entry.tokens += r.tokens
+    return true
   }
 
   async peek (accountId: number, month: MonthRef): Promise<Usage> {

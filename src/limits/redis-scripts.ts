@@ -122,6 +122,22 @@ end
 return 1
 `
 
+/**
+ * KEYS: win, tok. ARGV: window ms, request id, tokens to add, tpm (-1 = no such limit).
+ * Adds the tokens to the request's reservation if the minute's tokens stay within tpm; returns 1,
+ * or 0 (nothing added). A request that has left the window adds nothing.
+ */
+export const EXTEND = TRIM + `
+local id = ARGV[2]
+local extra = tonumber(ARGV[3])
+local tpm = tonumber(ARGV[4])
+local requests, tokens, reset = usage()
+if tpm >= 0 and tokens + extra > tpm then return 0 end
+local have = redis.call('HGET', KEYS[2], id)
+if have then redis.call('HSET', KEYS[2], id, tonumber(have) + extra) end
+return 1
+`
+
 /** KEYS: win, tok, month counter. ARGV: window ms. Returns {requests, tokens, calls (-1 = untracked), reset ms}. */
 export const PEEK = TRIM + `
 local requests, tokens, reset = usage()

@@ -3,8 +3,8 @@
 // passes the rules, and turns the replies into the store's types.
 
 import { Redis } from 'ioredis'
-import { ADMIT, PEEK, SETTLE } from './redis-scripts.ts'
-import { WINDOW_MS, type AdmitRequest, type AdmitResult, type Limit, type LimitStore, type MonthRef, type SettleRequest, type Usage } from './store.ts'
+import { ADMIT, EXTEND, PEEK, SETTLE } from './redis-scripts.ts'
+import { WINDOW_MS, type AdmitRequest, type AdmitResult, type Limit, type LimitStore, type MonthRef, type SettleRequest, type Usage, type ExtendRequest } from './store.ts'
 
 type AdmitVerdict = [status: string, retryAfterMs: number, requests: number, tokens: number, calls: number, resetMs: number]
 type AdmitReply = AdmitVerdict | ['seed']
@@ -14,6 +14,7 @@ interface ScriptedRedis extends Redis {
   chatdAdmit (...args: Array<string | number>): Promise<AdmitReply>
   chatdSettle (...args: Array<string | number>): Promise<number>
   chatdPeek (...args: Array<string | number>): Promise<PeekReply>
+  chatdExtend (...args: Array<string | number>): Promise<number>
 }
 
 /** -1 is the scripts' "no such limit". */
@@ -39,6 +40,7 @@ export class RedisLimitStore implements LimitStore {
     redis.defineCommand('chatdAdmit', { numberOfKeys: 3, lua: ADMIT })
     redis.defineCommand('chatdSettle', { numberOfKeys: 3, lua: SETTLE })
     redis.defineCommand('chatdPeek', { numberOfKeys: 3, lua: PEEK })
+    redis.defineCommand('chatdExtend', { numberOfKeys: 2, lua: EXTEND })
     this.#redis = redis as ScriptedRedis
   }
 
@@ -63,6 +65,11 @@ export class RedisLimitStore implements LimitStore {
 
   async settle (r: SettleRequest): Promise<void> {
     await this.#redis.chatdSettle(...this.#keys(r.accountId, r.month), this.#windowMs, r.requestId, r.tokens, r.refundCall ? 1 : 0)
+  }
+
+  async extend (r: ExtendRequest): Promise<boolean> {
+    const k = `${this.#prefix}{a:${r.accountId}}`
+    return await this.#redis.chatdExtend(`${k}:win`, `${k}:tok`, this.#windowMs, r.requestId, r.tokens, arg(r.tokensPerMinute)) === 1
   }
 
   async peek (accountId: number, month: MonthRef): Promise<Usage> {

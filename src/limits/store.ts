@@ -78,5 +78,19 @@ export interface LimitStore {
   settle (request: SettleRequest): Promise<void>
   /** The account's usage without admitting anything. */
   peek (accountId: number, month: MonthRef): Promise<Usage>
+  /**
+   * Adds `tokens` to an admitted request's reservation, all or nothing: false (nothing added) when
+   * the minute's tokens would pass `tokensPerMinute`. A request whose entry has left the window
+   * adds nothing and is told whether the tokens fit.
+   */
+  extend (request: ExtendRequest): Promise<boolean>
   close (): Promise<void>
+}
+
+export interface ExtendRequest {
+  accountId: number
+  requestId: string
+  tokens: number
+  /** null: no such limit (the tokens are added). */
+  tokensPerMinute: number | null
 }

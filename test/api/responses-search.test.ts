@@ -4,7 +4,10 @@
 // result, and the reply goes on in the same usage row; at most three searches
 // per response; a failing provider is told to the model, not the client.
 
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import http from 'node:http'
+import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import type { GenerateEvent } from '../../src/engine/backend.ts'
 import { loopbackServer } from '../upstream/loopback.ts'
@@ -23,10 +26,10 @@ const answer: GenerateEvent[] = [{ type: 'delta', content: 'Otters live in river
 async function searchApp (t: Test, scripts: GenerateEvent[][], reply: (res: http.ServerResponse) => void = res => {
   res.writeHead(200, { 'content-type': 'application/json' })
   res.end(JSON.stringify(RESULTS))
-}) {
+}, env: Record<string, string> = {}) {
   const server = await loopbackServer(t, (_req, res) => reply(res))
   const backend = new ScriptBackend(scripts)
-  const built = await buildResponsesApp(t, { backends: [backend], env: { SEARCH_PROVIDER: 'searxng', SEARXNG_URL: server.url, SEARCH_CACHE_TTL_MS: '0' } })
+  const built = await buildResponsesApp(t, { backends: [backend], env: { SEARCH_PROVIDER: 'searxng', SEARXNG_URL: server.url, SEARCH_CACHE_TTL_MS: '0', ...env } })
   return { ...built, backend, server }
 }
 
@@ -116,4 +119,22 @@ t.test('tool_choice web_search forces a search; a client function named web_sear
   const own = await second.app.inject({ method: 'POST', url: URL, headers: second.auth, payload: { model: 'scripted', input: 'x', tools: [{ type: 'web_search' }, { type: 'function', name: 'web_search', parameters: { type: 'object', properties: { q: { type: 'string' } } } }] } })
   t.match(own.json().output[0], { type: 'function_call', name: 'web_search' }, 'the client\'s own web_search is the client\'s to run')
   t.equal(second.server.requests.length, 0)
+})
+
+t.test('each later round sends the conversation again, so it must fit the tier\'s minute too; one that does not ends the reply', async t => {
+  const dir = mkdtempSync(join(tmpdir(), 'chatd-tiers-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const tiers = join(dir, 'tiers.json')
+  writeFileSync(tiers, JSON.stringify({ default: 'tight', tiers: { tight: { tokens_per_minute: 1000, models: ['*'] } } }))
+  const { app, accounts, backend, server } = await searchApp(t, [searchCall('otters'), answer], undefined, { TIERS_FILE: tiers })
+  const account = await accounts.create({ email: 'tight@example.com', tier: 'tight' })
+  const auth = { authorization: `Bearer ${(await accounts.createKey(account.id, { name: 'k' })).key}` }
+  // About 700 tokens of prompt: the first round fits the minute, a second (700 more) does not.
+  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'Otters? '.repeat(350), tools, max_output_tokens: 50 } })
+  t.equal(res.statusCode, 200, res.body)
+  t.equal(server.requests.length, 1, 'the search ran')
+  t.equal(backend.requests.length, 1, 'the second round was not run')
+  t.match(res.json(), { status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } })
+  const usage = await app.inject({ url: '/api/v1/usage', headers: auth })
+  t.ok(usage.json().used.tokens_this_minute <= 1000, `the minute's tokens stay within the tier (${usage.json().used.tokens_this_minute})`)
 })

@@ -172,3 +172,18 @@ onEachStore('accounts have separate counts; no rules, no refusals', async (t, [a
 onEachStore('a tier of 0 requests per minute refuses everything', async (t, [a]) => {
   t.match(await a.admit(ask({ requestsPerMinute: 0 })), { outcome: 'refused', limit: 'requests', retryAfterMs: 60_000 })
 })
+
+onEachStore('extending a reservation: all or nothing within the minute\'s tokens, over two replicas', async (t, [a, b], clock) => {
+  t.equal((await a.admit(ask({ tokensPerMinute: 100 }, { requestId: 'X', tokens: 40 }))).outcome, 'admitted')
+  t.equal(await b.extend({ accountId: 1, requestId: 'X', tokens: 50, tokensPerMinute: 100 }), true, '40 + 50 fits 100')
+  t.match(await a.peek(1, farMonth()), { tokens: 90, requests: 1 }, 'added to the request\'s own entry: no request more')
+  t.equal(await a.extend({ accountId: 1, requestId: 'X', tokens: 11, tokensPerMinute: 100 }), false, '90 + 11 does not')
+  t.equal((await b.peek(1, farMonth())).tokens, 90, 'a refused extension adds nothing')
+  t.equal(await a.extend({ accountId: 1, requestId: 'X', tokens: 1000, tokensPerMinute: null }), true, 'no token limit: added')
+  t.equal((await a.peek(1, farMonth())).tokens, 1090)
+  await a.settle({ accountId: 1, requestId: 'X', tokens: 70, refundCall: false, month: farMonth() })
+  t.equal((await a.peek(1, farMonth())).tokens, 70, 'settling replaces the extended reservation with the real count')
+  await clock.wait(WINDOW + 20)
+  t.equal(await b.extend({ accountId: 1, requestId: 'X', tokens: 30, tokensPerMinute: 100 }), true, 'left the window: fits, adds nothing')
+  t.equal((await a.peek(1, farMonth())).tokens, 0)
+}, WINDOW)

@@ -9,7 +9,7 @@
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { UsageRecords } from '../../accounts/usage-records.ts'
-import type { GenerateEvent, Usage } from '../../engine/backend.ts'
+import type { GenerateEvent, GenerateRequest, Usage } from '../../engine/backend.ts'
 import type { RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
 import type { Limiter, Permit } from '../../limits/limiter.ts'
@@ -53,6 +53,14 @@ export class RequestMeter {
    */
   charge (): void {
     this.#charged = true
+  }
+
+  /**
+   * Reserves `tokens` more (a later round of the reply, which sends its conversation again); false
+   * when they do not fit the minute's tokens, and the round must not run.
+   */
+  async reserveMore (tokens: number): Promise<boolean> {
+    return this.#permit.extend(tokens)
   }
 
   /** Tokens counted when the request ends with no real usage and no text sent. */
@@ -108,6 +116,13 @@ export class RequestMeter {
     this.#ended = true
     await this.#record(ending)
   }
+}
+
+/** The prompt estimate of a backend request: a later round of a reply sends all of it again. */
+export function roundPromptEstimate (request: GenerateRequest): number {
+  const texts = request.messages.map(m => ({ content: m.content + (m.toolCalls ?? []).map(c => c.function.name + c.function.arguments).join('') }))
+  if (request.tools && request.tools.length > 0) texts.push({ content: JSON.stringify(request.tools) })
+  return estimatePromptTokens(texts)
 }
 
 function errorCode (err: unknown): string {

@@ -24,7 +24,7 @@ import { newCompletionId, newCompletionMeta, type CompletionMeta } from './compl
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
-import { admitCompletion, type ChatLimits, type RequestMeter } from './metering.ts'
+import { admitCompletion, roundPromptEstimate, type ChatLimits, type RequestMeter } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
 import { observeGeneration } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
@@ -196,7 +196,9 @@ export class CompletionPipeline {
       const release = this.#admission.acquire(model.id)
       try {
         const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(model.backend.generate(request, signal), model.reasoning)
-        const shaped = opts.continueAfterCalls ? withRounds(generateRequest, generate, opts.continueAfterCalls, signal) : generate(generateRequest)
+        const shaped = opts.continueAfterCalls
+          ? withRounds(generateRequest, generate, opts.continueAfterCalls, signal, request => meter.reserveMore(roundPromptEstimate(request)))
+          : generate(generateRequest)
         events = meter.wrap(observeGeneration(
           // A searched reply's next turn searches again, and a reply in rounds ends on another
           // conversation than the request's: neither start is worth computing ahead.

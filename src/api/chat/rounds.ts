@@ -3,7 +3,8 @@
 // and hands back their results; the conversation grows by the calls and the
 // results and the model generates again, in the same admission and usage row.
 // The rounds' usage is summed into the one finish event, and every round after
-// the first may use only the tokens the earlier ones left of max_tokens.
+// the first may use only the tokens the earlier ones left of max_tokens, and
+// runs only once its conversation, sent again, is reserved in the tier's minute.
 
 import type { ChatMessage, GenerateEvent, GenerateRequest, ToolCall, ToolChoice, Usage } from '../../engine/backend.ts'
 import { assembleToolCalls } from './completion.ts'
@@ -29,11 +30,17 @@ function addUsage (a: Usage, b: Usage): Usage {
   }
 }
 
+/**
+ * `reserve`: asked before each round after the first, with that round's request (it sends the
+ * whole conversation again): false when the tier's minute cannot hold it, and the reply ends there
+ * as if cut by max_tokens.
+ */
 export async function * withRounds (
   first: GenerateRequest,
   generate: (request: GenerateRequest) => AsyncIterable<GenerateEvent>,
   next: ContinueAfterCalls,
-  signal: AbortSignal
+  signal: AbortSignal,
+  reserve: (request: GenerateRequest) => Promise<boolean> = async () => true
 ): AsyncIterable<GenerateEvent> {
   let request = first
   let usage: Usage | undefined
@@ -63,6 +70,10 @@ export async function * withRounds (
       messages: [...request.messages, { role: 'assistant', content, toolCalls: calls }, ...ranOn.results],
       maxTokens: left,
       ...(ranOn.toolChoice !== undefined ? { toolChoice: ranOn.toolChoice } : {}),
+    }
+    if (!await reserve(request)) {
+      yield { ...finish, reason: 'length', usage }
+      return
     }
   }
 }
