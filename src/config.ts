@@ -148,7 +148,7 @@ export const ConfigSchema = Type.Object({
   BRAVE_API_KEY: Type.Optional(Type.String({ minLength: 1, description: 'brave: Brave Search API subscription token (sent as `X-Subscription-Token`).' })),
   SEARCH_RESULTS: Type.Integer({ minimum: 1, maximum: 10, default: 5, description: 'Results put in the prompt as numbered sources (1-10).' }),
   SEARCH_TIMEOUT_MS: Type.Integer({ minimum: 1, default: 8000, description: 'Time limit for the whole search (ms); a slower or failing provider gives 502 `search_failed`.' }),
-  SEARCH_CACHE_TTL_MS: Type.Integer({ minimum: 0, default: 300000, description: 'How long a query\'s results are reused (ms; per query in any letter case, up to 256 queries); 0 turns the cache off.' }),
+  SEARCH_CACHE_TTL_MS: Type.Integer({ minimum: 0, default: 300000, description: 'How long a query\'s results are reused (ms; per account and query in any letter case, up to 256 in all: one account\'s cached search is never another\'s, so how fast a search answers tells nobody what others searched for); 0 turns the cache off.' }),
   GOOGLE_CSE_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'google: Custom Search JSON API endpoint; set only for a proxy in front of the provider or a test double.', examples: ['https://www.googleapis.com/customsearch/v1'] })),
   BRAVE_SEARCH_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'brave: web search endpoint; set only for a proxy in front of the provider or a test double.', examples: ['https://api.search.brave.com/res/v1/web/search'] })),
   // --- deployment (issue 7): model download and reverse proxy ---

@@ -48,6 +48,8 @@ export interface SearchView {
 }
 
 export interface HostedSearchOptions {
+  /** Whose searches these are (the account): the search cache is kept per scope. */
+  scope: string
   /** Searches this reply may run (at most SEARCHES_MAX). */
   maxUses?: number
   /** Results kept (the client's domain filters); the others are neither shown nor given to the model. */
@@ -73,7 +75,7 @@ export const searchNotRun = (why: string): string => `No search was run: ${why}.
 /** What the model is told for a search that failed (the provider's message, when it gave one). */
 export const searchFailed = (why = 'Web search failed.'): string => `${why} Answer from what you know, and say that the search failed.`
 
-export function hostedSearchRounds (search: WebSearch, view: SearchView, opts: HostedSearchOptions = {}): ContinueAfterCalls {
+export function hostedSearchRounds (search: WebSearch, view: SearchView, opts: HostedSearchOptions): ContinueAfterCalls {
   const maxUses = Math.min(opts.maxUses ?? SEARCHES_MAX, SEARCHES_MAX)
   let searches = 0
   return async (calls, signal) => {
@@ -97,7 +99,7 @@ export function hostedSearchRounds (search: WebSearch, view: SearchView, opts: H
       searches++
       const done = await view.webSearch(query, call)
       try {
-        const found = await search.search(query, signal)
+        const found = await search.search(query, signal, opts.scope)
         const kept = opts.keep ? found.filter(opts.keep) : found
         await done(kept)
         results.push({ role: 'tool', toolCallId: call.id, content: sourcesBlock(query, kept) })

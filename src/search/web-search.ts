@@ -1,5 +1,5 @@
 // Web search as the chat route uses it: one configured provider, a time limit,
-// a short-lived cache per query, and every failure turned into the API's
+// a short-lived cache per account and query, and every failure turned into the API's
 // search_failed error (502) with a message that names no key or address.
 
 import { ApiError } from '../errors.ts'
@@ -53,10 +53,12 @@ export class WebSearch {
   /**
    * The top results for `query`. Throws ApiError search_failed when the
    * provider fails or is too slow; rethrows the abort when `signal` (the
-   * client going away) ends it first.
+   * client going away) ends it first. Cached per `scope` (the account): a
+   * cache shared by accounts would tell one, by how fast it answers, what
+   * another searched for.
    */
-  async search (query: string, signal: AbortSignal): Promise<SearchResult[]> {
-    const key = query.toLowerCase()
+  async search (query: string, signal: AbortSignal, scope: string): Promise<SearchResult[]> {
+    const key = `${scope}\u0000${query.toLowerCase()}`
     const cached = this.#cache.get(key)
     if (cached !== undefined && cached.until > Date.now()) return cached.results
     this.#cache.delete(key)

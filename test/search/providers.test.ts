@@ -128,22 +128,24 @@ t.test('the query is the last user message, whitespace collapsed, cut at a word'
   t.throws(() => searchQuery([{ role: 'system', content: 'x' }, { role: 'user', content: '   ' }]), { code: 'invalid_parameter', param: 'messages' })
 })
 
-t.test('cache: a query is searched once while fresh, again after the TTL', async t => {
+t.test('cache: a query is searched once while fresh, again after the TTL, and never shared between accounts', async t => {
   const server = await loopbackServer(t, (_req, res) => json(res, SEARXNG_REPLY))
   const search = new WebSearch(new SearxngProvider(server.url), { results: 2, timeoutMs: 2000, cacheTtlMs: 150 })
-  const first = await search.search('Otters', never)
-  t.same(await search.search('otters', never), first, 'the same query, any case')
+  const first = await search.search('Otters', never, 'A')
+  t.same(await search.search('otters', never, 'A'), first, 'the same query, any case')
   t.equal(server.requests.length, 1, 'answered from the cache')
-  await search.search('beavers', never)
-  t.equal(server.requests.length, 2, 'another query is searched')
+  await search.search('otters', never, 'B')
+  t.equal(server.requests.length, 2, 'another account\'s same query is searched: the cache is not an oracle of what others searched')
+  await search.search('beavers', never, 'A')
+  t.equal(server.requests.length, 3, 'another query is searched')
   await new Promise(resolve => setTimeout(resolve, 200))
-  await search.search('otters', never)
-  t.equal(server.requests.length, 3, 'searched again once stale')
+  await search.search('otters', never, 'A')
+  t.equal(server.requests.length, 4, 'searched again once stale')
 
   const uncached = new WebSearch(new SearxngProvider(server.url), { results: 2, timeoutMs: 2000, cacheTtlMs: 0 })
-  await uncached.search('otters', never)
-  await uncached.search('otters', never)
-  t.equal(server.requests.length, 5, 'a TTL of 0 turns the cache off')
+  await uncached.search('otters', never, 'A')
+  await uncached.search('otters', never, 'A')
+  t.equal(server.requests.length, 6, 'a TTL of 0 turns the cache off')
 })
 
 /** An app whose search provider is `provider`, served by a loopback server answering with `reply`. */

@@ -96,7 +96,7 @@ t.test('search failures never carry the provider\'s key or the credentials in it
   for (const [provider, settings] of Object.entries(providers)) {
     for (const [name, failure] of Object.entries(SEARCH_FAILURES)) {
       reply = failure
-      const error = await WebSearch.fromSettings(settings).search(`query ${name}`, new AbortController().signal).then(() => undefined, (err: unknown) => err as ApiError)
+      const error = await WebSearch.fromSettings(settings).search(`query ${name}`, new AbortController().signal, 'account').then(() => undefined, (err: unknown) => err as ApiError)
       t.match(error, { code: 'search_failed' }, `${provider} ${name}: search_failed`)
       const seen = JSON.stringify(error?.toBody()) + String(error?.stack)
       t.notOk(seen.includes(SEARCH_KEY), `${provider} ${name}: no key`)

@@ -111,9 +111,9 @@ function checkTools (body: ChatCompletionRequest, promptsTools: boolean): void {
 }
 
 /** Runs the request's web search (googleSearchStatus): the query comes from the last user message. */
-export async function searchFor (body: ChatCompletionRequest, search: WebSearch, signal: AbortSignal): Promise<SearchDone> {
+export async function searchFor (body: ChatCompletionRequest, search: WebSearch, signal: AbortSignal, scope: string): Promise<SearchDone> {
   const query = searchQuery(clientMessages(body))
-  return { query, results: await search.search(query, signal) }
+  return { query, results: await search.search(query, signal, scope) }
 }
 
 /** The backend's request: the shaped conversation and the sampling settings. Run checkRequest first. */

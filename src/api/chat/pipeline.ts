@@ -173,7 +173,7 @@ export class CompletionPipeline {
       }
       if (body.googleSearchStatus && search) {
         try {
-          searched = await searchFor(body, search, signal)
+          searched = await searchFor(body, search, signal, scope)
         } catch (err) {
           if (stop.byShutdown()) throw drainDeadlineError()
           if (signal.aborted) return undefined // the client left while the search ran

@@ -71,7 +71,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
         clientSampling: translated.clientSampling,
         id: builder.id,
         // The model asks for searches itself; chatd runs them between rounds of the one reply.
-        ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, translated.webSearch) } : {}),
+        ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, { ...translated.webSearch, scope: String(accountId) }) } : {}),
       })
     } catch (err) {
       throw anthropicParam(err, translated)

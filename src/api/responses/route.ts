@@ -91,7 +91,7 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
       started = await pipeline.start(request, reply, translation.chat, {
         id,
         clientSampling: translation.clientSampling,
-        ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { maxUses: body.max_tool_calls ?? undefined }) } : {}),
+        ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
       })
     } catch (err) {
       throw inResponsesTerms(err, translation.paramOf)
