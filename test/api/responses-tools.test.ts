@@ -87,6 +87,19 @@ t.test('a namespace: its functions offered as <namespace>__<name>, a call return
   t.same(backend.requests[2].toolChoice, { type: 'function', function: { name: 'multi_agent_v1__spawn_agent' } })
 })
 
+t.test('namespaces do not lift the cap on tools: their functions count, each', async t => {
+  const backend = new ScriptedBackend()
+  const { app, auth } = await buildResponsesApp(t, { backends: [backend] })
+  const group = (g: number, n: number) => ({ type: 'namespace', name: `ns${g}`, description: 'd', tools: Array.from({ length: n }, (_, i) => ({ type: 'function', name: `f${i}`, parameters: { type: 'object', properties: {} } })) })
+  const over = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x', tools: Array.from({ length: 5 }, (_, g) => group(g, 100)) } })
+  t.equal(over.statusCode, 400)
+  t.match(over.json().error, { code: 'invalid_parameter', param: 'tools', message: /Too many tools: 500 functions .*at most 128/ })
+  t.equal(backend.lastRequest, undefined, 'nothing reached the backend')
+  const within = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'x', tools: [group(0, 100), group(1, 28)] } })
+  t.equal(within.statusCode, 200, within.body)
+  t.equal(backend.lastRequest?.tools?.length, 128)
+})
+
 t.test('tool_choice: the forms OpenAI has, as the backend takes them', async t => {
   const backend = new ScriptedBackend()
   const { app, auth } = await buildResponsesApp(t, { backends: [backend] })

@@ -12,7 +12,7 @@
 
 import { invalidParam } from '../../errors.ts'
 import type { InputLimits } from '../../config.ts'
-import type { ChatCompletionRequest } from './schema.ts'
+import { TOOLS_MAX, type ChatCompletionRequest } from './schema.ts'
 
 // The limits and their defaults are settings (config.ts).
 export { DEFAULT_INPUT_LIMITS, type InputLimits } from '../../config.ts'
@@ -44,6 +44,11 @@ export const TOOL_SCHEMA_DEPTH_MAX = 16
 /** The tools' definitions reach the prompt (or the upstream) whole: together they count as one message. */
 function checkToolLimits (body: ChatCompletionRequest, limits: InputLimits): void {
   const tools = body.tools ?? []
+  // The chat schema bounds its own array; a door's translation (a Responses namespace's functions
+  // each become a tool) is checked here, where every door's body passes.
+  if (tools.length > TOOLS_MAX) {
+    throw invalidParam('tools', `Too many tools: ${tools.length} functions (a namespace's each counted); at most ${TOOLS_MAX} are accepted.`)
+  }
   let chars = 0
   tools.forEach((tool, i) => {
     const depth = jsonDepth(tool.function.parameters)
