@@ -70,6 +70,9 @@ export function validationToApiError (issues: ValidationIssue[], context = 'body
     param = param === '' ? missing : `${param}.${missing}`
     return new ApiError('invalid_parameter', `Missing required parameter: '${param}'.`, { param })
   }
+  if (param === '' && issue.keyword === 'maxProperties') {
+    return new ApiError('invalid_parameter', `The request ${context} has too many fields: at most ${String(issue.params.limit)} are accepted, known and unknown together.`, { param: null })
+  }
   if (param === '') return new ApiError('invalid_parameter', `The request ${context} must be a JSON object.`, { param: null })
   let detail = union ? (UNION_FIELD_MESSAGES[lastName(param)] ?? 'has an invalid type or value') : (issue.message ?? 'is invalid')
   if (Array.isArray(issue.params.allowedValues)) detail += `: ${issue.params.allowedValues.map(v => JSON.stringify(v)).join(', ')}`
@@ -108,11 +111,16 @@ export function toApiError (err: FastifyError | Error): ApiError {
   return new ApiError('internal_error', 'The server had an error while processing the request.')
 }
 
+/** The Messages API's paths (where Anthropic's clients call), with or without a query. */
+const MESSAGES_PATH = /^\/api\/v1\/messages(?:[/?]|$)/
+
 export function sendApiError (reply: FastifyReply, error: ApiError): FastifyReply {
   // The server's inside (paths, operator commands) only to an admin account.
   const forOperator = reply.request.account?.isAdmin === true
-  // The Messages API's routes answer in Anthropic's shape and statuses (messages/errors.ts).
-  if (reply.request.routeOptions.config?.errorShape === 'anthropic') {
+  // The Messages API's routes answer in Anthropic's shape and statuses (messages/errors.ts), and so
+  // does a path under them no route serves (GET /api/v1/messages): its clients read only that shape.
+  const unrouted = reply.request.routeOptions.url === undefined
+  if (reply.request.routeOptions.config?.errorShape === 'anthropic' || (unrouted && MESSAGES_PATH.test(reply.request.url))) {
     const message = forOperator ? error.operatorMessage ?? error.message : error.message
     return reply.code(anthropicStatus(error).status).headers(error.headers).type('application/json; charset=utf-8').send(anthropicErrorBody(error, message))
   }

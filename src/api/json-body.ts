@@ -20,12 +20,21 @@ import { ApiError } from '../errors.ts'
 /** JSON_MAX_DEPTH's default: chat bodies nest about 5 deep, JSON schemas in them a few more. */
 export const DEFAULT_JSON_MAX_DEPTH = 64
 
+/** Methods whose routes read no body. */
+const BODYLESS_METHODS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS'])
+
 export function installJsonBodyParser (api: FastifyInstance, opts: { maxDepth?: number } = {}): void {
   const maxDepth = opts.maxDepth ?? DEFAULT_JSON_MAX_DEPTH
   api.removeContentTypeParser('application/json')
-  api.addContentTypeParser('application/json', { parseAs: 'string' }, (_request: FastifyRequest, body: string | Buffer, done: (err: Error | null, value?: unknown) => void) => {
+  api.addContentTypeParser('application/json', { parseAs: 'string' }, (request: FastifyRequest, body: string | Buffer, done: (err: Error | null, value?: unknown) => void) => {
     try {
-      done(null, parseJsonBody(typeof body === 'string' ? body : body.toString('utf8'), maxDepth))
+      const text = typeof body === 'string' ? body : body.toString('utf8')
+      // A method that takes no body (a DELETE, as the OpenAI SDK sends it, with a JSON content type) may send none.
+      if (BODYLESS_METHODS.has(request.method) && text.trim() === '') {
+        done(null, undefined)
+        return
+      }
+      done(null, parseJsonBody(text, maxDepth))
     } catch (err) {
       done(err as Error)
     }

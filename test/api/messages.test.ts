@@ -367,3 +367,14 @@ t.test('the OpenAPI document lists both routes', async t => {
   const paths = Object.keys(res.json().paths)
   t.ok(paths.includes('/api/v1/messages') && paths.includes('/api/v1/messages/count_tokens'), paths.join(' '))
 })
+
+t.test('a path under /api/v1/messages no route serves answers in Anthropic\'s shape', async t => {
+  const { app, auth } = await buildTestApp(t)
+  for (const [method, url] of [['GET', '/api/v1/messages'], ['GET', '/api/v1/messages/batches'], ['PUT', '/api/v1/messages?beta=true']] as const) {
+    const res = await app.inject({ method, url, headers: auth })
+    t.equal(res.statusCode, 404, `${method} ${url}`)
+    t.match(res.json(), { type: 'error', error: { type: 'not_found_error', message: /No route/ } })
+  }
+  const other = await app.inject({ url: '/api/v1/nothing', headers: auth })
+  t.match(other.json(), { error: { code: 'not_found' } }, 'elsewhere: the OpenAI shape')
+})

@@ -204,6 +204,7 @@ t.test('hostile bodies are bounded: item counts, nesting, unknown fields, and th
   t.equal(deepRes.json().error.code, 'invalid_json', 'nesting is refused before parsing')
   const fields = await ask({ model: 'scripted', input: 'x', ...Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`x_${i}`, i])) })
   t.equal(fields.statusCode, 400, 'more than 128 top-level fields')
+  t.match(fields.json().error, { code: 'invalid_parameter', message: /too many fields: at most 128 are accepted/ }, 'the message names the bound')
   const unknown = await ask({ model: 'scripted', input: 'x', future_field: { anything: [1, 2, 3] }, prompt_cache_key: 'thread-1', client_metadata: { a: 'b' }, service_tier: 'flex', truncation: 'auto', include: ['message.output_text.logprobs', 'reasoning.encrypted_content'], stream_options: { include_obfuscation: false }, user: 'u', safety_identifier: 's', top_logprobs: 2 })
   t.equal(unknown.statusCode, 200, 'unknown fields and accepted-not-used ones pass')
   t.equal(backend.lastRequest?.cacheScope?.includes('thread-1'), false, 'prompt_cache_key is not a cache salt')

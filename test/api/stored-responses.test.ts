@@ -252,3 +252,13 @@ t.test('what is stored of the input is what the prompt holds: a client\'s own fi
   const row = await db.selectFrom('stored_responses').select('bytes').executeTakeFirstOrThrow()
   t.ok(Number(row.bytes) < 5000, `stored ${row.bytes} bytes of a 700 KB body`)
 })
+
+t.test('DELETE with a JSON content type and no body (as some clients send it) deletes, and is no refusal', async t => {
+  const { app, auth, store, account } = await setup(t)
+  await store.save(turn(account.id, 'resp_del', null))
+  const res = await app.inject({ method: 'DELETE', url: '/api/v1/responses/resp_del', headers: { ...auth, 'content-type': 'application/json' } })
+  t.equal(res.statusCode, 200, res.body)
+  t.same(res.json(), { id: 'resp_del', object: 'response.deleted', deleted: true })
+  const broken = await app.inject({ method: 'DELETE', url: '/api/v1/responses/resp_del', headers: { ...auth, 'content-type': 'application/json' }, payload: '{' })
+  t.equal(broken.statusCode, 400, 'a body that is there is still parsed')
+})
