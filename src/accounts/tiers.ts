@@ -1,7 +1,9 @@
 // Tiers: what an account may do, as plain configuration (TIERS_FILE, default
 // tiers.json). Per tier: requests and tokens per minute, calls per calendar
-// month (the allowance), the most tokens one request may ask for, and which
-// models it may use. A limit that is null or left out does not apply.
+// month (the allowance), the most tokens one request may ask for, which
+// models it may use, and how a prompt token served from the account's own
+// prefix cache counts against the minute. A limit that is null or left out
+// does not apply.
 //
 //   { "default": "free",
 //     "tiers": { "free": { "requests_per_minute": 10, "tokens_per_minute": 20000,
@@ -24,6 +26,7 @@ const TierEntry = Type.Object({
   calls_per_month: Limit('Chat completions per calendar month (UTC): the allowance.'),
   max_tokens_per_request: Limit('The most completion tokens one request may ask for; also its max_tokens when it sends none.'),
   models: Type.Optional(Type.Array(Type.String({ minLength: 1 }), { description: 'Model ids the tier may use; "*" matches any run of characters.' })),
+  cached_prompt_tokens_weight: Type.Optional(Type.Number({ minimum: 0, maximum: 1, description: 'How a prompt token served from the account\'s own prefix cache counts against tokens_per_minute (0: not at all, 1: as any other); default 0.1.' })),
 }, { additionalProperties: false })
 
 const TiersFile = Type.Object({
@@ -40,7 +43,16 @@ export interface Tier {
   callsPerMonth: number | null
   maxTokensPerRequest: number | null
   models: string[]
+  /** How a cached prompt token counts against tokensPerMinute (0..1). */
+  cachedPromptTokensWeight: number
 }
+
+/**
+ * A cached prompt token's weight when a tier says none: a tenth. Serving it costs a copy, not a
+ * computation (Anthropic counts cached input tokens not at all towards input tokens per minute;
+ * chatd keeps a tenth so a flood of cached prompts is still bounded).
+ */
+export const DEFAULT_CACHED_PROMPT_TOKENS_WEIGHT = 0.1
 
 /** A bad tiers file is a configuration error: the server does not start, and says why. */
 export class TiersFileError extends ConfigError {
@@ -86,6 +98,7 @@ export class Tiers {
       callsPerMonth: t.calls_per_month ?? null,
       maxTokensPerRequest: t.max_tokens_per_request ?? null,
       models: t.models ?? ['*'],
+      cachedPromptTokensWeight: t.cached_prompt_tokens_weight ?? DEFAULT_CACHED_PROMPT_TOKENS_WEIGHT,
     }))
     try {
       return new Tiers(tiers, file.default ?? 'free')

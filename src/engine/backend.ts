@@ -73,6 +73,12 @@ export interface GenerateRequest {
   messages: ChatMessage[]
   /** Upper bound on generated tokens; undefined means "until the context ends". */
   maxTokens?: number
+  /**
+   * Upper bound on prompt plus generated tokens (the tier's tokens per minute): a backend that
+   * knows the prompt's real length (the local engine) stops the reply there, so one request never
+   * takes more than the minute's budget however the prompt's estimate missed. Absent: none.
+   */
+  maxTotalTokens?: number
   /** 0 means greedy. */
   temperature: number
   /** 1 means off. */
@@ -240,6 +246,11 @@ export interface Backend {
   readonly id: string
   /** The model's context window in tokens, when known. */
   readonly contextLength?: number
+  /**
+   * Characters of prompt per token of this model's tokenizer, where measured (chars-per-token.ts;
+   * the local engine's, once loaded): the tier limits' estimate of a prompt before it runs.
+   */
+  readonly charsPerToken?: number
   /**
    * Sequences the backend's own engine holds right now: waiting, in prompt
    * processing or decoding, and cancelled ones until they have actually

@@ -84,15 +84,18 @@ export class Permit {
   readonly maxTokens: number | undefined
   /** The most the reply may use, as reserved: max_tokens, or the bound replyBounds() found; null when nothing bounds it. */
   readonly replyLimit: number | null
+  /** The most prompt and reply may use together: the tier's tokens per minute; null without one. */
+  readonly totalLimit: number | null
   readonly #settle: (tokens: number | null, refundCall: boolean) => Promise<void>
   readonly #extend: (tokens: number) => Promise<boolean>
   #settled = false
 
-  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; replyLimit: number | null },
+  constructor (opts: { headers: Record<string, string>; maxTokens: number | undefined; replyLimit: number | null; totalLimit?: number | null },
     settle: (tokens: number | null, refundCall: boolean) => Promise<void>, extend: (tokens: number) => Promise<boolean> = async () => true) {
     this.headers = opts.headers
     this.maxTokens = opts.maxTokens
     this.replyLimit = opts.replyLimit
+    this.totalLimit = opts.totalLimit ?? null
     this.#settle = settle
     this.#extend = extend
   }
@@ -188,7 +191,7 @@ export class Limiter {
     }
 
     let reserved = reserve
-    return new Permit({ headers, maxTokens, replyLimit: ask.maxTokens ?? (reply > 0 ? reply : null) }, async (tokens, failed) => {
+    return new Permit({ headers, maxTokens, replyLimit: ask.maxTokens ?? (reply > 0 ? reply : null), totalLimit: tpm }, async (tokens, failed) => {
       await fromStore(this.store.settle({
         accountId: account.id,
         requestId,

@@ -45,6 +45,10 @@ export class PullingBackend implements DownloadingBackend {
     this.#opts = opts
   }
 
+  get charsPerToken (): number | undefined {
+    return this.#inner?.charsPerToken
+  }
+
   get contextLength (): number | undefined {
     return this.#inner?.contextLength
   }

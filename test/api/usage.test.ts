@@ -257,3 +257,23 @@ t.test('tokens_per_minute without max_tokens or a cap: a 466-token reply is cut 
   t.equal(again.statusCode, 429, 'the minute is used up')
   t.match(again.json().error, { code: 'rate_limit_exceeded', message: /room for a reply of up to \d+ tokens, as it sets no max_tokens/ })
 })
+
+t.test('an agent\'s next turn: prompt tokens from the account\'s own cache count at the tier\'s weight, in the reservation and the minute', async t => {
+  const { ScriptBackend, usage } = await import('../helpers/responses-app.ts')
+  const turn = (prompt: number, cached: number) => [{ type: 'delta' as const, content: 'ok' }, { type: 'finish' as const, reason: 'stop' as const, usage: usage(prompt, 50, { cached }) }]
+  const backend = new ScriptBackend([turn(10_010, 0), turn(10_030, 10_000)])
+  const test = await buildTestApp(t, { tier: 'agents', tiers: JSON.stringify({ default: 'agents', tiers: { agents: { tokens_per_minute: 20_000 } } }), backends: [backend] })
+  // 40,000 characters of instructions: about 10,000 tokens, half the minute.
+  const conversation = [{ role: 'system', content: 'Be brief. '.repeat(4000) }, { role: 'user', content: 'List the files.' }]
+  const first = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { model: 'scripted', max_tokens: 100, messages: conversation } })
+  t.equal(first.statusCode, 200, first.body)
+  const minute = async () => (await test.app.inject({ url: '/api/v1/usage', headers: test.auth })).json().used.tokens_this_minute as number
+  t.equal(await minute(), 10_060, 'nothing cached: every token counts')
+  // The next turn resends it all: without counting its cached start at a tenth it would reserve
+  // another 10,000 and not fit the minute.
+  const second = await test.app.inject({ method: 'POST', url: CHAT, headers: test.auth, payload: { model: 'scripted', max_tokens: 100, messages: [...conversation, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'And the tests?' }] } })
+  t.equal(second.statusCode, 200, second.body)
+  t.equal(await minute(), 10_060 + 10_080 - 9_000, '10,000 cached prompt tokens counted at 0.1')
+  const rows = await test.db.selectFrom('usage_records').select(['prompt_tokens']).orderBy('id').execute()
+  t.same(rows.map(r => r.prompt_tokens), [10_010, 10_030], 'the usage rows keep the real prompt tokens')
+})

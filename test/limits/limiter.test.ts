@@ -47,7 +47,9 @@ t.test('tiers file: defaults, null and absent limits, model patterns, fallback t
   const tiers = Tiers.parse(TIERS)
   t.same(tiers.names(), ['free', 'pro', 'unlimited'])
   t.equal(tiers.defaultName, 'free')
-  t.same(tiers.get('pro'), { name: 'pro', requestsPerMinute: 100, tokensPerMinute: null, callsPerMonth: null, maxTokensPerRequest: 4000, models: ['*'] })
+  t.same(tiers.get('pro'), { name: 'pro', requestsPerMinute: 100, tokensPerMinute: null, callsPerMonth: null, maxTokensPerRequest: 4000, models: ['*'], cachedPromptTokensWeight: 0.1 }, 'a cached prompt token counts a tenth unless the tier says')
+  t.equal(Tiers.parse(JSON.stringify({ default: 'a', tiers: { a: { cached_prompt_tokens_weight: 0 } } })).get('a')?.cachedPromptTokensWeight, 0)
+  t.throws(() => Tiers.parse(JSON.stringify({ default: 'a', tiers: { a: { cached_prompt_tokens_weight: 2 } } })), /cached_prompt_tokens_weight/)
   const free = tiers.get('free')!
   t.ok(tiers.allowsModel(free, 'stories260k'))
   t.ok(tiers.allowsModel(free, 'scripted'))
@@ -57,7 +59,7 @@ t.test('tiers file: defaults, null and absent limits, model patterns, fallback t
   t.equal(tiers.resolve('removed-tier').name, 'free', 'an account on a tier no longer in the file gets the default')
 
   const shipped = Tiers.fromFile(join(import.meta.dirname, '../../tiers.json'))
-  t.same(shipped.get('free'), { name: 'free', requestsPerMinute: 10, tokensPerMinute: 20000, callsPerMonth: 1000, maxTokensPerRequest: 2048, models: ['*'] }, 'the shipped tiers.json has DESIGN.md\'s free tier')
+  t.same(shipped.get('free'), { name: 'free', requestsPerMinute: 10, tokensPerMinute: 20000, callsPerMonth: 1000, maxTokensPerRequest: 2048, models: ['*'], cachedPromptTokensWeight: 0.1 }, 'the shipped tiers.json has DESIGN.md\'s free tier')
   t.ok(shipped.has('pro') && shipped.has('unlimited'))
 
   t.throws(() => Tiers.parse('{'), TiersFileError)

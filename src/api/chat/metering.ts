@@ -13,7 +13,8 @@ import type { GenerateEvent, GenerateRequest, Usage } from '../../engine/backend
 import type { RegisteredModel } from '../../engine/registry.ts'
 import { ApiError } from '../../errors.ts'
 import type { Limiter, Permit } from '../../limits/limiter.ts'
-import { estimatePromptTokens } from '../../limits/request-cost.ts'
+import type { PromptHistory } from '../../limits/prompt-history.ts'
+import { estimatePromptTokens, estimateTokensOfChars } from '../../limits/request-cost.ts'
 import type { UsageStatus } from '../../store/schema.ts'
 import type { ChatCompletionRequest } from './schema.ts'
 
@@ -68,6 +69,11 @@ export class RequestMeter {
     return this.#charged ? this.#promptEstimate : 0
   }
 
+  /** The most prompt and reply may use together (the tier's tokens per minute), for the backend; undefined without one. */
+  get maxTotalTokens (): number | undefined {
+    return this.#permit.totalLimit ?? undefined
+  }
+
   /** The backend's max_tokens: the request's (or its wordcount budget), never more than was reserved for the reply. */
   maxTokens (requested: number | undefined): number | undefined {
     if (requested === undefined) return this.#permit.maxTokens
@@ -118,11 +124,17 @@ export class RequestMeter {
   }
 }
 
+/** What a finished request counts against the minute: its cached prompt tokens at the tier's weight. */
+export function countedTokens (usage: Usage, cachedWeight: number): number {
+  const cached = Math.min(usage.prompt_tokens_details?.cached_tokens ?? 0, usage.prompt_tokens)
+  return Math.ceil(usage.total_tokens - cached * (1 - cachedWeight))
+}
+
 /** The prompt estimate of a backend request: a later round of a reply sends all of it again. */
-export function roundPromptEstimate (request: GenerateRequest): number {
+export function roundPromptEstimate (request: GenerateRequest, charsPerToken?: number): number {
   const texts = request.messages.map(m => ({ content: m.content + (m.toolCalls ?? []).map(c => c.function.name + c.function.arguments).join('') }))
   if (request.tools && request.tools.length > 0) texts.push({ content: JSON.stringify(request.tools) })
-  return estimatePromptTokens(texts)
+  return estimatePromptTokens(texts, charsPerToken)
 }
 
 function errorCode (err: unknown): string {
@@ -142,7 +154,9 @@ export async function admitCompletion (
   model: RegisteredModel,
   startedAt: number,
   /** The completion's id, stored on its usage row. */
-  completionId?: string
+  completionId: string | undefined,
+  /** The account's previous prompts, for what its prefix cache likely holds. */
+  history: PromptHistory
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
@@ -150,14 +164,19 @@ export async function admitCompletion (
   // (an agent's can be 30 KB: the prompt's largest part). A backend that prompts for tools itself
   // (the local engine) leaves them out with tool_choice none; any other (an upstream) is sent them
   // whatever tool_choice says, so they count.
-  const messages = body.messages.map(m => ({
-    content: (typeof m.content === 'string' || m.content == null ? m.content ?? '' : m.content.map(p => p.text).join('')) +
-      (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
-  }))
+  // In prompt order (the tools' block comes first), so the account's previous request tells which
+  // leading parts its prefix cache likely holds (prompt-history.ts); those count at the tier's
+  // cached_prompt_tokens_weight, as the settlement will count the ones really served from it.
+  const parts = body.messages.map(m =>
+    (typeof m.content === 'string' || m.content == null ? m.content ?? '' : m.content.map(p => p.text).join('')) +
+      (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''))
   const toolsInPrompt = body.tool_choice !== 'none' || model.backend.toolCallFormat?.() === undefined
-  if (body.tools && body.tools.length > 0 && toolsInPrompt) messages.push({ content: JSON.stringify(body.tools) })
+  if (body.tools && body.tools.length > 0 && toolsInPrompt) parts.unshift(JSON.stringify(body.tools))
+  const tier = limits.limiter.tierOf(account)
+  const { cachedChars, remember } = history.guess(`${account.id}\u0000${model.id}\u0000${body.cache_salt ?? ''}`, parts)
+  const chars = parts.reduce((n, part) => n + part.length, 0)
   const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
-  const promptTokens = estimatePromptTokens(messages)
+  const promptTokens = estimateTokensOfChars(chars - cachedChars * (1 - tier.cachedPromptTokensWeight), model.backend.charsPerToken)
   const permit = await limits.limiter.admit(account, {
     model: model.id,
     maxTokens,
@@ -169,7 +188,8 @@ export async function admitCompletion (
 
   const meter: RequestMeter = new RequestMeter(permit, async ending => {
     const failed = ending.status === 'failed'
-    const tokens = ending.usage ? ending.usage.total_tokens : ending.produced ? null : meter.unusedCharge
+    const tokens = ending.usage ? countedTokens(ending.usage, tier.cachedPromptTokensWeight) : ending.produced ? null : meter.unusedCharge
+    if (ending.usage || ending.produced) remember() // it ran: its prompt is in the cache for the next turn
     try {
       const [, written] = await Promise.all([
         permit.settle(tokens, failed),

@@ -24,6 +24,7 @@ import { newCompletionId, newCompletionMeta, type CompletionMeta } from './compl
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
+import { PromptHistory } from '../../limits/prompt-history.ts'
 import { admitCompletion, roundPromptEstimate, type ChatLimits, type RequestMeter } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
 import { observeGeneration } from './observe.ts'
@@ -88,6 +89,8 @@ export function resolveModel (models: ModelRegistry, id: string): RegisteredMode
 export class CompletionPipeline {
   readonly #opts: PipelineOptions
   readonly #admission: Admission
+  /** Each account's previous prompt, for the part its prefix cache likely holds (the reservation's estimate). */
+  readonly #history = new PromptHistory()
 
   constructor (opts: PipelineOptions) {
     this.#opts = opts
@@ -150,7 +153,7 @@ export class CompletionPipeline {
     checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
     const completionId = opts.id ?? newCompletionId()
-    const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId)
+    const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history)
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
@@ -189,6 +192,7 @@ export class CompletionPipeline {
         clientSampling: opts.clientSampling,
       })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
+      if (meter.maxTotalTokens !== undefined) generateRequest.maxTotalTokens = meter.maxTotalTokens
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
       generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
       if (compiles) generateRequest.grammarScope = scope // whose compiled grammars the request may use
@@ -197,7 +201,7 @@ export class CompletionPipeline {
       try {
         const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(model.backend.generate(request, signal), model.reasoning)
         const shaped = opts.continueAfterCalls
-          ? withRounds(generateRequest, generate, opts.continueAfterCalls, signal, request => meter.reserveMore(roundPromptEstimate(request)))
+          ? withRounds(generateRequest, generate, opts.continueAfterCalls, signal, request => meter.reserveMore(roundPromptEstimate(request, model.backend.charsPerToken)))
           : generate(generateRequest)
         events = meter.wrap(observeGeneration(
           // A searched reply's next turn searches again, and a reply in rounds ends on another

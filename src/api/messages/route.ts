@@ -95,7 +95,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     schema: {
       tags: ['messages'],
       summary: 'Count a message request\'s input tokens (an estimate)',
-      description: 'The same body as POST /messages without max_tokens; answers {"input_tokens"}: an estimate (about 4 characters a token), computed without the model. Counts as one of the tier\'s requests per minute (no tokens, no call of the monthly allowance).',
+      description: 'The same body as POST /messages without max_tokens; answers {"input_tokens"}: an estimate (the characters over the model\'s characters per token, as the tier limits estimate a prompt), computed without running the model. Counts as one of the tier\'s requests per minute (no tokens, no call of the monthly allowance).',
       security: [{ bearerAuth: [] }],
       body: CountTokensRequest,
       response: { 200: { description: 'The estimate', content: { 'application/json': { schema: { type: 'object', properties: { input_tokens: { type: 'integer' } } } } } }, ...errorResponses },
@@ -104,9 +104,10 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     // Generates nothing, but translating and counting a long body is work: one request of the minute.
     await pipeline.countRequest(request, reply)
     const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
+    let model
     try {
       checkInputLimits(translated.chat, inputLimits)
-      resolveModel(pipeline.models, request.body.model)
+      model = resolveModel(pipeline.models, request.body.model)
     } catch (err) {
       throw anthropicParam(err, translated)
     }
@@ -115,7 +116,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
       content: (typeof m.content === 'string' ? m.content : '') + (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
     }))
     if (translated.chat.tools) texts.push({ content: JSON.stringify(translated.chat.tools) })
-    return { input_tokens: estimatePromptTokens(texts) }
+    return { input_tokens: estimatePromptTokens(texts, model.backend.charsPerToken) }
   })
 }
 

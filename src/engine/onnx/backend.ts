@@ -43,6 +43,7 @@ const DEVICES: DeviceChoice[] = ['auto', 'cpu', 'cuda']
 export class OnnxBackend implements Backend {
   readonly id: string
   contextLength?: number
+  charsPerToken?: number
   /** The execution provider in use once loaded. */
   device?: 'cpu' | 'cuda'
   /** Whether prompts run on the model's int8 prompt graph, once loaded. */
@@ -116,6 +117,7 @@ export class OnnxBackend implements Backend {
       const onFirst = (message: FromWorker): void => {
         if (message.type === 'ready') {
           this.contextLength = message.contextLength
+          this.charsPerToken = message.charsPerToken
           this.device = message.device
           this.promptGraph = message.promptGraph
           this.#toolFormat = TOOL_FORMATS[message.toolFormat]

@@ -17,7 +17,7 @@ export type ToWorker =
   | { type: 'close' }
 
 export type FromWorker =
-  | { type: 'ready'; contextLength: number; device: 'cpu' | 'cuda'; promptGraph: boolean; toolFormat: 'r1' | 'json' }
+  | { type: 'ready'; contextLength: number; charsPerToken?: number; device: 'cpu' | 'cuda'; promptGraph: boolean; toolFormat: 'r1' | 'json' }
   | { type: 'load_error'; message: string }
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage; stopSequence?: string }

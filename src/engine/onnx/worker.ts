@@ -6,6 +6,7 @@ import { ApiError } from '../../errors.ts'
 import { LocalEngine } from './scheduler/engine.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import { toolFormatForTemplate } from '../tools/format.ts'
+import { measureCharsPerToken } from '../chars-per-token.ts'
 
 const port = parentPort
 if (!port) throw new Error('engine worker must run in a worker thread')
@@ -46,7 +47,7 @@ try {
         break
     }
   })
-  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device, promptGraph: engine.session.hasPromptGraph, toolFormat: toolFormatForTemplate(engine.template.source).name })
+  send({ type: 'ready', contextLength: engine.contextLength, charsPerToken: measureCharsPerToken(text => engine.tokenizer.encode(text).length), device: engine.session.device, promptGraph: engine.session.hasPromptGraph, toolFormat: toolFormatForTemplate(engine.template.source).name })
 } catch (err) {
   send({ type: 'load_error', message: (err as Error).message })
 }

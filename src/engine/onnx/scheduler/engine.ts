@@ -246,10 +246,18 @@ export class LocalEngine {
         `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and max_tokens asks for ${wanted} more.`,
         { param: request.maxTokens !== undefined && room > 0 ? 'max_tokens' : 'messages' })
     }
+    // The budget for prompt and reply together (the tier's minute): the reply stops where it ends.
+    const budget = request.maxTotalTokens === undefined ? Infinity : request.maxTotalTokens - promptIds.length
+    if (budget < 1) {
+      throw new ApiError('invalid_parameter',
+        `The prompt alone (${promptIds.length} tokens) leaves no room for a reply within this request's budget of ${request.maxTotalTokens} tokens (the tier's tokens per minute); shorten the prompt.`,
+        { param: 'messages' })
+    }
+    const maxNewTokens = Math.min(request.maxTokens ?? room, budget)
     this.#waiting.push(new Sequence({
       id,
       promptIds,
-      maxNewTokens: request.maxTokens ?? room,
+      maxNewTokens,
       request,
       tokenizer: this.tokenizer,
       eosIds: this.model.eosTokenIds,
@@ -258,7 +266,7 @@ export class LocalEngine {
       startsInReasoning: endsInThink,
       tokens: this.tokens,
       ...this.#constraintOf(request),
-      ...this.#effortOf(request, request.maxTokens ?? room),
+      ...this.#effortOf(request, maxNewTokens),
     }))
     if (!this.#looping) void this.#loop()
     return id
