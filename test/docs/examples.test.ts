@@ -192,7 +192,7 @@ t.test('the README\'s and the API reference\'s examples run as written', async t
 const claudeCodeRequest = 'curl -s "$ANTHROPIC_BASE_URL/v1/messages?beta=true" -H "x-api-key: $ANTHROPIC_API_KEY" -H \'anthropic-version: 2023-06-01\' -H \'Content-Type: application/json\' ' +
   '-d "{\\"model\\":\\"$ANTHROPIC_MODEL\\",\\"max_tokens\\":$CLAUDE_CODE_MAX_OUTPUT_TOKENS,\\"messages\\":[{\\"role\\":\\"user\\",\\"content\\":\\"Hi\\"}]}"'
 
-t.test('docs/agents.md: the model check, the Agents SDK, Codex\'s config and Claude Code\'s variables run as written', async t => {
+t.test('docs/agents.md: the model check, the Agents SDK, Codex\'s config and Claude Code\'s variables run as written (and api.md\'s Codex set-up)', async t => {
   const { origin, key, freeKey } = await docsServer(t)
   const dir = t.testdir()
   const env = { CHATD_API_KEY: key }
@@ -218,7 +218,7 @@ t.test('docs/agents.md: the model check, the Agents SDK, Codex\'s config and Cla
 
   const claudeCode = installedAgent(CLAUDE_CODE)
   if ('command' in claudeCode) {
-    // The block as written, with claude -p for the interactive claude (and its pinned binary on PATH).
+    // The block as written, with claude -p for the interactive claude (the pinned binary).
     const home = mkdtempSync(join(tmpdir(), 'chatd-docs-claude-'))
     t.teardown(() => rmSync(home, { recursive: true, force: true }))
     ran = await runIn('bash', ['-c', `${pasted(variables, origin, key)}\nexec "$0" -p 'Say hello.' < /dev/null`, claudeCode.command[0]!], { CHATD_API_KEY: key }, home)
@@ -228,25 +228,35 @@ t.test('docs/agents.md: the model check, the Agents SDK, Codex\'s config and Cla
     t.pass('claude -p itself', { skip: claudeCode.missing })
   }
 
-  const toml = block('docs/agents.md', 'model_provider = "chatd"')
-  t.equal(toml.lang, 'toml')
+  await codexAsDocumented(t, 'docs/agents.md', origin, key)
+  await codexAsDocumented(t, 'docs/api.md', origin, key)
+})
+
+/**
+ * A file's Codex config.toml and `codex exec` line, as written: the config in a CODEX_HOME of its
+ * own, the line run by bash in a git repository with `codex` the pinned, installed CLI. Without
+ * Codex installed only the config is checked.
+ */
+async function codexAsDocumented (t: Test, file: string, origin: string, key: string): Promise<void> {
+  const toml = block(file, 'model_provider = "chatd"')
+  t.equal(toml.lang, 'toml', `${file}: Codex's config`)
   const config = pasted(toml.text, origin, key)
   t.match(config, `base_url = "${origin}/api/v1"`)
   t.match(config, 'env_key = "CHATD_API_KEY"')
-  const exec = block('docs/agents.md', 'codex exec ')
+  const exec = block(file, 'codex exec "')
+  t.match(exec.text, /< \/dev\/null$/, `${file}: codex exec's stdin is /dev/null`)
   const codex = installedAgent(CODEX)
-  if ('command' in codex) {
-    // In a git repository (Codex's home and its work folder), with the documented config and exec line.
-    const work = mkdtempSync(join(tmpdir(), 'chatd-docs-codex-'))
-    t.teardown(() => rmSync(work, { recursive: true, force: true }))
-    await run('git', ['init', '-q', work])
-    writeFileSync(join(work, 'config.toml'), `${config}\n`.replace('model_provider = "chatd"', 'model_provider = "chatd"\ncheck_for_update_on_startup = false') + '\n[analytics]\nenabled = false\n')
-    const [program, ...launcher] = codex.command
-    const line = exec.text.replace(/^codex /, '')
-    ran = await runIn('bash', ['-c', `exec "$0" "$@" ${line}`, program!, ...launcher], { CHATD_API_KEY: key, CODEX_HOME: work }, work)
-    t.equal(ran.code, 0, `codex exec as documented exits 0: ${ran.stderr.slice(-800)}`)
-    t.match(ran.stdout, ANSWER)
-  } else {
-    t.pass('codex exec itself', { skip: codex.missing })
+  if (!('command' in codex)) {
+    t.pass(`${file}: codex exec itself`, { skip: codex.missing })
+    return
   }
-})
+  const work = mkdtempSync(join(tmpdir(), 'chatd-docs-codex-'))
+  t.teardown(() => rmSync(work, { recursive: true, force: true }))
+  await run('git', ['init', '-q', work])
+  // Nothing but chatd is reachable from a test: no update check, no analytics.
+  writeFileSync(join(work, 'config.toml'), `check_for_update_on_startup = false\n${config}\n\n[analytics]\nenabled = false\n`)
+  const codexFunction = `codex () { ${codex.command.map(part => `'${part}'`).join(' ')} "$@"; }`
+  const ran = await runIn('bash', ['-c', `${codexFunction}\n${pasted(exec.text, origin, key)}`], { CHATD_API_KEY: key, CODEX_HOME: work }, work)
+  t.equal(ran.code, 0, `${file}: codex exec as documented exits 0: ${ran.stderr.slice(-800)}`)
+  t.match(ran.stdout, ANSWER)
+}
