@@ -57,7 +57,7 @@ function agentNote (agent: string, promptTokens: number, choice: AgentModel | un
   }
   const window = choice.model.contextLength === undefined ? 'its window is not known to chatd' : `its window is ${count(choice.model.contextLength)} tokens`
   if (!choice.ready) {
-    return ` No ready model holds ${need}; ${choice.model.id} can (${window}) once it is ready, and it is ${choice.status} now: ask the server's operator.`
+    return ` No ready model holds ${need}; ${choice.model.id} can (${window}) once it is ready (now: ${choice.status}): ask the server's operator.`
   }
   return ` It names ${choice.model.id}, the first ready model that holds ${need} (${window}).`
 }

@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
+import type { Backend } from '../../src/engine/backend.ts'
 import { UnavailableBackend } from '../../src/engine/registry.ts'
 import { setupSnippets, type SetupTier } from '../../src/dashboard/setup-snippets.ts'
 import { buildTestApp } from '../helpers/app.ts'
@@ -249,7 +250,7 @@ t.test('Claude Code\'s window and output follow the model\'s context and the key
 })
 
 /** A registered account's new-key page on the shipped tiers.json (the default tier, free: 2,048 tokens a request). */
-async function freeTierPage (t: Test, backends: ScriptedBackend[], local?: string) {
+async function freeTierPage (t: Test, backends: Backend[], local?: string) {
   const built = await buildTestApp(t, { backends })
   if (local) built.models.get(local)!.requestedDevice = 'cpu'
   await built.app.listen({ host: '127.0.0.1', port: 0 })
@@ -289,7 +290,14 @@ t.test('no ready model holds an agent\'s prompt: the page names the one that wou
   ], 'local')
   t.equal(tomlValue(textOf(html, 'setup-codex')!, 'model'), 'big', 'the loading model that can hold it')
   t.match(textOf(html, 'setup-claude-code'), /^export ANTHROPIC_MODEL=big$/m)
-  t.match(html, /No ready model holds Claude Code&#39;s prompt \(about 12,000 tokens\); big can \(its window is 32,768 tokens\) once it is ready, and it is loading now: ask the server&#39;s operator\./)
+  t.match(html, /No ready model holds Claude Code&#39;s prompt \(about 12,000 tokens\); big can \(its window is 32,768 tokens\) once it is ready \(now: loading\): ask the server&#39;s operator\./)
+
+  const unset = await freeTierPage(t, [
+    new ScriptedBackend({ id: 'local', words: ['Small'] }),
+    new UnavailableBackend('remote', 'environment variable UPSTREAM_BASE_URL not set', 'set UPSTREAM_BASE_URL in the environment or .env', 'its configuration on this server is incomplete'),
+  ], 'local')
+  t.match(unset.html, /remote can \(its window is not known to chatd\) once it is ready \(now: unavailable: its configuration on this server is incomplete\): ask the server&#39;s operator/, 'the one to configure, with its short reason')
+  t.notMatch(unset.html, /UPSTREAM_BASE_URL/, 'never the operator\'s reason')
 
   const none = await freeTierPage(t, [new ScriptedBackend({ id: 'local', words: ['Small'] })], 'local')
   t.match(textOf(none.html, 'setup-claude-code'), /^export ANTHROPIC_MODEL=local$/m, 'the only model, named with a warning')
