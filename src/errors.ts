@@ -23,6 +23,9 @@ export const ERROR_TABLE = {
   limits_unavailable: { status: 503, type: 'server_error' },
   database_unavailable: { status: 503, type: 'server_error' },
   model_unavailable: { status: 503, type: 'server_error' },
+  // A model that will not come back without the operator: a 4xx, so that clients (the SDKs,
+  // Codex, Claude Code) stop at once instead of retrying a 5xx for minutes (docs/api.md, Errors).
+  model_out_of_service: { status: 400, type: 'invalid_request_error' },
   upstream_error: { status: 502, type: 'server_error' },
   upstream_timeout: { status: 504, type: 'server_error' },
   search_unavailable: { status: 400, type: 'invalid_request_error' },

@@ -224,8 +224,11 @@ export type BackendState =
    * `reason` and `hint` are the operator's (they may name paths on the server
    * and commands to run): logs, the CLI and admin accounts see them.
    * `summary` is what every key holder is told; absent, a generic line.
+   * `retryAfterS`: the model comes back by itself (its files are being downloaded), so a client
+   * may retry after that many seconds; absent, only the operator can bring it back (files
+   * missing, a download or load that failed, settings unset), and clients are told to stop.
    */
-  | { state: 'unavailable'; reason: string; hint?: string; summary?: string }
+  | { state: 'unavailable'; reason: string; hint?: string; summary?: string; retryAfterS?: number }
 
 /** What a backend's grammar compiles came to (metrics). */
 export interface GrammarCounts {

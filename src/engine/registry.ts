@@ -246,7 +246,12 @@ export class ModelRegistry {
     const loadError = this.#loadErrors.get(id)
     const state = model.backend.state()
     if (loadError !== undefined && state.state !== 'unavailable') return { state: 'unavailable', reason: loadError, summary: LOAD_FAILED_SUMMARY }
-    if (loadError !== undefined && state.state === 'unavailable' && state.summary === undefined) return { ...state, summary: LOAD_FAILED_SUMMARY }
+    // A load that failed stays failed until the operator acts: nothing to come back for.
+    if (loadError !== undefined && state.state === 'unavailable') {
+      const failed = { ...state, summary: state.summary ?? LOAD_FAILED_SUMMARY }
+      delete failed.retryAfterS
+      return failed
+    }
     return state
   }
 

@@ -21,11 +21,24 @@ export function operatorReason (state: UnavailableState): string {
   return state.hint ? `${state.reason} (${state.hint})` : state.reason
 }
 
-/** 503 model_unavailable: the summary for everyone, the operator's reason for admins and the log. */
-export function unavailableError (id: string, state: UnavailableState, opts: { headers?: Record<string, string> } = {}): ApiError {
-  return new ApiError('model_unavailable', `The model '${id}' is unavailable: ${publicReason(state)}.`, {
+/**
+ * Why a request for an unavailable model is refused: the summary for everyone, the operator's
+ * reason for admins and the log. A model on its way back (a download under way) is 503
+ * model_unavailable with Retry-After; one that stays out until the operator acts is 400
+ * model_out_of_service, which no client retries: a 503 kept Claude Code retrying for three
+ * minutes and Codex for half of one before either showed the reason.
+ */
+export function unavailableError (id: string, state: UnavailableState): ApiError {
+  if (state.retryAfterS !== undefined) {
+    return new ApiError('model_unavailable', `The model '${id}' is unavailable: ${publicReason(state)}.`, {
+      param: 'model',
+      headers: { 'retry-after': String(state.retryAfterS) },
+      operatorMessage: `The model '${id}' is unavailable: ${operatorReason(state)}`,
+    })
+  }
+  const after = ' It stays so until the server\'s operator acts: use a model that is ready (the model list says which).'
+  return new ApiError('model_out_of_service', `The model '${id}' is out of service: ${publicReason(state)}.${after}`, {
     param: 'model',
-    headers: opts.headers,
-    operatorMessage: `The model '${id}' is unavailable: ${operatorReason(state)}`,
+    operatorMessage: `The model '${id}' is out of service: ${operatorReason(state)}.${after}`,
   })
 }

@@ -85,6 +85,8 @@ export class PullingBackend implements DownloadingBackend {
       reason: `its files are being downloaded from ${this.#opts.source}: ${this.#tracker.describe()}`,
       hint,
       summary: `its files are being downloaded: ${this.#tracker.describe()}; ${hint}`,
+      // It loads by itself once they are in: clients may come back.
+      retryAfterS: 30,
     }
   }
 
@@ -123,7 +125,7 @@ export class PullingBackend implements DownloadingBackend {
       yield * this.#inner.generate(request, signal)
       return
     }
-    throw unavailableError(this.id, this.state() as UnavailableState, { headers: this.#failure === undefined ? { 'retry-after': '30' } : {} })
+    throw unavailableError(this.id, this.state() as UnavailableState)
   }
 
   /** Once the files are in, the model's own check (a local engine compiles the grammar); before, generate() refuses anyway. */

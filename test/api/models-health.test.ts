@@ -9,6 +9,9 @@ import { FILES_MISSING_SUMMARY, ModelRegistry, UnavailableBackend } from '../../
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
+/** The end of every model_out_of_service message. */
+const OUT_OF_SERVICE = " It stays so until the server's operator acts: use a model that is ready (the model list says which)."
+
 t.test('model list in the OpenAI shape, with status', async t => {
   let open!: () => void
   const loading = new ScriptedBackend({ id: 'slow', loadGate: new Promise<void>(resolve => { open = resolve }) })
@@ -69,9 +72,11 @@ t.test('unknown, loading and unavailable models on the chat endpoint', async t =
   t.equal(notYet.json().error.code, 'model_unavailable')
   t.equal(notYet.headers['retry-after'], '5')
 
+  // Not coming back without the operator: a 4xx, which no client retries.
   const gone = await ask('big')
-  t.equal(gone.statusCode, 503)
-  t.same(gone.json().error, { message: "The model 'big' is unavailable: its files are not on this server yet.", type: 'server_error', param: 'model', code: 'model_unavailable' })
+  t.equal(gone.statusCode, 400)
+  t.same(gone.json().error, { message: `The model 'big' is out of service: its files are not on this server yet.${OUT_OF_SERVICE}`, type: 'invalid_request_error', param: 'model', code: 'model_out_of_service' })
+  t.equal(gone.headers['retry-after'], undefined, 'nothing to come back for')
 
   t.equal((await ask('scripted')).statusCode, 200, 'the other models keep working')
 
@@ -115,14 +120,14 @@ t.test('an ordinary key is told why a model is unavailable without the server\'s
     ['upstream', 'its configuration on this server is incomplete'],
   ], 'a short reason each')
   const refused = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'absent' }) })
-  t.same(refused.json().error, { message: "The model 'absent' is unavailable: its files are not on this server yet.", type: 'server_error', param: 'model', code: 'model_unavailable' })
+  t.same(refused.json().error, { message: `The model 'absent' is out of service: its files are not on this server yet.${OUT_OF_SERVICE}`, type: 'invalid_request_error', param: 'model', code: 'model_out_of_service' })
 
   const forAdmin = (await app.inject({ url: '/api/v1/models', headers: adminAuth })).json().data
   t.equal(forAdmin[0].status_reason, `model files not found at ${join(dir, 'models', 'absent')} (run: npx chatd pull absent)`, 'the admin sees where and what to run')
   t.match(forAdmin[1].status_reason, `at ${join(dir, 'elsewhere', 'bare')}`)
   t.equal(forAdmin[2].status_reason, 'environment variable SECRET_UPSTREAM_URL not set (set SECRET_UPSTREAM_URL in the environment or .env)')
   const adminRefused = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: adminAuth, payload: chatBody({ model: 'absent' }) })
-  t.equal(adminRefused.json().error.message, `The model 'absent' is unavailable: model files not found at ${join(dir, 'models', 'absent')} (run: npx chatd pull absent)`)
+  t.equal(adminRefused.json().error.message, `The model 'absent' is out of service: model files not found at ${join(dir, 'models', 'absent')} (run: npx chatd pull absent).${OUT_OF_SERVICE}`)
 })
 
 t.test('healthz and readyz', async t => {
@@ -174,8 +179,8 @@ t.test('a model whose load fails becomes unavailable', async t => {
   t.equal(readyz.statusCode, 503, 'no model can answer: not ready')
   t.same(readyz.json(), { status: 'unavailable', models: { broken: 'unavailable' } })
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: chatBody({ model: 'broken' }) })
-  t.equal(res.statusCode, 503)
-  t.equal(res.json().error.message, "The model 'broken' is unavailable: it failed to load.", 'an ordinary key: the short reason')
+  t.equal(res.statusCode, 400, 'a load that failed stays failed: a status no client retries')
+  t.equal(res.json().error.message, `The model 'broken' is out of service: it failed to load.${OUT_OF_SERVICE}`, 'an ordinary key: the short reason')
 })
 
 t.test('metrics', async t => {

@@ -236,8 +236,8 @@ t.test('`chatd serve` as a process: listens, answers, exits cleanly on SIGTERM',
     headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'absent', messages: [{ role: 'user', content: 'hi' }] }),
   })
-  t.equal(res.status, 503)
-  t.match(((await res.json()) as { error: unknown }).error, { code: 'model_unavailable', message: /put the model directory .* at .*nowhere, or add "hubRepo"/ })
+  t.equal(res.status, 400)
+  t.match(((await res.json()) as { error: unknown }).error, { code: 'model_out_of_service', message: /put the model directory .* at .*nowhere, or add "hubRepo"/ })
   t.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 503, 'its only model cannot answer: not ready')
 
   const logLines = stdout.split('\n').filter(line => line.startsWith('{'))

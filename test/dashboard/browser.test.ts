@@ -197,7 +197,7 @@ async function run (): Promise<void> {
     await page.fill('input[name=name]', 'no-js')
     await page.click('button:has-text("Create key")')
     t.match(await page.textContent('#new-key'), /^sk-chatd-/)
-    t.equal(await page.locator('button[data-copy]').count(), 6, 'the key and the five set-up snippets have copy buttons')
+    t.equal(await page.locator('button[data-copy]').count(), 7, 'the key and the six set-up snippets have copy buttons')
     t.equal(await page.locator('button[data-copy]:visible').count(), 0, 'none shows without JavaScript')
   })
 

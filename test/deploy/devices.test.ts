@@ -41,8 +41,8 @@ t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying which fi
   t.match(failed, { level: 50, model: 'stories', err: { message: /^ONNX_DEVICE=cuda but onnxruntime-node's CUDA provider library is not installed: \/\S*onnxruntime-node\/bin\/napi-v6\/linux\/x64\/libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda to download it/ } })
   t.match(failed?.err.message, /Or set ONNX_DEVICE=auto/)
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${KEY}` }, payload: { model: 'stories', messages: [{ role: 'user', content: 'hi' }] } })
-  t.equal(res.statusCode, 503)
-  t.match(res.json().error, { code: 'model_unavailable', message: /CUDA provider library is not installed: .*libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda/ })
+  t.equal(res.statusCode, 400)
+  t.match(res.json().error, { code: 'model_out_of_service', message: /CUDA provider library is not installed: .*libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda/ })
 })
 
 t.test('ONNX_DEVICE=auto without CUDA: the model runs on the CPU and the log says so', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {

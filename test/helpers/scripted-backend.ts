@@ -24,11 +24,13 @@ export interface ScriptedOptions {
   failAfter?: { deltas: number; error: Error }
   /** load() waits for this promise; the backend is 'loading' until then. */
   loadGate?: Promise<void>
+  /** The context window it reports (default 512); null: it reports none, as an upstream without contextLength. */
+  contextLength?: number | null
 }
 
 export class ScriptedBackend implements Backend {
   readonly id: string
-  readonly contextLength = 512
+  readonly contextLength: number | undefined
   #state: BackendState = { state: 'loading' }
   readonly #opts: ScriptedOptions
   /** What the last generate() call received. */
@@ -44,6 +46,7 @@ export class ScriptedBackend implements Backend {
 
   constructor (opts: ScriptedOptions = {}) {
     this.id = opts.id ?? 'scripted'
+    this.contextLength = opts.contextLength === null ? undefined : opts.contextLength ?? 512
     this.#opts = opts
     if (!opts.loadGate) this.#state = { state: 'ready' }
   }

@@ -80,6 +80,7 @@ t.test('missing files are fetched at start; 503 model_unavailable with progress 
 
   const refused = await chat()
   t.equal(refused.statusCode, 503)
+  t.equal(refused.headers['retry-after'], '30', 'on its way: come back later')
   t.match(refused.json(), { error: { type: 'server_error', code: 'model_unavailable', param: 'model' } })
   t.match(refused.json().error.message, new RegExp(`^The model 'stories' is unavailable: its files are being downloaded from ${hub.url}/${REPO}: \\d+\\.\\d% \\([\\d.]+ KiB of [\\d.]+ KiB`))
   const listed = await app.inject({ url: '/api/v1/models/stories', headers: { authorization: `Bearer ${KEY}` } })
@@ -105,10 +106,12 @@ t.test('an unreachable hub: the model is unavailable, and the error names the hu
   const readyz = await app.inject({ url: '/readyz' })
   t.same(readyz.json().downloads.stories, { state: 'failed', error: 'its files could not be downloaded; the server log says why and the command to retry' }, '/readyz needs no key: it says that the download failed, not where from or what to run')
   const res = await chat()
-  t.equal(res.statusCode, 503)
+  // A download that failed is not retried by the server: the client is told to stop (400), not to come back.
+  t.equal(res.statusCode, 400)
+  t.equal(res.headers['retry-after'], undefined)
   t.match(res.json().error, {
-    code: 'model_unavailable',
-    message: new RegExp(`^The model 'stories' is unavailable: its files could not be downloaded: could not reach the Hugging Face Hub at ${REFUSED_URL}: .*\\(run: npx chatd pull stories\\)$`),
+    code: 'model_out_of_service',
+    message: new RegExp(`^The model 'stories' is out of service: its files could not be downloaded: could not reach the Hugging Face Hub at ${REFUSED_URL}: .*\\(run: npx chatd pull stories\\)\\. It stays so until the server's operator acts`),
   })
   t.match(logs.find(l => l.msg === 'model download failed; to retry by hand run: npx chatd pull stories'), { level: 50, model: 'stories' })
   // Each message says it once: no log line's message, error or err.message repeats the hub's
@@ -130,7 +133,7 @@ t.test('CHATD_AUTO_PULL=0: nothing is fetched, the model says how to pull it', a
   t.teardown(hub.close)
   const { app, dir, chat } = await serve(t, hub.url, { CHATD_AUTO_PULL: '0' })
   t.match((await app.inject({ url: '/readyz' })).json(), { status: 'unavailable' }, 'its only model cannot answer: not ready (503)')
-  t.match((await chat()).json().error, { code: 'model_unavailable', message: `The model 'stories' is unavailable: model files not found at ${join(dir, 'stories')} (run: npx chatd pull stories)` })
+  t.match((await chat()).json().error, { code: 'model_out_of_service', message: `The model 'stories' is out of service: model files not found at ${join(dir, 'stories')} (run: npx chatd pull stories). It stays so` })
   t.equal(hub.requests.length, 0, 'the hub was never asked')
 })
 

@@ -8,8 +8,8 @@ import { usageCharts } from '../chart.ts'
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import { serverUrl } from '../server-url.ts'
-import { chooseSetupModel } from '../setup-model.ts'
-import { modelsSnippet, setupSnippets } from '../setup-snippets.ts'
+import { chooseAgentModel, chooseSetupModel } from '../setup-model.ts'
+import { AGENT_PROMPT_TOKENS, modelsSnippet, setupSnippets } from '../setup-snippets.ts'
 import type { DashboardDeps } from '../deps.ts'
 
 /**
@@ -63,7 +63,13 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
     // key is in no redirect, no cookie and no log line.
     const baseUrl = serverUrl(request)
     const tier = limiter.tierOf(user)
-    const choice = chooseSetupModel(models, id => limiter.tiers.allowsModel(tier, id))
+    const allowed = (id: string): boolean => limiter.tiers.allowsModel(tier, id)
+    const choice = chooseSetupModel(models, allowed)
+    // Each agent gets the first ready model that can hold its prompt, which may not be curl's.
+    const agents = {
+      codex: chooseAgentModel(models, allowed, AGENT_PROMPT_TOKENS.codex),
+      claudeCode: chooseAgentModel(models, allowed, AGENT_PROMPT_TOKENS.claudeCode),
+    }
     return reply.code(201).view('key-created', {
       title: 'New API key',
       user,
@@ -74,7 +80,7 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
       model: choice.model,
       // Every model and its state, when none is ready to name in the examples.
       models: choice.model ? [] : choice.models,
-      snippets: !baseUrl ? [] : choice.model ? setupSnippets({ url: baseUrl, key, model: choice.model }) : [modelsSnippet({ url: baseUrl, key })],
+      snippets: !baseUrl ? [] : choice.model ? setupSnippets({ url: baseUrl, key, model: choice.model, agents, tier }) : [modelsSnippet({ url: baseUrl, key })],
     })
   })
 

@@ -7,6 +7,7 @@ import { Worker } from 'node:worker_threads'
 import { jsonFormatOf, type Backend, type BackendState, type ChatMessage, type GenerateEvent, type GenerateRequest, type GrammarCounts, type ResponseFormat } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { pullCommand } from '../models-file.ts'
+import { unavailableError } from '../unavailable.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
 import type { DeviceChoice } from './device/ort.ts'
 import { GrammarService, type GrammarLimits } from './grammar/grammar-service.ts'
@@ -162,13 +163,10 @@ export class OnnxBackend implements Backend {
 
   async * #generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
     const worker = this.#worker
+    // The reason may name files on the server: unavailableError gives it to the operator's message only.
+    if (this.#current.state === 'unavailable') throw unavailableError(this.id, this.#current)
     if (this.#current.state !== 'ready' || !worker) {
-      const why = this.#current.state === 'unavailable' ? this.#current.reason : 'it is still loading'
-      // The reason may name files on the server: the operator's message only.
-      throw new ApiError('model_unavailable', `The model '${this.id}' is not available${this.#current.state === 'loading' ? ': it is still loading' : ''}.`, {
-        headers: this.#current.state === 'loading' ? { 'retry-after': '5' } : {},
-        operatorMessage: `model ${this.id} is not available: ${why}`,
-      })
+      throw new ApiError('model_unavailable', `The model '${this.id}' is not available: it is still loading.`, { headers: { 'retry-after': '5' } })
     }
     const id = randomUUID()
     // Its scope's grammar worker holds its matcher: not let go for another scope until it ends.

@@ -2,13 +2,31 @@
 // the family's form by construction, forced-call.ts) into tool-call deltas as it is generated:
 // the id and name once the opening and the name are written, then the arguments' text as it
 // comes (a tail that could start the closing held back), and finish_reason "tool_calls" when the
-// call is closed. Whole and streamed replies are made of the same deltas, so they assemble alike.
-// An answer not in the form (never expected) goes out as text; one cut short by max_tokens keeps
-// its finish_reason, after the arguments written so far.
+// call is complete: closed, or cut by max_tokens after its arguments were whole (the closing is
+// only the form's; the call itself is all there, so it is a call, not a reply cut short). Whole
+// and streamed replies are made of the same deltas, so they assemble alike. An answer not in the
+// form (never expected) goes out as text; one cut short inside its arguments keeps its
+// finish_reason, after the arguments written so far.
 
 import type { DeltaLogprobs, GenerateEvent, ToolDefinition } from '../backend.ts'
 import { newToolCallId, partialTail } from './call-parser.ts'
 import type { ToolCallFormat } from './format.ts'
+
+/**
+ * The arguments of a call cut before its closing was written, when they are whole: the text up to
+ * where the closing began (or all of it, when what looked like the closing's start is the
+ * arguments' own last brace) parses as a JSON object. The grammar wrote them, so an object that
+ * parses is one it had finished. Undefined while they are incomplete.
+ */
+function wholeArguments (args: string, close: string): string | undefined {
+  for (const candidate of new Set([args.slice(0, args.length - partialTail(args, close)), args])) {
+    try {
+      const value: unknown = JSON.parse(candidate)
+      if (typeof value === 'object' && value !== null && !Array.isArray(value)) return candidate
+    } catch {}
+  }
+  return undefined
+}
 
 export async function * streamForcedCall (events: AsyncIterable<GenerateEvent>, opts: { format: ToolCallFormat; tools: ToolDefinition[] }): AsyncGenerator<GenerateEvent> {
   const { open, afterName, close } = opts.format.forced
@@ -28,9 +46,11 @@ export async function * streamForcedCall (events: AsyncIterable<GenerateEvent>, 
         yield event
         return
       }
-      const rest = closed ? '' : answer.slice(argsAt + sent)
+      const whole = closed ? undefined : wholeArguments(answer.slice(argsAt), close)
+      const rest = closed ? '' : (whole ?? answer.slice(argsAt)).slice(sent)
       if (rest !== '') yield { type: 'delta', toolCalls: [{ index: 0, arguments: rest }] }
-      yield closed && event.reason === 'stop' ? { type: 'finish', reason: 'tool_calls', usage: event.usage } : event
+      const complete = (closed || whole !== undefined) && (event.reason === 'stop' || event.reason === 'length')
+      yield complete ? { type: 'finish', reason: 'tool_calls', usage: event.usage } : event
       return
     }
     if (event.reasoning || (event.logprobs && event.logprobs.reasoning.length > 0)) {

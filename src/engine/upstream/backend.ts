@@ -120,7 +120,8 @@ export class UpstreamBackend implements Backend {
   state (): BackendState {
     // Nothing to load: whether the upstream is up is found out per request
     // (and answered with 502/504), so it may come and go without a restart.
-    return this.#closed ? { state: 'unavailable', reason: 'closed' } : { state: 'ready' }
+    // Closed only as the server shuts down: another replica, or this one restarted, answers.
+    return this.#closed ? { state: 'unavailable', reason: 'closed', retryAfterS: 1 } : { state: 'ready' }
   }
 
   async load (): Promise<void> {}

@@ -90,7 +90,7 @@ t.test('the constraint writes the opening, one of the names, the chosen tool\'s 
   constraint.dispose()
 })
 
-async function collectCall (pieces: string[], reason: 'stop' | 'length', format = TOOL_FORMATS.json) {
+async function collectCall (pieces: string[], reason: 'stop' | 'length' | 'cancelled', format = TOOL_FORMATS.json) {
   async function * events (): AsyncGenerator<GenerateEvent> {
     yield { type: 'delta', reasoning: 'hm' }
     for (const content of pieces) yield { type: 'delta', content }
@@ -132,4 +132,25 @@ t.test('a forced call streams as written: any split of the answer gives the same
   t.same(cut, { name: 'get_weather', args: '{"a": 1', content: '', reasoning: 'hm', finish: 'length', argPieces: 1 }, 'cut by max_tokens: what was written, finish length')
   const early = await collectCall(['<tool_call>\n{"na'], 'length')
   t.same(early, { name: '', args: '', content: '<tool_call>\n{"na', reasoning: 'hm', finish: 'length', argPieces: 0 }, 'cut before the name: text')
+})
+
+t.test('a call cut by max_tokens once its arguments are whole is a call: finish tool_calls, the closing never in its arguments', async t => {
+  for (const format of Object.values(TOOL_FORMATS)) {
+    const head = format.forced.open + 'get_weather' + format.forced.afterName
+    for (const args of ['{"city": "Yes,"}', '{"a": {"b": "}"}, "c": {}}']) {
+      const { close } = format.forced
+      // The whole closing written on the last allowed token; cut inside it; cut right after the arguments.
+      for (const [label, text] of [['closed', head + args + close], ['inside the closing', head + args + close.slice(0, -2)], ['before the closing', head + args]]) {
+        for (const size of [1, 5, 1000]) {
+          const call = await collectCall(text.match(new RegExp(`[\\s\\S]{1,${size}}`, 'g')) ?? [], 'length', format)
+          t.same(call, { name: 'get_weather', args, content: '', reasoning: 'hm', finish: 'tool_calls', argPieces: call.argPieces }, `${format.name}, ${args}, ${label}, pieces of ${size}`)
+        }
+      }
+    }
+    // Arguments still open when the tokens ran out: a cut call, as written.
+    const open = await collectCall([head + '{"city": "Yes}'], 'length', format)
+    t.same(open, { name: 'get_weather', args: '{"city": "Yes}', content: '', reasoning: 'hm', finish: 'length', argPieces: open.argPieces }, `${format.name}: inside a string, a brace is not the end`)
+    const cancelled = await collectCall([head + '{"city": "Oslo"}' + format.forced.close], 'cancelled', format)
+    t.equal(cancelled.finish, 'cancelled', `${format.name}: a cancelled reply stays cancelled`)
+  }
 })
