@@ -1,7 +1,8 @@
-// The Messages door's two halves without HTTP: signatures sent back are opened only for the
-// account they were sealed for (a forged or another account's counts as unverified, never an
-// error); the stream builder's events add up to its message however a tool call is cut into
-// pieces; Anthropic's usage leaves cached prompt tokens out of input_tokens.
+// The Messages door's two halves without HTTP: thinking sent back (its signature chatd's for this
+// account, another's, forged or missing) is never an error, never reaches the prompt and is never
+// opened (work that would change nothing); the stream builder's events add up to its message
+// however a tool call is cut into pieces; Anthropic's usage leaves cached prompt tokens out of
+// input_tokens.
 import t from 'tap'
 import { DEFAULT_INPUT_LIMITS } from '../../src/api/chat/input-limits.ts'
 import { anthropicUsage, MessageBuilder, toolInput } from '../../src/api/messages/render.ts'
@@ -11,7 +12,7 @@ import { ReasoningSeal } from '../../src/api/reasoning-seal.ts'
 
 const seal = new ReasoningSeal('test secret')
 
-t.test('thinking sent back: verified for its own account only, never an error, never in the prompt', async t => {
+t.test('thinking sent back: never an error, never in the prompt, never opened', async t => {
   const mine = seal.seal(7, 'private thoughts')
   const other = seal.seal(8, 'private thoughts')
   const body = {
@@ -33,12 +34,21 @@ t.test('thinking sent back: verified for its own account only, never an error, n
       { role: 'user', content: 'next' },
     ],
   } as MessagesRequest
-  const translated = toChatRequest(body, { accountId: 7, seal, limits: DEFAULT_INPUT_LIMITS })
-  t.equal(translated.verifiedThinking, 2, 'the thinking and redacted_thinking sealed for account 7')
-  t.equal(translated.unverifiedThinking, 3, 'another account\'s, a forged one and none')
-  t.notMatch(JSON.stringify(translated.chat.messages), /thoughts|made up/, 'no thinking reaches the prompt')
-  t.same(translated.chat.messages.map(m => m.content), ['q', 'answer', 'next'])
-  t.equal(toChatRequest(body, { accountId: 8, seal, limits: DEFAULT_INPUT_LIMITS }).verifiedThinking, 1, 'account 8 opens only its own')
+  /** Counts what is opened: thinking sent back must not be (a megabyte of forged signatures would be work for nothing). */
+  class CountingSeal extends ReasoningSeal {
+    opened = 0
+    override open (...args: Parameters<ReasoningSeal['open']>): ReturnType<ReasoningSeal['open']> {
+      this.opened++
+      return super.open(...args)
+    }
+  }
+  const counting = new CountingSeal('test secret')
+  for (const accountId of [7, 8]) {
+    const translated = toChatRequest(body, { accountId, seal: counting, limits: DEFAULT_INPUT_LIMITS })
+    t.notMatch(JSON.stringify(translated.chat.messages), /thoughts|made up/, 'no thinking reaches the prompt')
+    t.same(translated.chat.messages.map(m => m.content), ['q', 'answer', 'next'])
+  }
+  t.equal(counting.opened, 0, 'no signature was opened')
 })
 
 t.test('the builder: stream events add up to its message, whatever the pieces', async t => {

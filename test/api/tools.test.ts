@@ -7,7 +7,7 @@
 import t from 'tap'
 import OpenAI from 'openai'
 import type { GenerateEvent, GenerateRequest, ToolCallFormat } from '../../src/engine/backend.ts'
-import { parseToolCalls } from '../../src/engine/tools/call-parser.ts'
+import { readToolCalls } from '../../src/engine/tools/prompting.ts'
 import { TOOL_FORMATS } from '../../src/engine/tools/format.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { refChain } from '../helpers/hostile-schemas.ts'
@@ -116,16 +116,14 @@ t.test('the local engine (stories260k)', async t => {
   t.ok(tokens(withoutResult) > tokens(turn), 'the tool result is in the prompt')
 })
 
-/** A backend that prompts for tools the way the local engine does (OnnxBackend: the json form here), with a scripted model. */
+/** A backend that prompts for tools as the local engine does (OnnxBackend's own readToolCalls, the json form here), with a scripted model. */
 class PromptingBackend extends ScriptedBackend {
   toolCallFormat (): ToolCallFormat {
     return TOOL_FORMATS.json
   }
 
   generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent> {
-    const events = super.generate(request, signal)
-    if (!request.tools || request.toolChoice === 'none') return events
-    return parseToolCalls(events, { format: TOOL_FORMATS.json, tools: request.tools, parallel: request.parallelToolCalls !== false })
+    return readToolCalls(super.generate(request, signal), TOOL_FORMATS.json, request)
   }
 }
 

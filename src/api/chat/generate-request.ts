@@ -4,7 +4,8 @@
 // (controls -> instruction, sources, earlier thinking) is src/prompt's.
 
 import { jsonFormatOf, type ChatMessage, type GenerateRequest, type ResponseFormat, type ToolChoice, type ToolDefinition } from '../../engine/backend.ts'
-import { forcedCallInstructions, toolInstructions, type ToolCallFormat } from '../../engine/tools/format.ts'
+import type { ToolCallFormat } from '../../engine/tools/format.ts'
+import { toolsBlock } from '../../engine/tools/prompting.ts'
 import { forcedCallTools } from '../../engine/tools/forced-call.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
 import { wordcountBudget } from '../../prompt/budget.ts'
@@ -121,14 +122,10 @@ export function toGenerateRequest (body: ChatCompletionRequest, ctx: ShapingCont
   const instruction = controlInstruction(controlsOf(body))
   const sources = ctx.search ? sourcesBlock(ctx.search.query, ctx.search.results) : ''
   const tools = toolFields(body)
-  // A backend that prompts for tools gets them listed in the system text; none: they are not offered.
+  // A backend that prompts for tools gets them listed in the system text (engine/tools/prompting.ts).
   const forced = ctx.toolFormat ? forcedCallTools(tools.tools, tools.toolChoice) : undefined
-  const toolsBlock = forced
-    ? forcedCallInstructions(forced)
-    : ctx.toolFormat && tools.tools && tools.toolChoice !== 'none'
-      ? toolInstructions(ctx.toolFormat, tools.tools, tools.parallelToolCalls !== false)
-      : ''
-  const messages = shapeConversation(clientMessages(body), [instruction, sources, toolsBlock], ctx.systemPrompt)
+  const offered = ctx.toolFormat ? toolsBlock(ctx.toolFormat, tools.tools, tools.toolChoice, tools.parallelToolCalls !== false) : ''
+  const messages = shapeConversation(clientMessages(body), [instruction, sources, offered], ctx.systemPrompt)
 
   let maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
   if (maxTokens === undefined && typeof body.wordcount === 'number') {

@@ -33,9 +33,6 @@ export interface Translated {
   messageOrigin: number[]
   /** For each chat tool, the index of the Anthropic tool it came from. */
   toolOrigin: number[]
-  /** Thinking blocks sent back whose signature opened for this account (the others were not chatd's, or not this account's). */
-  verifiedThinking: number
-  unverifiedThinking: number
   /** The model is offered the hosted web_search function: chatd runs its calls (hosted-search.ts). */
   webSearch?: WebSearchPlan
 }
@@ -104,8 +101,6 @@ export interface TranslateContext {
 export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Translated {
   const messages: ChatMessage[] = []
   const messageOrigin: number[] = []
-  let verifiedThinking = 0
-  let unverifiedThinking = 0
 
   if (body.system !== undefined) {
     const text = typeof body.system === 'string' ? body.system : body.system.map(b => b.text).join('\n\n')
@@ -169,10 +164,8 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
         }
         case 'thinking':
         case 'redacted_thinking':
-          // Sent back as the client got it; it opens only if chatd sealed it for this account. Either
-          // way it adds nothing to the prompt (earlier turns' thinking is stripped): never an error.
-          if (ctx.seal.open(ctx.accountId, block.type === 'thinking' ? block.signature : block.data) !== undefined) verifiedThinking++
-          else unverifiedThinking++
+          // Sent back as the client got it, and never opened: it adds nothing to the prompt (earlier
+          // turns' thinking is stripped), whoever sealed it; never an error.
           break
         case 'server_tool_use': {
           // A search chatd ran on an earlier turn; replayed with its result, just below. Any other
@@ -241,8 +234,6 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     thinkingDisplay: body.thinking?.display === 'omitted' ? 'omitted' : 'summarized',
     messageOrigin,
     toolOrigin,
-    verifiedThinking,
-    unverifiedThinking,
     ...(webSearch ? { webSearch } : {}),
   }
 }

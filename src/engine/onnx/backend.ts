@@ -15,9 +15,7 @@ import type { JsonFormat } from './grammar/grammar.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
 import type { EngineSettings } from './scheduler/engine.ts'
 import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
-import { parseToolCalls } from '../tools/call-parser.ts'
-import { forcedCallTools } from '../tools/forced-call.ts'
-import { streamForcedCall } from '../tools/forced-stream.ts'
+import { readToolCalls } from '../tools/prompting.ts'
 
 /** The engine's tuning, as models.json and the settings give it (defaults are the engine's; see EngineSettings). */
 type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph'>
@@ -146,19 +144,14 @@ export class OnnxBackend implements Backend {
     })
   }
 
-  /** Tools are rendered into the prompt (the route adds the tools block); calls are read from the answer, or, forced, streamed as written. */
+  /** Tools are rendered into the prompt and calls read from the answer (engine/tools/prompting.ts). */
   toolCallFormat (): ToolCallFormat | undefined {
     return this.#toolFormat
   }
 
-  generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
+  generate (request: GenerateRequest, signal: AbortSignal): AsyncIterable<GenerateEvent> {
     const events = this.#generate(request, signal)
-    const format = this.#toolFormat
-    if (!format || !request.tools || request.tools.length === 0 || request.toolChoice === 'none') return events
-    // A forced call is written in the form by construction: its arguments stream as they come.
-    const forced = forcedCallTools(request.tools, request.toolChoice)
-    if (forced) return streamForcedCall(events, { format, tools: forced })
-    return parseToolCalls(events, { format, tools: request.tools, parallel: request.parallelToolCalls !== false })
+    return this.#toolFormat ? readToolCalls(events, this.#toolFormat, request) : events
   }
 
   async * #generate (request: GenerateRequest, signal: AbortSignal): AsyncGenerator<GenerateEvent> {
