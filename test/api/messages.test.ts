@@ -201,8 +201,9 @@ t.test('Claude Code\'s own bodies are answered as sent', async t => {
 t.test('errors in Anthropic\'s shape, with the field at fault and Anthropic\'s statuses', async t => {
   let open!: () => void
   const gate = new Promise<void>(resolve => { open = resolve })
+  const gated = new ScriptedBackend({ id: 'gated', firstGate: gate })
   const { app, auth } = await buildTestApp(t, {
-    backends: [new ScriptedBackend(), new ScriptedBackend({ id: 'gated', firstGate: gate }),
+    backends: [new ScriptedBackend(), gated,
       new ScriptedBackend({ id: 'refusing', refuse: new ApiError('context_length_exceeded', 'The conversation is 900 tokens; the model takes 512.', { param: 'messages' }) })],
     env: { QUEUE_SIZE: '1', BODY_LIMIT: '65536' },
   })
@@ -241,7 +242,7 @@ t.test('errors in Anthropic\'s shape, with the field at fault and Anthropic\'s s
 
   // Overload: 529 overloaded_error with Retry-After, streamed or not.
   const first = send(body({ model: 'gated' }))
-  await new Promise(resolve => setTimeout(resolve, 50))
+  await gated.whenRunning(1) // it holds the queue's one place
   for (const stream of [false, true]) {
     const busy = await send(body({ model: 'gated', stream }))
     t.equal(busy.statusCode, 529, `a full queue (stream ${stream})`)

@@ -89,7 +89,8 @@ t.test('thinking: its signature is chatd\'s, read back for this account only', a
 t.test('count_tokens and the SDK\'s error classes', async t => {
   let open!: () => void
   const gate = new Promise<void>(resolve => { open = resolve })
-  const test = await buildTestApp(t, { backends: [new ScriptedBackend(), new ScriptedBackend({ id: 'gated', firstGate: gate }), new ScriptedBackend({ id: 'failing', failAfter: { deltas: 1, error: new ApiError('upstream_error', 'The upstream went away.') } })], env: { QUEUE_SIZE: '1' } })
+  const gated = new ScriptedBackend({ id: 'gated', firstGate: gate })
+  const test = await buildTestApp(t, { backends: [new ScriptedBackend(), gated, new ScriptedBackend({ id: 'failing', failAfter: { deltas: 1, error: new ApiError('upstream_error', 'The upstream went away.') } })], env: { QUEUE_SIZE: '1' } })
   await test.app.listen({ port: 0, host: '127.0.0.1' })
   const baseURL = `http://127.0.0.1:${(test.app.server.address() as AddressInfo).port}/api`
   const anthropic = client(baseURL, test.key)
@@ -113,7 +114,7 @@ t.test('count_tokens and the SDK\'s error classes', async t => {
   t.match(image.message, /messages\[0\]\.content\[0\]: image blocks are not supported/)
 
   const busy = anthropic.messages.create({ ...ask, model: 'gated' })
-  await new Promise(resolve => setTimeout(resolve, 50))
+  await gated.whenRunning(1) // it holds the queue's one place
   const overloaded = await rejects(anthropic.messages.create({ ...ask, model: 'gated' }), Anthropic.InternalServerError, 529, 'overloaded_error', 'a full queue')
   t.ok(Number(overloaded.headers?.get('retry-after')) > 0, 'Retry-After is kept')
   open()
