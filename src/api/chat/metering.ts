@@ -17,6 +17,11 @@ import { estimatePromptTokens } from '../../limits/request-cost.ts'
 import type { UsageStatus } from '../../store/schema.ts'
 import type { ChatCompletionRequest } from './schema.ts'
 
+/** What watches a request's usage row being written: `work` writes it. */
+export interface UsageWatch {
+  written (ending: { status: UsageStatus; usage?: Usage; errorCode?: string | null }, work: () => Promise<void>): Promise<void>
+}
+
 export interface ChatLimits {
   limiter: Limiter
   usage: UsageRecords
@@ -108,7 +113,9 @@ export async function admitCompletion (
   model: RegisteredModel,
   startedAt: number,
   /** The completion's id, stored on its usage row. */
-  completionId?: string
+  completionId?: string,
+  /** Told of the usage row as it is written (per-account metrics, the trace's span; observe.ts). */
+  watch?: UsageWatch
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
@@ -129,7 +136,7 @@ export async function admitCompletion (
   })
   reply.headers(permit.headers)
 
-  const meter = new RequestMeter(permit, async ending => {
+  const write = async (ending: Ending): Promise<void> => {
     const failed = ending.status === 'failed'
     const tokens = ending.usage ? ending.usage.total_tokens : ending.produced ? null : 0
     try {
@@ -152,6 +159,11 @@ export async function admitCompletion (
       // The reply itself is fine; losing its usage row or settlement is logged, not turned into an error.
       request.log.error({ err }, 'recording usage failed')
     }
+  }
+
+  const meter = new RequestMeter(permit, async ending => {
+    if (watch) await watch.written(ending, () => write(ending))
+    else await write(ending)
   })
   reply.raw.once('close', () => { void meter.closed() })
   return meter

@@ -30,7 +30,7 @@ export async function * streamForcedCall (events: AsyncIterable<GenerateEvent>, 
       }
       const rest = closed ? '' : answer.slice(argsAt + sent)
       if (rest !== '') yield { type: 'delta', toolCalls: [{ index: 0, arguments: rest }] }
-      yield closed && event.reason === 'stop' ? { type: 'finish', reason: 'tool_calls', usage: event.usage } : event
+      yield closed && event.reason === 'stop' ? { type: 'finish', reason: 'tool_calls', usage: event.usage, ...(event.timings ? { timings: event.timings } : {}) } : event
       return
     }
     if (event.reasoning || (event.logprobs && event.logprobs.reasoning.length > 0)) {
