@@ -66,7 +66,7 @@ t.test('METRICS_PORT: /metrics on its own listener, not on the API port', async 
   t.match(await scraped.text(), /vllm:num_requests_running\{model_name="stories"\} 0/)
   const other = await fetch(`${metricsUrl}/api/v1/models`)
   t.equal(other.status, 404, 'nothing but /metrics there')
-  t.equal((await other.json()).error.code, 'not_found')
+  t.equal(((await other.json()) as { error: { code: string } }).error.code, 'not_found')
   await app.close()
   await t.rejects(fetch(`${metricsUrl}/metrics`), 'closed with the app')
 })

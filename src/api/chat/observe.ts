@@ -166,7 +166,11 @@ export class RequestWatch {
     let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
     try {
       for await (const event of run(request)) {
-        if (event.type === 'finish') finish = event
+        if (event.type === 'finish') {
+          finish = event
+          // Before the finish goes on: the request's timings (observe's #finished) read them.
+          if (event.timings) this.#timed(event.timings, event.usage, local)
+        }
         yield event
       }
     } catch (err) {
@@ -174,7 +178,6 @@ export class RequestWatch {
       span = undefined
       throw err
     } finally {
-      if (finish?.timings) this.#timed(finish.timings, finish.usage, local)
       if (span) {
         if (finish?.timings?.respondedAt !== undefined) span.addEvent('response', finish.timings.respondedAt)
         if (!finish) span.setAttribute('chatd.cancelled', true)

@@ -137,6 +137,8 @@ export class CompletionPipeline {
     const { models, inputLimits, search, limits, drainDeadline } = this.#opts
     checkInputLimits(body, inputLimits)
     const model = resolveModel(models, body.model)
+    const completionId = opts.id ?? newCompletionId()
+    watch.model(model, body, completionId)
     const toolFormat = model.backend.toolCallFormat?.()
     checkRequest(body, { searchConfigured: search !== undefined, promptsTools: toolFormat !== undefined })
     this.#admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
@@ -147,8 +149,6 @@ export class CompletionPipeline {
     const compiles = formats.length > 0
     checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
-    const completionId = opts.id ?? newCompletionId()
-    watch.model(model, body, completionId)
     const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, watch))
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
