@@ -129,6 +129,11 @@ t.test('no secret values in the compose files', async t => {
   }
 })
 
+t.test('the proxy configurations keep /metrics from the public name', async t => {
+  t.match(readFileSync(join(ROOT, 'deploy/Caddyfile'), 'utf8'), /^\s*respond \/metrics 404$/m)
+  t.match(readFileSync(join(ROOT, 'deploy/nginx.conf'), 'utf8'), /location = \/metrics \{\s*return 404;\s*\}/)
+})
+
 t.test('the proxy configurations stream unbuffered', async t => {
   const caddy = readFileSync(join(ROOT, 'deploy/Caddyfile'), 'utf8')
   t.match(caddy, /reverse_proxy chatd:8080/)
