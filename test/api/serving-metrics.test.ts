@@ -9,6 +9,7 @@ import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { metricSamples } from '../helpers/load/metrics-scrape.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 import type { FastifyInstance } from 'fastify'
+import { ApiError } from '../../src/errors.ts'
 
 async function scrape (app: FastifyInstance): Promise<string> {
   const res = await app.inject({ url: '/metrics' })
@@ -68,7 +69,8 @@ t.test('a request through each door is counted once, under vLLM\'s names, with m
 t.test('refusals are counted by reason for configured models, never under a model name a client made up', async t => {
   const gate = Promise.withResolvers<void>()
   const backend = new ScriptedBackend({ firstGate: gate.promise })
-  const test = await buildTestApp(t, { backends: [backend], env: { QUEUE_SIZE: '1' } })
+  const long = new ScriptedBackend({ id: 'long', refuse: new ApiError('context_length_exceeded', 'too long', { param: 'messages' }) })
+  const test = await buildTestApp(t, { backends: [backend, long], env: { QUEUE_SIZE: '1' } })
   const first = test.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: test.auth, payload: chatBody() })
   await backend.whenRunning(1)
   const overloaded = await test.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: test.auth, payload: chatBody() })
@@ -81,10 +83,15 @@ t.test('refusals are counted by reason for configured models, never under a mode
   const unknown = await test.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: test.auth, payload: chatBody({ model: hostile }) })
   t.equal(unknown.statusCode, 404)
 
+  const tooLong = await test.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: test.auth, payload: chatBody({ model: 'long' }) })
+  t.equal(tooLong.statusCode, 400)
+
   const text = await scrape(test.app)
+  t.equal(value(text, 'vllm:admission_rejections_total', { model_name: 'long', reason: 'context_length_exceeded' }), 1, 'the model\'s own refusal before any output')
+  t.equal(value(text, 'vllm:request_success_total', { model_name: 'long' }), 0, 'which is no finished request')
   t.equal(value(text, 'vllm:admission_rejections_total', { model_name: 'scripted', reason: 'server_overloaded' }), 1, 'a full queue')
   t.equal(value(text, 'vllm:admission_rejections_total', { model_name: 'scripted', reason: 'invalid_parameter' }), 1, 'a refused parameter')
-  t.equal(metricSamples(text, 'vllm:admission_rejections_total').length, 2, 'nothing for the unknown model')
+  t.equal(metricSamples(text, 'vllm:admission_rejections_total').length, 3, 'nothing for the unknown model')
   t.notMatch(text, 'xxxxxxxxxx', 'the client\'s model name is in no label')
   t.equal(value(text, 'gen_ai_server_request_duration_seconds_count', { model_name: 'scripted', error_type: 'server_overloaded' }), 1, 'a refusal\'s duration carries its error type')
 })

@@ -13,6 +13,8 @@ import { runModuleSource } from '../helpers/node-script.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
 import { chunk, loopbackServer, sseData, sseHead } from '../upstream/loopback.ts'
 import { UpstreamBackend } from '../../src/engine/upstream/backend.ts'
+import type { GenerateEvent } from '../../src/engine/backend.ts'
+import { buildResponsesApp, ScriptBackend, usage } from '../helpers/responses-app.ts'
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736'
 const CALLER_SPAN = '00f067aa0ba902b7'
@@ -140,6 +142,35 @@ t.test('a refused request is traced too: the model span ends with its error type
   t.equal(byName(collector.spans, 'chat scripted').attributes['error.type'], 'invalid_parameter')
   const failedAuth = collector.spans.find(s => s.name === 'auth' && s.statusCode === 2)
   t.equal(failedAuth?.attributes['error.type'], 'invalid_api_key')
+})
+
+t.test('web searches are spans of the model span: googleSearchStatus\'s search, and each hosted search round with its backend calls', async t => {
+  const searxng = await loopbackServer(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ results: [{ title: 'Otters', url: 'https://example.org/otters', content: 'Otters live in rivers.' }] }))
+  })
+  const collector = await otlpCollector(t)
+  const env = { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, SEARCH_PROVIDER: 'searxng', SEARXNG_URL: searxng.url, SEARCH_CACHE_TTL_MS: '0' }
+  const chat = await buildTestApp(t, { env })
+  t.equal((await chat.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: chat.auth, payload: chatBody({ googleSearchStatus: true }) })).statusCode, 200)
+  await chat.app.close()
+  await collector.waitFor(spans => spans.some(s => s.name === 'search'))
+  t.equal(byName(collector.spans, 'search').parentSpanId, byName(collector.spans, 'chat scripted').spanId)
+
+  const rounds: GenerateEvent[][] = [
+    [{ type: 'delta', toolCalls: [{ index: 0, id: 'call_s', name: 'web_search' }] }, { type: 'delta', toolCalls: [{ index: 0, arguments: '{"query":"otters"}' }] }, { type: 'finish', reason: 'tool_calls', usage: usage(20, 6) }],
+    [{ type: 'delta', content: 'In rivers [1].' }, { type: 'finish', reason: 'stop', usage: usage(40, 7) }],
+  ]
+  const responses = await buildResponsesApp(t, { backends: [new ScriptBackend(rounds)], env })
+  const res = await responses.app.inject({ method: 'POST', url: '/api/v1/responses', headers: responses.auth, payload: { model: 'scripted', input: 'Otters?', tools: [{ type: 'web_search' }] } })
+  t.equal(res.statusCode, 200, res.body)
+  await responses.app.close()
+  await collector.waitFor(spans => spans.some(s => s.name === 'search round'))
+  const round = byName(collector.spans, 'search round')
+  const model = collector.spans.find(s => s.name === 'chat scripted' && s.traceId === round.traceId)!
+  t.equal(round.parentSpanId, model.spanId, 'the round is the model span\'s child')
+  t.equal(collector.spans.filter(s => s.name === 'upstream scripted' && s.parentSpanId === model.spanId).length, 2, 'one backend call per round')
+  t.equal(model.attributes['gen_ai.usage.input_tokens'], 60, 'the rounds\' usage summed')
 })
 
 t.test('with tracing off, the OpenTelemetry SDK is never loaded', async t => {

@@ -42,6 +42,11 @@ function codeOf (err: unknown): string {
   return err instanceof ApiError ? err.code : 'internal_error'
 }
 
+/** An error the server answers as a refusal of the request (a 4xx, or a full queue), not as a failure. */
+function isRefusal (err: unknown): boolean {
+  return err instanceof ApiError && (err.status < 500 || err.code === 'server_overloaded')
+}
+
 /** A conversation as the GenAI conventions write gen_ai.input.messages, cut at CONTENT_LIMIT. */
 function messagesAttribute (messages: ChatMessage[]): string {
   const json = JSON.stringify(messages.map(m => ({
@@ -136,11 +141,14 @@ export class RequestWatch {
     const model = this.#model?.id ?? this.#models.get(requested)?.id
     // A model id nobody configured is never a label value: it is the client's text.
     if (model === undefined) return
-    const reason = codeOf(err)
+    this.#rejected(model, codeOf(err))
+    this.#endSpan(codeOf(err))
+  }
+
+  #rejected (model: string, reason: string): void {
     this.#metrics.serving.admissionRejections.inc({ model_name: model, reason })
     this.#metrics.genAi.requestDuration.observe({ ...GenAiMetrics.labels(model), error_type: reason }, (performance.now() - this.#startedAt) / 1000)
     if (this.#request.account) this.#metrics.accounts?.refused(this.#request.account.id, model, reason)
-    this.#endSpan(reason)
   }
 
   /**
@@ -231,7 +239,10 @@ export class RequestWatch {
       metrics.activeRequests.dec(labels)
       metrics.serving.inFlight(model, -1)
       release?.()
-      if (failure !== undefined) this.#failed(failure)
+      // A refusal from the model before anything came (a prompt past the context, a busy grammar
+      // service) is a rejection, as a full queue is; anything else that fails is an error.
+      if (failure !== undefined && waiting && isRefusal(failure)) this.#rejected(model, codeOf(failure))
+      else if (failure !== undefined) this.#failed(failure)
       // No finish and no error: the consumer stopped reading (the client went away).
       else if (!finished) metrics.serving.requestSuccess.inc({ ...served, finished_reason: 'abort' })
     }

@@ -130,7 +130,7 @@ export class ServingMetrics {
     })
     this.admissionRejections = new Counter({
       name: `${p}admission_rejections_total`,
-      help: 'Requests for a configured model refused before their generation started, by reason (the error code: `server_overloaded` for a full queue (QUEUE_SIZE), `rate_limit_exceeded`, `allowance_exhausted`, `invalid_parameter`, ...).',
+      help: 'Requests for a configured model refused before any output, by chatd\'s checks or by the model itself, by reason (the error code: `server_overloaded` for a full queue (QUEUE_SIZE), `rate_limit_exceeded`, `allowance_exhausted`, `invalid_parameter`, `context_length_exceeded`, ...).',
       labelNames: ['model_name', 'reason'] as const,
       registers,
     })
