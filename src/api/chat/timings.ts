@@ -59,23 +59,22 @@ export function responseTimings (t: Timeline): ResponseTimings {
   const predictedMs = first !== undefined && last !== undefined ? last - first : 0
   const predicted = t.usage.completion_tokens
   const cached = t.usage.prompt_tokens_details?.cached_tokens ?? 0
-  const out: ResponseTimings = {
+  const queued = engine?.queuedAt !== undefined && engine.scheduledAt !== undefined ? engine.scheduledAt - engine.queuedAt : undefined
+  const promptMs = engine?.scheduledAt !== undefined && engine.firstTokenAt !== undefined ? engine.firstTokenAt - engine.scheduledAt : undefined
+  // In this order in the JSON: the times, then the prompt, then the generation.
+  return {
     ttft_ms: round((t.firstOutputAt ?? t.endedAt) - t.arrivedAt),
     total_ms: round(t.endedAt - t.arrivedAt),
+    ...(queued !== undefined ? { queue_ms: round(queued) } : {}),
     prompt_n: t.usage.prompt_tokens,
     cache_n: cached,
+    ...(promptMs !== undefined ? { prompt_ms: round(promptMs) } : {}),
+    ...(promptMs !== undefined && promptMs > 0 ? { prompt_per_second: round((t.usage.prompt_tokens - cached) / promptMs * 1000) } : {}),
     predicted_n: predicted,
     predicted_ms: round(predictedMs),
+    // Tokens after the first, over the time between the first and the last.
+    ...(predictedMs > 0 && predicted > 1 ? { predicted_per_second: round((predicted - 1) / predictedMs * 1000) } : {}),
   }
-  if (engine?.queuedAt !== undefined && engine.scheduledAt !== undefined) out.queue_ms = round(engine.scheduledAt - engine.queuedAt)
-  if (engine?.scheduledAt !== undefined && engine.firstTokenAt !== undefined) {
-    const promptMs = engine.firstTokenAt - engine.scheduledAt
-    out.prompt_ms = round(promptMs)
-    if (promptMs > 0) out.prompt_per_second = round((t.usage.prompt_tokens - cached) / promptMs * 1000)
-  }
-  // Tokens after the first, over the time between the first and the last.
-  if (predictedMs > 0 && predicted > 1) out.predicted_per_second = round((predicted - 1) / predictedMs * 1000)
-  return out
 }
 
 /** The same as a Server-Timing header value (durations in ms). */
