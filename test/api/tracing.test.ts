@@ -200,3 +200,26 @@ t.test('with tracing off, the OpenTelemetry SDK is never loaded', async t => {
   const collector = await otlpCollector(t)
   t.ok((await loaded(collector.url)).includes('@opentelemetry/sdk-trace'), 'on: the SDK is loaded')
 })
+
+t.test('the OTEL_* settings: the traces URL, the exporter\'s headers, and refusals that never echo a header\'s value', async t => {
+  const { loadConfig } = await import('../../src/config.ts')
+  t.equal(loadConfig({}).tracing, undefined, 'no endpoint: no tracing')
+  t.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }).tracing?.url, 'http://collector:4318/v1/traces')
+  t.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://traces.example.com/otlp' }).tracing?.url, 'https://traces.example.com/otlp', 'the traces endpoint wins, as it is')
+  const tracing = loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_HEADERS: 'Authorization=Bearer%20s3cret, x-team=ops', OTEL_TRACES_SAMPLER_ARG: '0.25' }).tracing
+  t.same(tracing?.headers, { authorization: 'Bearer s3cret', 'x-team': 'ops' })
+  t.equal(tracing?.sampleRatio, 0.25)
+  t.equal(tracing?.captureContent, false, 'prompts stay out by default')
+  for (const headers of ['novalue', 'bad name=x', 'x=%E0%A4%A', 'x=line%0Abreak']) {
+    try {
+      loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318', OTEL_EXPORTER_OTLP_HEADERS: headers })
+      t.fail(`refused: ${headers}`)
+    } catch (err) {
+      t.match((err as Error).message, /OTEL_EXPORTER_OTLP_HEADERS: must be name=value pairs/)
+      t.notMatch((err as Error).message, /novalue|bad name|E0|line/, 'the value is not echoed')
+    }
+  }
+  t.throws(() => loadConfig({ OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }), /OTEL_EXPORTER_OTLP_PROTOCOL: must be one of http\/protobuf/)
+  t.throws(() => loadConfig({ OTEL_TRACES_SAMPLER_ARG: '2' }), /OTEL_TRACES_SAMPLER_ARG/)
+  t.throws(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }), /OTEL_EXPORTER_OTLP_ENDPOINT: must be an http:\/\/ or https:\/\/ URL/)
+})
