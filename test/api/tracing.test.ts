@@ -85,13 +85,20 @@ t.test('OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true puts prompts and
   const test = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: 'true' } })
   const res = await test.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: test.auth, payload: chatBody({ messages: [{ role: 'user', content: MARKER }] }) })
   t.equal(res.statusCode, 200)
+  // A conversation far past the attribute's bound: the newest message is kept, cut, as valid JSON.
+  const long = await test.app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: test.auth, payload: chatBody({ messages: [{ role: 'user', content: 'a'.repeat(200_000) }, { role: 'assistant', content: 'b'.repeat(200_000) }, { role: 'user', content: 'c'.repeat(200_000) }] }) })
+  t.equal(long.statusCode, 200)
   await test.app.close()
-  await collector.waitFor(spans => spans.some(s => s.name === 'chat scripted'))
-  const model = byName(collector.spans, 'chat scripted')
+  await collector.waitFor(spans => spans.filter(s => s.name === 'chat scripted').length === 2)
+  const [model, longModel] = collector.spans.filter(s => s.name === 'chat scripted')
   const input = JSON.parse(String(model.attributes['gen_ai.input.messages']))
   t.match(input.at(-1), { role: 'user', parts: [{ type: 'text', content: new RegExp(MARKER) }] })
   const output = JSON.parse(String(model.attributes['gen_ai.output.messages']))
   t.same(output, [{ role: 'assistant', parts: [{ type: 'text', content: 'Once upon a time' }], finish_reason: 'stop' }])
+  const longInput = String(longModel.attributes['gen_ai.input.messages'])
+  t.ok(longInput.length <= 66 * 1024, `bounded (${longInput.length} characters)`)
+  const kept = JSON.parse(longInput)
+  t.match(kept.at(-1), { role: 'user', parts: [{ content: /^c+$/ }] }, 'the newest message first')
 })
 
 t.test('the upstream model gets a traceparent naming chatd\'s upstream span, in the caller\'s trace', async t => {

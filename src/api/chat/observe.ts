@@ -47,17 +47,30 @@ function isRefusal (err: unknown): boolean {
   return err instanceof ApiError && (err.status < 500 || err.code === 'server_overloaded')
 }
 
-/** A conversation as the GenAI conventions write gen_ai.input.messages, cut at CONTENT_LIMIT. */
+/**
+ * A conversation as the GenAI conventions write gen_ai.input.messages, cut at CONTENT_LIMIT: the
+ * newest messages kept, each text cut first, so a long conversation costs no more than the limit.
+ */
 function messagesAttribute (messages: ChatMessage[]): string {
-  const json = JSON.stringify(messages.map(m => ({
-    role: m.role,
-    parts: [
-      ...(m.content !== '' ? [{ type: 'text', content: m.content }] : []),
-      ...(m.toolCalls ?? []).map(c => ({ type: 'tool_call', id: c.id, name: c.function.name, arguments: c.function.arguments })),
-      ...(m.toolCallId !== undefined ? [{ type: 'tool_call_response', id: m.toolCallId }] : []),
-    ],
-  })))
-  return json.slice(0, CONTENT_LIMIT)
+  const kept: unknown[] = []
+  let size = 0
+  for (let i = messages.length - 1; i >= 0; i--) {
+    // What is left of the limit for this message's text, its structure aside.
+    const room = CONTENT_LIMIT - size - 256
+    if (room <= 0) break
+    const m = messages[i]
+    const message = {
+      role: m.role,
+      parts: [
+        ...(m.content !== '' ? [{ type: 'text', content: m.content.slice(0, room) }] : []),
+        ...(m.toolCalls ?? []).map(c => ({ type: 'tool_call', id: c.id, name: c.function.name.slice(0, 256), arguments: c.function.arguments.slice(0, room) })),
+        ...(m.toolCallId !== undefined ? [{ type: 'tool_call_response', id: m.toolCallId.slice(0, 256) }] : []),
+      ],
+    }
+    size += JSON.stringify(message).length
+    kept.unshift(message)
+  }
+  return JSON.stringify(kept)
 }
 
 export class RequestWatch {
