@@ -148,7 +148,7 @@ export class ServingMetrics {
 
     this.engineSteps = new Counter({
       name: 'chatd_engine_steps_total',
-      help: 'Runs of a local model (engine steps) since start, by kind: `prefill` (prompt chunks alone), `decode` (decode steps alone), `mixed` (prompt chunks inside decode steps, MIXED_BATCHES).',
+      help: 'Runs of a local model for requests (engine steps) since start, by kind: `prefill` (prompt chunks alone), `decode` (decode steps alone), `mixed` (prompt chunks inside decode steps, MIXED_BATCHES). Next turns computed ahead while idle are counted in chatd_prompt_tokens_computed_ahead_total instead.',
       labelNames: ['model_name', 'kind'] as const,
       registers,
       collect: () => this.#mirrorSteps(this.engineSteps, stats => stats.steps),
