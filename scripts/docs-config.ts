@@ -93,6 +93,12 @@ const GROUPS: Group[] = [
     variables: ['SEARCH_PROVIDER', 'SEARXNG_URL', 'GOOGLE_CSE_KEY', 'GOOGLE_CSE_ID', 'BRAVE_API_KEY', 'SEARCH_RESULTS', 'SEARCH_TIMEOUT_MS', 'SEARCH_CACHE_TTL_MS', 'GOOGLE_CSE_URL', 'BRAVE_SEARCH_URL'],
   },
   {
+    title: 'Metrics and traces',
+    env: 'metrics and traces',
+    intro: 'What `/metrics` exposes and who may read it, and OpenTelemetry traces (off unless an endpoint is set); see [Operations](operations.md).',
+    variables: ['METRICS_FAMILY_PREFIX', 'METRICS_ACCOUNTS_TOP', 'METRICS_TOKEN', 'METRICS_PORT', 'METRICS_HOST', 'OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_EXPORTER_OTLP_PROTOCOL', 'OTEL_EXPORTER_OTLP_HEADERS', 'OTEL_SERVICE_NAME', 'OTEL_TRACES_SAMPLER_ARG', 'OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT'],
+  },
+  {
     title: 'Model download',
     env: 'model download (chatd pull, and chatd serve\'s automatic pull)',
     variables: ['MODELS_DIR', 'CHATD_AUTO_PULL', 'HF_ENDPOINT', 'HF_TOKEN'],

@@ -34,6 +34,8 @@ import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
 import { meterRefusals } from './api/refusals.ts'
 import { usageRoute } from './api/usage/route.ts'
+import { installTracing, traced } from './api/tracing/hooks.ts'
+import { Tracing } from './api/tracing/tracing.ts'
 import { DEFAULT_CONNECTION_LIMITS, DEFAULT_STORED_RESPONSE_LIMITS, DEFAULT_TIERS_FILE, type Config } from './config.ts'
 import { dashboard } from './dashboard/plugin.ts'
 import { docsSecurityHeaders } from './dashboard/security-headers.ts'
@@ -50,9 +52,13 @@ export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
     & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'storedResponses'>>
+    & Partial<Pick<Config, 'metrics' | 'tracing'>>
   accounts: Accounts
   models: ModelRegistry
+  /** By default made from config.metrics. */
   metrics?: Metrics
+  /** Traces; by default started from config.tracing (none when it is unset), and shut down with the app. */
+  tracing?: Tracing
   /**
    * Tier limits. By default: the tiers of config.tiersFile (tiers.json) over
    * the in-process store, or over Redis when config.redisUrl is set; closed
@@ -82,7 +88,7 @@ function trustProxyOption (value: boolean | number | string[]): boolean | string
 
 export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   const { config, accounts, models } = opts
-  const metrics = opts.metrics ?? new Metrics()
+  const metrics = opts.metrics ?? new Metrics({ familyPrefix: config.metrics?.familyPrefix, accountsTop: config.metrics?.accountsTop })
   // Read before anything opens, so a bad tiers file stops the start with its message.
   const tiers = opts.limiter ? undefined : Tiers.fromFile(config.tiersFile ?? DEFAULT_TIERS_FILE)
 
@@ -122,6 +128,14 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   if (!opts.usage) app.addHook('onClose', () => drainUsage(usage, app.log))
 
   if (opts.onRoute) app.addHook('onRoute', opts.onRoute)
+
+  // Tracing (OTEL_EXPORTER_OTLP_ENDPOINT): off by default, and then the SDK is never loaded.
+  let tracing = opts.tracing
+  if (!tracing && config.tracing) {
+    const started = await Tracing.start(config.tracing)
+    tracing = started
+    app.addHook('onClose', () => started.shutdown())
+  }
 
   // 1. Every error, whoever throws it, leaves as the one error body; every
   // response, error or not, carries the baseline security headers.
@@ -176,12 +190,14 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
 
   // 6. Unauthenticated operational endpoints.
   await app.register(healthRoutes, { models })
-  await app.register(metricsRoute, { metrics })
-  // chatd_engine_sequences: what each local engine still holds, read at scrape time.
+  // On a listener of its own instead with METRICS_PORT (server.ts); behind METRICS_TOKEN when set.
+  if (!config.metrics?.listen) await app.register(metricsRoute, { metrics, token: config.metrics?.token })
+  // chatd_engine_sequences and the engines' serving figures: what each local engine reports, read at scrape time.
   metrics.watchEngines(() => models.list().flatMap(m => {
     const sequences = m.backend.activeSequences
-    return sequences === undefined ? [] : [{ model: m.id, sequences, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts }]
-  }))
+    return sequences === undefined ? [] : [{ model: m.id, sequences, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts, stats: m.backend.engineStats }]
+  }), () => models.list().map(m => m.id))
+  for (const m of models.list()) m.backend.onEngineSteps?.(tokens => metrics.serving.steps(m.id, tokens))
 
   // 7. The API proper, behind Bearer keys.
   await app.register(async api => {
@@ -190,10 +206,12 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     api.removeContentTypeParser('text/plain')
     api.decorateRequest('account', null)
     api.decorateRequest('apiKeyPrefix', null)
+    // First of the hooks: one trace per request, from its arrival (api/tracing/hooks.ts).
+    installTracing(api, tracing)
     // Refused requests are metered per key and per address; one over its
     // refusals is refused here, before its key is looked up or its body read.
     await meterRefusals(api, config.refusedPerMinute ?? { key: 0, address: 0 }, { redis, redisPrefix: config.redisPrefix })
-    api.addHook('onRequest', bearerAuth(accounts))
+    api.addHook('onRequest', traced(tracing, 'auth', bearerAuth(accounts)))
     // Every authenticated response carries the account's x-ratelimit-* state; a chat
     // completion has set it already at admission, anything else reads it here.
     api.addHook('onSend', async (request, reply, payload) => {
@@ -215,6 +233,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       search: config.search ? WebSearch.fromSettings(config.search) : undefined,
       limits,
       drainDeadline,
+      tracing,
     })
     await api.register(chatRoute, { pipeline, sseKeepAliveMs: config.sseKeepAliveMs })
     // Reasoning handed to clients to send back (Responses encrypted_content, Messages signatures):

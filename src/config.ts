@@ -63,6 +63,28 @@ export const DEFAULT_STORED_RESPONSE_LIMITS: StoredResponseLimits = {
   maxConversationBytes: 16 * 2 ** 20,
 }
 
+/** METRICS_FAMILY_PREFIX's values: vLLM's own prefix, or chatd's with vLLM's suffixes (api/metrics/serving.ts). */
+export const FAMILY_PREFIXES = ['vllm:', 'chatd:'] as const
+export type FamilyPrefix = typeof FAMILY_PREFIXES[number]
+
+/** The most accounts METRICS_ACCOUNTS_TOP may give series of their own (api/metrics/accounts.ts). */
+export const ACCOUNTS_TOP_MAX = 200
+
+/** Where traces go and what they hold (OTEL_*; api/tracing/tracing.ts). */
+export interface TracingSettings {
+  /** The OTLP/HTTP traces URL spans are sent to. */
+  url: string
+  /** Headers sent with every export (a collector's key): secret, never logged. */
+  headers: Record<string, string>
+  serviceName: string
+  /** Share of requests without a traceparent that are traced, 0 to 1. */
+  sampleRatio: number
+  /** Prompts and outputs into the model spans (gen_ai.input.messages, gen_ai.output.messages). */
+  captureContent: boolean
+  /** Longest wait before finished spans are sent (ms); the SDK's 5 s when absent. */
+  exportDelayMs?: number
+}
+
 /**
  * Every setting chatd reads. Each property's `description` is its documentation:
  * `npm run docs:config` (scripts/docs-config.ts) writes docs/configuration.md's
@@ -151,6 +173,19 @@ export const ConfigSchema = Type.Object({
   SEARCH_CACHE_TTL_MS: Type.Integer({ minimum: 0, default: 300000, description: 'How long a query\'s results are reused (ms; per account and query in any letter case, up to 256 in all: one account\'s cached search is never another\'s, so how fast a search answers tells nobody what others searched for); 0 turns the cache off.' }),
   GOOGLE_CSE_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'google: Custom Search JSON API endpoint; set only for a proxy in front of the provider or a test double.', examples: ['https://www.googleapis.com/customsearch/v1'] })),
   BRAVE_SEARCH_URL: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'brave: web search endpoint; set only for a proxy in front of the provider or a test double.', examples: ['https://api.search.brave.com/res/v1/web/search'] })),
+  // --- operations (issue 40): metrics and traces ---
+  METRICS_FAMILY_PREFIX: Type.Enum([...FAMILY_PREFIXES], { default: 'vllm:', description: 'Prefix of the serving families `/metrics` exposes under vLLM\'s names (`num_requests_running`, `time_to_first_token_seconds`, ...): `vllm:` makes the Grafana dashboards and alerts written for vLLM read chatd unchanged; `chatd:` keeps them apart from a vLLM that the same Prometheus scrapes (queries then need `vllm:` replaced by `chatd:`; the shipped dashboard has a variable for it). See docs/operations.md.' }),
+  METRICS_ACCOUNTS_TOP: Type.Integer({ minimum: 0, maximum: ACCOUNTS_TOP_MAX, default: 0, description: `Per-account figures in \`/metrics\` (tokens, requests, refusals, prefix cache hits, labelled with the account's id, never a key or an email): at most this many accounts get series of their own (the first to use the server, then every 10 minutes those that used it most), the rest are summed under \`account="other"\`. 0: no per-account series. At most ${ACCOUNTS_TOP_MAX}.` }),
+  METRICS_TOKEN: Type.Optional(Type.String({ minLength: 16, maxLength: 1024, pattern: '^[\\x21-\\x7e]+$', description: 'Require `Authorization: Bearer <this token>` on `GET /metrics` (Prometheus: `authorization: { credentials: ... }` in the scrape config); without it, 401. At least 16 printable characters (e.g. `openssl rand -hex 24`); never logged. Unset: `/metrics` is open to whoever reaches it.', examples: ['0123456789abcdef0123456789abcdef'] })),
+  METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535, description: 'Serve `GET /metrics` on a listener of its own, at `METRICS_HOST`:`METRICS_PORT`, instead of on `PORT` (which then answers it 404): the API port can face the internet while metrics stay on a private interface. 0: any free port. Unset: on `PORT`.', examples: [9464] })),
+  METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'The interface the `METRICS_PORT` listener binds (`0.0.0.0` in a container whose Prometheus is elsewhere).' }),
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'Turns tracing on: spans are exported over OTLP/HTTP (protobuf) to `<this URL>/v1/traces` (an OpenTelemetry Collector, Jaeger, Tempo...), one trace per API request. Unset (and no `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`): no tracing, at no cost.', examples: ['http://127.0.0.1:4318'] })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://.+', description: 'The whole OTLP/HTTP traces URL, used as it is; wins over `OTEL_EXPORTER_OTLP_ENDPOINT`.', examples: ['http://127.0.0.1:4318/v1/traces'] })),
+  OTEL_EXPORTER_OTLP_PROTOCOL: Type.Enum(['http/protobuf'], { default: 'http/protobuf', description: 'The OTLP transport: `http/protobuf` only (a collector\'s port 4318; gRPC on 4317 is not spoken).' }),
+  OTEL_EXPORTER_OTLP_HEADERS: Type.Optional(Type.String({ minLength: 1, maxLength: 8192, description: 'Headers sent with every export, as `name=value` pairs separated by commas (values URL-encoded), e.g. a hosted collector\'s key; never logged.', examples: ['authorization=Bearer%20...'] })),
+  OTEL_SERVICE_NAME: Type.String({ minLength: 1, maxLength: 256, default: 'chatd', description: 'The traces\' `service.name`.' }),
+  OTEL_TRACES_SAMPLER_ARG: Type.Number({ minimum: 0, maximum: 1, default: 1, description: 'Share of requests traced, 0 to 1, for requests without a `traceparent`; one with a `traceparent` is traced as its caller decided (parent-based sampling).' }),
+  OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: Type.Enum(['0', '1', 'true', 'false'], { default: 'false', description: 'Put prompts and outputs into the model spans (`gen_ai.input.messages`, `gen_ai.output.messages`, cut at about 64 KiB each): everything the accounts send then reaches your trace store. `false` (the default) keeps every prompt and output out of spans.' }),
   // --- deployment (issue 7): model download and reverse proxy ---
   MODELS_DIR: Type.Optional(Type.String({ minLength: 1, description: 'Directory that relative model paths in models.json resolve against, and that `chatd pull` writes into. Unset: the directory holding `MODELS_FILE`. The Docker image sets `/models`.', examples: ['/models'] })),
   CHATD_AUTO_PULL: Type.Enum(['0', '1', 'true', 'false'], { default: '1', description: '`chatd serve` downloads the missing files of local models in the background at start (`1` or `true`), or only reports them (`0` or `false`).' }),
@@ -217,6 +252,10 @@ export interface Config {
   upstream: UpstreamSettings
   /** The web search provider; undefined when SEARCH_PROVIDER is empty. */
   search?: SearchSettings
+  /** METRICS_*: the serving families' prefix, per-account series, and who may read /metrics where. */
+  metrics: MetricsSettings
+  /** OTEL_*: where traces go; undefined when tracing is off. */
+  tracing?: TracingSettings
   tiersFile: string
   registration: 'open' | 'closed'
   /** Set: limits live in Redis (several replicas); unset: in-process. */
@@ -234,6 +273,16 @@ export interface Config {
    * Holds secrets: never log it.
    */
   env: Record<string, string | undefined>
+}
+
+export interface MetricsSettings {
+  familyPrefix: FamilyPrefix
+  /** 0: no per-account series. */
+  accountsTop: number
+  /** Bearer token GET /metrics requires; undefined: open. */
+  token?: string
+  /** Set: /metrics is served on a listener of its own (METRICS_HOST:METRICS_PORT), not on PORT. */
+  listen?: { host: string; port: number }
 }
 
 export interface ConnectionLimits {
@@ -268,6 +317,7 @@ const PATTERN_WORDS: Record<string, string> = {
   DATABASE_URL: 'must be sqlite://<path> or postgres://user:password@host:5432/database',
   CHATD_ADMIN_KEY: 'must be sk-chatd- followed by 32 letters or digits (npx chatd keys create makes one)',
   REDIS_URL: 'must be a redis:// or rediss:// URL',
+  METRICS_TOKEN: 'must be printable ASCII characters without spaces',
   TRUST_PROXY: 'must be true, false, a number of proxies, or addresses and CIDR ranges separated by commas',
 }
 
@@ -287,7 +337,7 @@ function describeIssue (name: string, e: AjvError): string {
 }
 
 /** Values never echoed back in an error message. */
-const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY', 'REDIS_URL', 'SESSION_SECRET'])
+const SECRET_VARIABLES = new Set(['CHATD_ADMIN_KEY', 'DATABASE_URL', 'HF_TOKEN', 'GOOGLE_CSE_KEY', 'BRAVE_API_KEY', 'REDIS_URL', 'SESSION_SECRET', 'METRICS_TOKEN', 'OTEL_EXPORTER_OTLP_HEADERS'])
 
 /** The variables of the .env file in the working directory; none when there is no such file. */
 export function readDotenv (path = '.env'): Record<string, string> {
@@ -383,6 +433,13 @@ export function loadConfig (source: Record<string, string | undefined> = process
       retries: raw.UPSTREAM_RETRIES,
     },
     search: parseSearch(raw),
+    metrics: {
+      familyPrefix: raw.METRICS_FAMILY_PREFIX,
+      accountsTop: raw.METRICS_ACCOUNTS_TOP,
+      token: raw.METRICS_TOKEN,
+      ...(raw.METRICS_PORT !== undefined ? { listen: { host: raw.METRICS_HOST, port: raw.METRICS_PORT } } : {}),
+    },
+    tracing: parseTracing(raw),
     tiersFile: raw.TIERS_FILE ?? DEFAULT_TIERS_FILE,
     registration: raw.REGISTRATION,
     redisUrl: raw.REDIS_URL,
@@ -421,6 +478,41 @@ function parseSearch (raw: RawConfig): SearchSettings | undefined {
       require(['BRAVE_API_KEY'])
       return { provider: 'brave', key: raw.BRAVE_API_KEY!, endpoint: raw.BRAVE_SEARCH_URL, ...common }
   }
+}
+
+/** OTEL_*: tracing's settings, or undefined when no endpoint is set (tracing off). */
+function parseTracing (raw: RawConfig): TracingSettings | undefined {
+  const base = raw.OTEL_EXPORTER_OTLP_ENDPOINT
+  const url = raw.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? (base === undefined ? undefined : `${base.replace(/\/+$/, '')}/v1/traces`)
+  if (url === undefined) return undefined
+  return {
+    url,
+    headers: parseOtlpHeaders(raw.OTEL_EXPORTER_OTLP_HEADERS),
+    serviceName: raw.OTEL_SERVICE_NAME,
+    sampleRatio: raw.OTEL_TRACES_SAMPLER_ARG,
+    captureContent: raw.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT === '1' || raw.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT === 'true',
+  }
+}
+
+/** `name=value,name2=value2` (values URL-encoded), as OpenTelemetry writes OTEL_EXPORTER_OTLP_HEADERS; the value is never echoed. */
+export function parseOtlpHeaders (value: string | undefined): Record<string, string> {
+  const headers: Record<string, string> = {}
+  if (value === undefined) return headers
+  for (const pair of value.split(',')) {
+    if (pair.trim() === '') continue
+    const at = pair.indexOf('=')
+    const name = pair.slice(0, at).trim().toLowerCase()
+    let decoded: string | undefined
+    try {
+      decoded = at > 0 ? decodeURIComponent(pair.slice(at + 1).trim()) : undefined
+    } catch {}
+    // A header name is a token; a value has no line breaks.
+    if (decoded === undefined || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(name) || /[\r\n\0]/.test(decoded)) {
+      throw new ConfigError('Invalid configuration:\n  OTEL_EXPORTER_OTLP_HEADERS: must be name=value pairs separated by commas, values URL-encoded')
+    }
+    headers[name] = decoded
+  }
+  return headers
 }
 
 /** TRUST_PROXY as Fastify's trustProxy: a boolean, a hop count, or the proxies' addresses. */

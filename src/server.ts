@@ -12,6 +12,8 @@ import { ensureAdminAccount } from './accounts/bootstrap.ts'
 import { drainUsage, logUnwrittenUsage } from './accounts/unwritten-usage.ts'
 import { UsageRecords } from './accounts/usage-records.ts'
 import { buildApp, type AppOptions } from './app.ts'
+import { Metrics } from './api/metrics/metrics.ts'
+import { metricsListener } from './api/metrics/route.ts'
 import { ConfigError, loadConfig, type Config } from './config.ts'
 import { ModelsFileError } from './engine/models-file.ts'
 import { createOnnx, ModelRegistry, type BackendFactories } from './engine/registry.ts'
@@ -58,7 +60,8 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
     let log: FastifyInstance['log'] | undefined
     const usage = new UsageRecords(db, { outbox: { onGiveUp: (row, reason) => { if (log) logUnwrittenUsage(log, row, reason) } } })
     // buildApp reads the tiers file: a bad or missing one stops the start here.
-    const built = await buildApp({ config, accounts, models, usage, logger: opts.logger, logStream: opts.logStream })
+    const metrics = new Metrics({ familyPrefix: config.metrics.familyPrefix, accountsTop: config.metrics.accountsTop })
+    const built = await buildApp({ config, accounts, models, usage, metrics, logger: opts.logger, logStream: opts.logStream })
     app = built
     log = built.log
     noteIdleError = err => built.log.warn({ err: err.message }, 'a pooled database connection was lost; the next query opens a new one')
@@ -69,7 +72,14 @@ export async function startServer (config: Config, opts: StartOptions = {}): Pro
       await models.close()
       await database.destroy()
     })
+    // METRICS_PORT: /metrics on a listener of its own, opened after the app's and closed with it.
+    let metricsServer: FastifyInstance | undefined
+    built.addHook('onClose', async () => { await metricsServer?.close() })
     await built.listen({ port: config.port, host: config.host })
+    if (config.metrics.listen) {
+      metricsServer = await metricsListener(metrics, { ...config.metrics.listen, token: config.metrics.token })
+      built.log.info({ address: metricsServer.server.address() }, 'metrics listening (METRICS_PORT)')
+    }
     // Only now that nothing else can stop the start is the admin's key made and shown.
     const admin = firstStart ? await ensureAdminAccount(accounts, { email: config.adminEmail, key: config.adminKey, firstStart }) : null
     if (admin) {
@@ -124,7 +134,7 @@ export async function main (): Promise<void> {
     }
     const code = (err as NodeJS.ErrnoException).code
     if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
-      process.stderr.write(`chatd: cannot listen on ${config!.host}:${config!.port}: ${(err as Error).message} (set PORT or HOST)\n`)
+      process.stderr.write(`chatd: cannot listen on ${config!.host}:${config!.port}: ${(err as Error).message} (set PORT or HOST; METRICS_PORT or METRICS_HOST for the metrics listener)\n`)
       process.exit(1)
     }
     throw err

@@ -131,6 +131,11 @@ export interface GenerateRequest {
    * only these, so the upstream's own defaults apply to the rest; absent: all were sent.
    */
   clientSampling?: { temperature: boolean; topP: boolean; topK: boolean }
+  /**
+   * W3C trace context headers (`traceparent`, `tracestate`) of the span that stands for this call,
+   * set by the server when tracing is on: a backend that calls another server sends them along.
+   */
+  traceContext?: Record<string, string>
 }
 
 export type ReasoningEffort = 'none' | 'minimal' | 'low' | 'medium' | 'high'
@@ -185,10 +190,55 @@ export interface Usage {
 
 export type FinishReason = 'stop' | 'length' | 'tool_calls' | 'cancelled'
 
+/**
+ * Milliseconds since the epoch, to the microsecond, on the one clock every thread shares: the
+ * engine thread's times are compared with the main thread's (performance.now() alone starts at
+ * each thread's own origin).
+ */
+export function wallClock (): number {
+  return performance.timeOrigin + performance.now()
+}
+
+/** When a backend did what for one generation (wallClock() times), as far as it knows: for metrics and traces. */
+export interface GenerateTimings {
+  /** Local engine: the request entered the engine's queue, and left it (its prompt started). */
+  queuedAt?: number
+  scheduledAt?: number
+  /** Local engine: the first and the last token sampled. */
+  firstTokenAt?: number
+  lastTokenAt?: number
+  /** Upstream: the request went out (its first attempt), and the upstream's status line came back. */
+  sentAt?: number
+  respondedAt?: number
+}
+
+/** One run of a local engine's model: a prompt chunk alone, decode steps alone, or both in one run. */
+export type StepKind = 'prefill' | 'decode' | 'mixed'
+
+/** What a local engine reports of itself, for the metrics (KV cache, prefix cache, steps). */
+export interface EngineStats {
+  /** Sequences whose prompt or output is being computed, and those still waiting in the queue. */
+  running: number
+  waiting: number
+  /** Share of the KV cache budget held for running sequences (what admission counts), 0 to 1. */
+  kvUsage: number
+  /** Share of the KV cache budget that finished requests' kept caches (the prefix cache) hold, 0 to 1. */
+  prefixCacheUsage: number
+  /** Prompt tokens looked up in the prefix cache, and those found there, since start. */
+  prefixQueries: number
+  prefixHits: number
+  /** Runs of the model by kind since start, and the tokens they fed. */
+  steps: Record<StepKind, number>
+  stepTokens: Record<StepKind, number>
+}
+
 export type GenerateEvent =
   | { type: 'delta'; content?: string; reasoning?: string; logprobs?: DeltaLogprobs; toolCalls?: ToolCallDelta[] }
-  /** `stopSequence`: the request's stop string that ended the reply (finish reason `stop`), when the backend knows it. */
-  | { type: 'finish'; reason: FinishReason; usage: Usage; stopSequence?: string }
+  /**
+   * `stopSequence`: the request's stop string that ended the reply (finish reason `stop`), when the backend knows it.
+   * `timings`: when the backend did what (metrics, traces, the timings a client may ask for).
+   */
+  | { type: 'finish'; reason: FinishReason; usage: Usage; stopSequence?: string; timings?: GenerateTimings }
 
 /** How far a download of a model's files has got (src/pull/, auto-pull). */
 export interface DownloadProgress {
@@ -262,6 +312,10 @@ export interface Backend {
   readonly activeSequences?: number
   /** Prompt positions computed ahead for conversations' next turns since start (prepareNextTurn); absent without an engine. */
   readonly promptTokensComputedAhead?: number
+  /** The engine's latest report of itself (metrics); absent without an engine, or before its first report. */
+  readonly engineStats?: EngineStats
+  /** Hands `listener` the tokens each engine step fed, as the engine reports them (a histogram of steps); absent without an engine. */
+  onEngineSteps? (listener: (tokens: number[]) => void): void
   state (): BackendState
   /** Starts loading; resolves when ready or rejects when the model cannot be used. */
   load (): Promise<void>

@@ -5,7 +5,7 @@
 // be reached the model stays unavailable, and the log (and an admin account's
 // message) gives the exact pull command to run by hand.
 
-import type { Backend, BackendState, ChatMessage, DownloadingBackend, DownloadState, GenerateEvent, GenerateRequest, GrammarCounts, ResponseFormat } from '../engine/backend.ts'
+import type { Backend, BackendState, ChatMessage, DownloadingBackend, EngineStats, DownloadState, GenerateEvent, GenerateRequest, GrammarCounts, ResponseFormat } from '../engine/backend.ts'
 import { unavailableError, type UnavailableState } from '../engine/unavailable.ts'
 import { lineReporter, PullTracker } from './progress.ts'
 import type { PullEvent } from './pull.ts'
@@ -39,6 +39,8 @@ export class PullingBackend implements DownloadingBackend {
   #failure?: string
   #inner?: Backend
   #running?: Promise<void>
+  /** Told of the engine's steps once the model is open (the metrics register before it is). */
+  readonly #stepListeners: Array<(tokens: number[]) => void> = []
 
   constructor (opts: PullingBackendOptions) {
     this.id = opts.id
@@ -117,6 +119,7 @@ export class PullingBackend implements DownloadingBackend {
       throw new Error(`download failed: ${this.#failure}`)
     }
     this.#inner = await this.#opts.open()
+    for (const listener of this.#stepListeners) this.#inner.onEngineSteps?.(listener)
     await this.#inner.load()
   }
 
@@ -144,6 +147,15 @@ export class PullingBackend implements DownloadingBackend {
 
   get promptTokensComputedAhead (): number | undefined {
     return this.#inner?.promptTokensComputedAhead
+  }
+
+  get engineStats (): EngineStats | undefined {
+    return this.#inner?.engineStats
+  }
+
+  onEngineSteps (listener: (tokens: number[]) => void): void {
+    this.#stepListeners.push(listener)
+    this.#inner?.onEngineSteps?.(listener)
   }
 
   /** Passed on once the files are in (the default model is served through this wrapper). */

@@ -37,8 +37,8 @@ function project (t: Test, extraEnv: string): string {
 /** Environment without the variables the compose files read, so the test sees only .env. */
 const cleanEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(POSTGRES_PASSWORD|CHATD_|HF_|TRUST_PROXY|ONNX_DEVICE|COMPOSE_)/.test(k)))
 
-async function config (dir: string, files: string[]): Promise<any> {
-  const args = [...compose!.slice(1), ...files.flatMap(f => ['-f', f]), 'config']
+async function config (dir: string, files: string[], profiles: string[] = []): Promise<any> {
+  const args = [...compose!.slice(1), ...files.flatMap(f => ['-f', f]), ...profiles.flatMap(p => ['--profile', p]), 'config']
   const { stdout } = await exec(compose![0], args, { cwd: dir, env: cleanEnv })
   return parse(stdout)
 }
@@ -53,7 +53,8 @@ t.test('compose files validate and wire the stack', { skip: !compose && 'neither
 
   t.test('base: chatd, postgres, redis and model-init on the CPU image', async t => {
     const { services, volumes } = await config(dir, BASE)
-    t.same(Object.keys(services).sort(), ['chatd', 'model-init', 'postgres', 'redis'])
+    // docker-compose v1 lists a profile's services too; only those without a profile start by default.
+    t.same(Object.keys(services).filter(name => !services[name].profiles).sort(), ['chatd', 'model-init', 'postgres', 'redis'])
     t.match(services['model-init'], { command: ['pull', '--if-missing'], build: { target: 'cpu' } })
     t.ok(services['model-init'].volumes.some((v: unknown) => JSON.stringify(v).includes('/models')), 'model-init writes the models volume')
     t.match(services.chatd.depends_on, {
@@ -83,6 +84,27 @@ t.test('compose files validate and wire the stack', { skip: !compose && 'neither
     t.equal(services.chatd.environment.TRUST_PROXY, '1')
   })
 
+  t.test('the observability profile: Prometheus scraping chatd, Grafana with the dashboard, both on 127.0.0.1', async t => {
+    const { services, volumes } = await config(dir, BASE, ['observability'])
+    const { prometheus, grafana } = services
+    t.same(prometheus.profiles, ['observability'])
+    t.same(grafana.profiles, ['observability'])
+    const mounts = (service: any): string => JSON.stringify(service.volumes)
+    t.match(mounts(prometheus), /deploy\/prometheus\/prometheus\.yml.*\/etc\/prometheus\/prometheus\.yml/)
+    t.match(mounts(grafana), /deploy\/grafana\/provisioning.*\/etc\/grafana\/provisioning/)
+    t.match(mounts(grafana), /deploy\/grafana\/dashboards.*\/var\/lib\/grafana\/dashboards/)
+    for (const service of [prometheus, grafana]) {
+      t.ok(service.ports.every((p: any) => (p.host_ip ?? String(p).split(':')[0]) === '127.0.0.1'), 'published on 127.0.0.1 only')
+    }
+    t.ok(volumes.prometheus && volumes.grafana, 'their data on named volumes')
+    const scrape = parse(readFileSync(join(ROOT, 'deploy/prometheus/prometheus.yml'), 'utf8'))
+    t.same(scrape.scrape_configs[0].static_configs[0].targets, ['chatd:8080'], 'Prometheus scrapes the chatd service')
+    const datasource = parse(readFileSync(join(ROOT, 'deploy/grafana/provisioning/datasources/prometheus.yml'), 'utf8'))
+    t.equal(datasource.datasources[0].url, 'http://prometheus:9090', 'Grafana reads the Prometheus service')
+    const dashboards = parse(readFileSync(join(ROOT, 'deploy/grafana/provisioning/dashboards/chatd.yml'), 'utf8'))
+    t.equal(dashboards.providers[0].options.path, '/var/lib/grafana/dashboards', 'and loads the mounted dashboards')
+  })
+
   t.test('all three together', async t => {
     const { services } = await config(dir, [...GPU, 'docker-compose.proxy.yml'])
     t.ok(services.caddy && services.chatd.deploy)
@@ -105,6 +127,11 @@ t.test('no secret values in the compose files', async t => {
       }
     }
   }
+})
+
+t.test('the proxy configurations keep /metrics from the public name', async t => {
+  t.match(readFileSync(join(ROOT, 'deploy/Caddyfile'), 'utf8'), /^\s*respond \/metrics 404$/m)
+  t.match(readFileSync(join(ROOT, 'deploy/nginx.conf'), 'utf8'), /location = \/metrics \{\s*return 404;\s*\}/)
 })
 
 t.test('the proxy configurations stream unbuffered', async t => {

@@ -60,7 +60,7 @@ export async function buildTestApp (t: Test, opts: {
   const { key } = await accounts.createKey(account.id, { name: 'test' })
   const backends = opts.backends ?? [new ScriptedBackend()]
   const models = new ModelRegistry(backends.map(b => 'backend' in b ? { id: b.backend.id, backend: b.backend, reasoning: b.reasoning, systemPrompt: b.systemPrompt } : { id: b.id, backend: b }))
-  const metrics = new Metrics()
+  const metrics = new Metrics({ familyPrefix: config.metrics.familyPrefix, accountsTop: config.metrics.accountsTop })
   const usage = new UsageRecords(db)
   const tiers = opts.tiers === undefined ? Tiers.fromFile(config.tiersFile) : Tiers.parse(opts.tiers)
   const limiter = new Limiter({ tiers, store: new MemoryLimitStore({ now: opts.limitsNow }), usage })

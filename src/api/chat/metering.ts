@@ -18,6 +18,11 @@ import { estimatePromptTokens, estimateTokensOfChars } from '../../limits/reques
 import type { UsageStatus } from '../../store/schema.ts'
 import type { ChatCompletionRequest } from './schema.ts'
 
+/** What watches a request's usage row being written: `work` writes it. */
+export interface UsageWatch {
+  written (ending: { status: UsageStatus; usage?: Usage; errorCode?: string | null }, work: () => Promise<void>): Promise<void>
+}
+
 export interface ChatLimits {
   limiter: Limiter
   usage: UsageRecords
@@ -156,7 +161,9 @@ export async function admitCompletion (
   /** The completion's id, stored on its usage row. */
   completionId: string | undefined,
   /** The account's previous prompts, for what its prefix cache likely holds. */
-  history: PromptHistory
+  history: PromptHistory,
+  /** Told of the usage row as it is written (per-account metrics, the trace's span; observe.ts). */
+  watch?: UsageWatch
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
@@ -186,7 +193,7 @@ export async function admitCompletion (
   })
   reply.headers(permit.headers)
 
-  const meter: RequestMeter = new RequestMeter(permit, async ending => {
+  const write = async (ending: Ending): Promise<void> => {
     const failed = ending.status === 'failed'
     const tokens = ending.usage ? countedTokens(ending.usage, tier.cachedPromptTokensWeight) : ending.produced ? null : meter.unusedCharge
     if (ending.usage || ending.produced) remember() // it ran: its prompt is in the cache for the next turn
@@ -210,6 +217,11 @@ export async function admitCompletion (
       // The reply itself is fine; losing its usage row or settlement is logged, not turned into an error.
       request.log.error({ err }, 'recording usage failed')
     }
+  }
+
+  const meter: RequestMeter = new RequestMeter(permit, async ending => {
+    if (watch) await watch.written(ending, () => write(ending))
+    else await write(ending)
   }, promptTokens)
   reply.raw.once('close', () => { void meter.closed() })
   return meter

@@ -18,6 +18,7 @@ import { ApiError } from '../../errors.ts'
 import type { WebSearch } from '../../search/web-search.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
 import type { Metrics } from '../metrics/metrics.ts'
+import type { Tracing } from '../tracing/tracing.ts'
 import { Admission } from './admission.ts'
 import { cacheScope } from './cache-scope.ts'
 import { newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
@@ -27,7 +28,7 @@ import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-for
 import { PromptHistory } from '../../limits/prompt-history.ts'
 import { admitCompletion, roundPromptEstimate, type ChatLimits, type RequestMeter } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
-import { observeGeneration } from './observe.ts'
+import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
 import type { ChatCompletionRequest } from './schema.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
@@ -45,6 +46,8 @@ export interface PipelineOptions {
   limits: ChatLimits
   /** Aborts when the shutdown's grace period is over: generations still running stop (drain-deadline.ts). */
   drainDeadline: AbortSignal
+  /** Traces to export; absent when tracing is off. */
+  tracing?: Tracing
 }
 
 /** The sampling fields a body carried as the client sent it (before the schema's defaults). */
@@ -72,6 +75,8 @@ export interface StartedCompletion {
   /** The backend's request as sent (the shaped conversation). */
   generateRequest: GenerateRequest
   meter: RequestMeter
+  /** The request's metrics and trace (observe.ts): its timings, once the generation has finished. */
+  watch: RequestWatch
 }
 
 /** The model to answer with, or the ApiError saying why none can. */
@@ -138,10 +143,23 @@ export class CompletionPipeline {
    * left before generation started (nobody to answer).
    */
   async start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions = {}): Promise<StartedCompletion | undefined> {
-    const { models, metrics, inputLimits, search, limits, drainDeadline } = this.#opts
     const startedAt = performance.now()
+    // Metrics and the model span watch every request from here, refused ones too (observe.ts).
+    const watch = new RequestWatch(request, reply, { metrics: this.#opts.metrics, models: this.#opts.models, tracing: this.#opts.tracing, startedAt })
+    try {
+      return await this.#start(request, reply, body, opts, watch, startedAt)
+    } catch (err) {
+      watch.refused(err, body.model)
+      throw err
+    }
+  }
+
+  async #start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
+    const { models, inputLimits, search, limits, drainDeadline } = this.#opts
     checkInputLimits(body, inputLimits)
     const model = resolveModel(models, body.model)
+    const completionId = opts.id ?? newCompletionId()
+    watch.model(model, body, completionId)
     const toolFormat = model.backend.toolCallFormat?.()
     checkRequest(body, { searchConfigured: search !== undefined, promptsTools: toolFormat !== undefined })
     this.#admission.assertRoom(model.id) // a full model refuses before any limit is counted or row written
@@ -152,8 +170,7 @@ export class CompletionPipeline {
     const compiles = formats.length > 0
     checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
-    const completionId = opts.id ?? newCompletionId()
-    const meter = await admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history)
+    const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history, watch))
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
@@ -176,7 +193,7 @@ export class CompletionPipeline {
       }
       if (body.googleSearchStatus && search) {
         try {
-          searched = await searchFor(body, search, signal, scope)
+          searched = await watch.phase('search', () => searchFor(body, search, signal, scope))
         } catch (err) {
           if (stop.byShutdown()) throw drainDeadlineError()
           if (signal.aborted) return undefined // the client left while the search ran
@@ -199,15 +216,17 @@ export class CompletionPipeline {
       opts.adjust?.(generateRequest)
       const release = this.#admission.acquire(model.id)
       try {
-        const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(model.backend.generate(request, signal), model.reasoning)
-        const shaped = opts.continueAfterCalls
-          ? withRounds(generateRequest, generate, opts.continueAfterCalls, signal, request => meter.reserveMore(roundPromptEstimate(request, model.backend.charsPerToken)))
+        const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(watch.call(request, call => model.backend.generate(call, signal)), model.reasoning)
+        const rounds = opts.continueAfterCalls
+        const shaped = rounds
+          ? withRounds(generateRequest, generate, (calls, signal) => watch.phase('search round', () => rounds(calls, signal)), signal,
+            request => meter.reserveMore(roundPromptEstimate(request, model.backend.charsPerToken)))
           : generate(generateRequest)
-        events = meter.wrap(observeGeneration(
+        events = meter.wrap(watch.events(
           // A searched reply's next turn searches again, and a reply in rounds ends on another
           // conversation than the request's: neither start is worth computing ahead.
           searched || opts.continueAfterCalls ? shaped : withNextTurn(shaped, model.backend, generateRequest),
-          metrics, model.id, startedAt, release
+          release
         ))
       } catch (err) {
         release() // a backend whose generate() throws synchronously never starts the observer
@@ -218,6 +237,6 @@ export class CompletionPipeline {
       throw err
     }
     const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results, completionId)
-    return { model, events, meta, stop, searched, generateRequest, meter }
+    return { model, events, meta, stop, searched, generateRequest, meter, watch }
   }
 }

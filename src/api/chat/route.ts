@@ -14,6 +14,7 @@ import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAb
 import { failedWhileStreaming, streamGeneration } from './sse.ts'
 import { readWholeReply } from './whole-reply.ts'
 import type { StopSignal } from './stop-signal.ts'
+import type { ResponseTimings } from './timings.ts'
 
 export interface ChatRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors (pipeline.ts). */
@@ -63,7 +64,8 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       const collector = new CompletionCollector()
       const finish = await readWholeReply(request, started, event => collector.add(event))
       if (finish === undefined) return reply // the client left: nobody to answer
-      return reply.type('application/json; charset=utf-8').send(completionBody(meta, collector.completed(finish), body.logprobs === true))
+      const completion = completionBody(meta, collector.completed(finish), body.logprobs === true)
+      return reply.type('application/json; charset=utf-8').send(started.watch.wantsTimings ? { ...completion, timings: started.watch.timings() } : completion)
     }
 
     return streamCompletion(request, reply, events, meta, {
@@ -72,6 +74,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
       keepAliveMs: sseKeepAliveMs,
       metrics,
       stop,
+      timings: started.watch.wantsTimings ? () => started.watch.timings() : undefined,
     })
   })
 }
@@ -86,7 +89,7 @@ async function streamCompletion (
   reply: FastifyReply,
   events: AsyncIterable<GenerateEvent>,
   meta: CompletionMeta,
-  opts: { includeUsage: boolean; logprobs: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal }
+  opts: { includeUsage: boolean; logprobs: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal; timings?: () => ResponseTimings | undefined }
 ): Promise<FastifyReply> {
   const chunks = chunkMaker(meta, opts.includeUsage, opts.logprobs)
   return streamGeneration(request, reply, events, opts, sse => ({
@@ -98,7 +101,8 @@ async function streamCompletion (
       if (event.content || event.reasoning || event.toolCalls || hasLogprobs(event)) await sse.data(chunks.delta(event))
     },
     finish: async event => {
-      await sse.data(chunks.finish(event.reason))
+      const timings = opts.timings?.()
+      await sse.data(timings ? { ...chunks.finish(event.reason), timings } : chunks.finish(event.reason))
       if (opts.includeUsage) await sse.data(chunks.usage(event.usage))
       await sse.data('[DONE]')
     },

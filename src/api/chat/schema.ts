@@ -246,6 +246,20 @@ const ToolCallChunk = Type.Object({
   function: Type.Optional(Type.Object({ name: Type.Optional(Type.String()), arguments: Type.Optional(Type.String()) })),
 })
 
+/** The response's timings, with `X-Chatd-Timings: 1` (api/chat/timings.ts); milliseconds unless named otherwise. */
+const Timings = Type.Object({
+  ttft_ms: Type.Number({ description: 'From the request\'s checks starting to its first output.' }),
+  total_ms: Type.Number({ description: 'From the request\'s checks starting to its end.' }),
+  queue_ms: Type.Optional(Type.Number({ description: 'Local models: waiting in the engine\'s queue.' })),
+  prompt_n: Type.Integer({ description: 'Prompt tokens.' }),
+  cache_n: Type.Integer({ description: 'Prompt tokens found in the prefix cache.' }),
+  prompt_ms: Type.Optional(Type.Number({ description: 'Local models: computing the rest of the prompt, to the first token.' })),
+  prompt_per_second: Type.Optional(Type.Number({ description: 'Prompt tokens computed per second.' })),
+  predicted_n: Type.Integer({ description: 'Generated tokens.' }),
+  predicted_ms: Type.Number({ description: 'From the first generated token to the last.' }),
+  predicted_per_second: Type.Optional(Type.Number({ description: 'Tokens after the first, per second.' })),
+}, { description: 'Only with the request header `X-Chatd-Timings: 1`: where the request\'s time went.' })
+
 export const ChatCompletion = Type.Object({
   id: Type.String({ description: 'chatcmpl- followed by a random string.' }),
   object: Type.Literal('chat.completion'),
@@ -265,6 +279,7 @@ export const ChatCompletion = Type.Object({
   })),
   usage: Usage,
   search_results: Type.Optional(SearchResults),
+  timings: Type.Optional(Timings),
 })
 
 export type ChatCompletion = Static<typeof ChatCompletion>
@@ -288,8 +303,9 @@ export const ChatCompletionChunk = Type.Object({
   }), { description: 'Empty in the final usage chunk.' }),
   usage: Type.Optional(Type.Union([Usage, Type.Null()])),
   search_results: Type.Optional(SearchResults),
+  timings: Type.Optional(Timings),
 }, {
-  description: 'One `data:` frame of the stream. Order: a role chunk (carrying `search_results` when the request searched the web), content deltas, a chunk with finish_reason, a usage chunk (stream_options.include_usage), then `data: [DONE]`.',
+  description: 'One `data:` frame of the stream. Order: a role chunk (carrying `search_results` when the request searched the web), content deltas, a chunk with finish_reason (carrying `timings` with `X-Chatd-Timings: 1`), a usage chunk (stream_options.include_usage), then `data: [DONE]`.',
 })
 
 export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>

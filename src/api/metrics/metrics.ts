@@ -1,9 +1,20 @@
 // The Prometheus metrics chatd exposes. Each app builds its own prom-client
 // Registry (not the global one), so several apps in one process, as in tests,
 // never share or double-register counters.
+//
+// Three sets: chatd's own `chatd_*` families below (labelled `model`, as they
+// always were); the serving families under vLLM's names (serving.ts) and the
+// OpenTelemetry GenAI histograms (gen-ai.ts), labelled `model_name`; and, with
+// METRICS_ACCOUNTS_TOP, the per-account families (accounts.ts).
+// docs/operations.md lists every one (scripts/docs-metrics.ts writes the table
+// from this registry).
 
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
-import type { GrammarCounts } from '../../engine/backend.ts'
+import type { EngineStats, GrammarCounts } from '../../engine/backend.ts'
+import { AccountMetrics } from './accounts.ts'
+import { GenAiMetrics } from './gen-ai.ts'
+import type { FamilyPrefix } from '../../config.ts'
+import { ServingMetrics } from './serving.ts'
 
 /** What a local engine reports at scrape time. */
 export interface EngineReading {
@@ -11,10 +22,27 @@ export interface EngineReading {
   sequences: number
   computedAhead?: number
   grammar?: GrammarCounts
+  /** The engine's latest report of its load and counts. */
+  stats?: EngineStats
+}
+
+export interface MetricsOptions {
+  /** METRICS_FAMILY_PREFIX: the serving families' prefix (`vllm:` by default). */
+  familyPrefix?: FamilyPrefix
+  /** METRICS_ACCOUNTS_TOP: accounts with series of their own; 0 (default): no per-account families. */
+  accountsTop?: number
+  /** The per-account window's clock (tests). */
+  now?: () => number
 }
 
 export class Metrics {
   readonly registry = new Registry()
+  /** vLLM's serving families (serving.ts). */
+  readonly serving: ServingMetrics
+  /** The OpenTelemetry GenAI server histograms (gen-ai.ts). */
+  readonly genAi: GenAiMetrics
+  /** Per-account figures, present with METRICS_ACCOUNTS_TOP (accounts.ts). */
+  readonly accounts: AccountMetrics | undefined
 
   readonly httpRequests = new Counter({
     name: 'chatd_http_requests_total',
@@ -135,12 +163,19 @@ export class Metrics {
     },
   })
 
-  /** Where chatd_engine_sequences and chatd_prompt_tokens_computed_ahead_total read from (the registry's local backends). */
-  watchEngines (read: () => EngineReading[]): void {
+  /**
+   * Where the engine figures read from (the registry's local backends); `models`: every registered
+   * model, for the scheduler gauges of models without an engine.
+   */
+  watchEngines (read: () => EngineReading[], models: () => string[] = () => []): void {
     this.#engines = read
+    this.serving.watch(models, read)
   }
 
-  constructor () {
+  constructor (opts: MetricsOptions = {}) {
     collectDefaultMetrics({ register: this.registry, prefix: 'chatd_' })
+    this.serving = new ServingMetrics(this.registry, opts.familyPrefix)
+    this.genAi = new GenAiMetrics(this.registry)
+    this.accounts = opts.accountsTop ? new AccountMetrics(this.registry, { top: opts.accountsTop, now: opts.now }) : undefined
   }
 }

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import { Readable } from 'node:stream'
 import { Worker } from 'node:worker_threads'
-import { jsonFormatOf, type Backend, type BackendState, type ChatMessage, type GenerateEvent, type GenerateRequest, type GrammarCounts, type ResponseFormat } from '../backend.ts'
+import { jsonFormatOf, type Backend, type BackendState, type ChatMessage, type EngineStats, type GenerateEvent, type GenerateRequest, type GrammarCounts, type ResponseFormat } from '../backend.ts'
 import { ApiError } from '../../errors.ts'
 import { pullCommand } from '../models-file.ts'
 import { unavailableError } from '../unavailable.ts'
@@ -49,6 +49,10 @@ export class OnnxBackend implements Backend {
   promptGraph?: boolean
   /** Prompt positions the engine computed ahead for conversations' next turns, since start. */
   promptTokensComputedAhead = 0
+  /** The engine's latest report of its counts and load (metrics). */
+  engineStats?: EngineStats
+  /** Told the tokens of each engine step as reports arrive. */
+  readonly #stepListeners: Array<(tokens: number[]) => void> = []
   /** How the model writes tool calls (its template's family), once loaded. */
   #toolFormat?: ToolCallFormat
   readonly #settings: WorkerSettings
@@ -203,8 +207,16 @@ export class OnnxBackend implements Backend {
     await this.#grammars.compile(json as JsonFormat[], opts)
   }
 
+  onEngineSteps (listener: (tokens: number[]) => void): void {
+    this.#stepListeners.push(listener)
+  }
+
   #onMessage (message: FromWorker): void {
     if (message.type === 'ahead') this.promptTokensComputedAhead += message.positions
+    if (message.type === 'stats') {
+      this.engineStats = message.stats
+      if (message.steps.length > 0) for (const listener of this.#stepListeners) listener(message.steps)
+    }
     if (!('id' in message)) return
     // The engine reports every sequence's end, cancelled ones included, as finish or error.
     if (message.type !== 'delta') this.#inEngine.delete(message.id)
@@ -220,7 +232,13 @@ export class OnnxBackend implements Backend {
         } satisfies GenerateEvent)
         break
       case 'finish':
-        stream.push({ type: 'finish', reason: message.reason, usage: message.usage, ...(message.stopSequence !== undefined ? { stopSequence: message.stopSequence } : {}) } satisfies GenerateEvent)
+        stream.push({
+          type: 'finish',
+          reason: message.reason,
+          usage: message.usage,
+          ...(message.stopSequence !== undefined ? { stopSequence: message.stopSequence } : {}),
+          ...(message.timings ? { timings: message.timings } : {}),
+        } satisfies GenerateEvent)
         stream.push(null)
         break
       case 'error':

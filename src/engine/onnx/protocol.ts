@@ -1,6 +1,6 @@
 // Messages between the OnnxBackend (main thread) and the engine worker.
 import type { MessagePort } from 'node:worker_threads'
-import type { ChatMessage, DeltaLogprobs, FinishReason, GenerateRequest, Usage } from '../backend.ts'
+import type { ChatMessage, DeltaLogprobs, EngineStats, FinishReason, GenerateRequest, GenerateTimings, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
 import type { EngineSettings } from './scheduler/engine.ts'
 
@@ -20,8 +20,10 @@ export type FromWorker =
   | { type: 'ready'; contextLength: number; charsPerToken?: number; device: 'cpu' | 'cuda'; promptGraph: boolean; toolFormat: 'r1' | 'json' }
   | { type: 'load_error'; message: string }
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
-  | { type: 'finish'; id: string; reason: FinishReason; usage: Usage; stopSequence?: string }
+  | { type: 'finish'; id: string; reason: FinishReason; usage: Usage; stopSequence?: string; timings?: GenerateTimings }
   /** Prompt positions computed ahead for a conversation's next turn. */
   | { type: 'ahead'; positions: number }
+  /** The engine's counts and load (engine-stats.ts), with the tokens of each step since the last report. */
+  | { type: 'stats'; stats: EngineStats; steps: number[] }
   | { type: 'error'; id: string; code: ErrorCode; message: string; param: string | null }
   | { type: 'closed' }

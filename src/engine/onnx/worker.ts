@@ -16,9 +16,10 @@ const settings = workerData as WorkerSettings
 try {
   const engine = await LocalEngine.load(settings, {
     delta: (id, text) => send({ type: 'delta', id, ...text }),
-    finish: (id, reason, usage, stopSequence) => send({ type: 'finish', id, reason, usage, ...(stopSequence !== undefined ? { stopSequence } : {}) }),
+    finish: (id, reason, usage, stopSequence, timings) => send({ type: 'finish', id, reason, usage, ...(stopSequence !== undefined ? { stopSequence } : {}), ...(timings ? { timings } : {}) }),
     error: (id, err) => send({ type: 'error', id, code: err.code, message: err.message, param: err.param }),
     computedAhead: positions => send({ type: 'ahead', positions }),
+    stats: report => send({ type: 'stats', ...report }),
   })
   port.on('message', (message: ToWorker) => {
     switch (message.type) {

@@ -54,7 +54,7 @@ export async function * parseToolCalls (events: AsyncIterable<GenerateEvent>, op
         yield { type: 'delta', toolCalls: [{ index, id: newToolCallId(), name: call.name, arguments: '' }], ...(index === 0 ? logprobs : {}) }
         yield { type: 'delta', toolCalls: [{ index, arguments: call.arguments }] }
       }
-      yield { type: 'finish', reason: 'tool_calls', usage: event.usage }
+      yield { type: 'finish', reason: 'tool_calls', usage: event.usage, ...(event.timings ? { timings: event.timings } : {}) }
       return
     }
     if (kept !== undefined) {

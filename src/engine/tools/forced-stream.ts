@@ -50,7 +50,7 @@ export async function * streamForcedCall (events: AsyncIterable<GenerateEvent>, 
       const rest = closed ? '' : (whole ?? answer.slice(argsAt)).slice(sent)
       if (rest !== '') yield { type: 'delta', toolCalls: [{ index: 0, arguments: rest }] }
       const complete = (closed || whole !== undefined) && (event.reason === 'stop' || event.reason === 'length')
-      yield complete ? { type: 'finish', reason: 'tool_calls', usage: event.usage } : event
+      yield complete ? { type: 'finish', reason: 'tool_calls', usage: event.usage, ...(event.timings ? { timings: event.timings } : {}) } : event
       return
     }
     if (event.reasoning || (event.logprobs && event.logprobs.reasoning.length > 0)) {

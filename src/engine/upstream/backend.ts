@@ -14,7 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
 import { Agent, request, type Dispatcher } from 'undici'
 import { ApiError } from '../../errors.ts'
-import type { Backend, BackendState, DeltaLogprobs, FinishReason, GenerateEvent, GenerateRequest, Usage } from '../backend.ts'
+import { wallClock, type Backend, type BackendState, type DeltaLogprobs, type FinishReason, type GenerateEvent, type GenerateRequest, type GenerateTimings, type Usage } from '../backend.ts'
 import { ReasoningSplitter } from '../reasoning.ts'
 import { networkCause } from '../../network-errors.ts'
 import { StopStringMatcher } from '../stop-strings.ts'
@@ -148,8 +148,10 @@ export class UpstreamBackend implements Backend {
     }
 
     let body: Dispatcher.ResponseData['body'] | undefined
+    const timings: GenerateTimings = { sentAt: wallClock() }
     try {
-      const response = await this.#send(payload, controller.signal)
+      const response = await this.#send(payload, controller.signal, request.traceContext)
+      timings.respondedAt = wallClock()
       body = response.body
       const contentType = String(response.headers['content-type'] ?? '').toLowerCase()
       const progress = { done: false }
@@ -218,10 +220,10 @@ export class UpstreamBackend implements Backend {
       const reason = finishReasonOf(finishReason)
       // Only a string the request itself asked to stop at is reported as the one that matched.
       const stopSequence = reason === 'stop' && stopReason !== undefined && request.stop.includes(stopReason) ? stopReason : undefined
-      yield { type: 'finish', reason, usage: usage(), ...(stopSequence !== undefined ? { stopSequence } : {}) }
+      yield { type: 'finish', reason, usage: usage(), ...(stopSequence !== undefined ? { stopSequence } : {}), timings }
     } catch (err) {
       if (signal.aborted) {
-        yield { type: 'finish', reason: 'cancelled', usage: usage() }
+        yield { type: 'finish', reason: 'cancelled', usage: usage(), timings }
         return
       }
       throw bodyFailure(err, this.#settings)
@@ -234,12 +236,16 @@ export class UpstreamBackend implements Backend {
     }
   }
 
-  /** POSTs the request, retrying failures that happen before the upstream sends anything. */
-  async #send (payload: string, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
+  /**
+   * POSTs the request, retrying failures that happen before the upstream sends anything.
+   * `traceContext`: the trace's headers (traceparent), when the server traces the request.
+   */
+  async #send (payload: string, signal: AbortSignal, traceContext?: Record<string, string>): Promise<Dispatcher.ResponseData> {
+    const headers = traceContext ? { ...this.#headers, ...traceContext } : this.#headers
     for (let attempt = 0; ; attempt++) {
       let failure: ApiError
       try {
-        const response = await request(this.#endpoint, { method: 'POST', headers: this.#headers, body: payload, signal, dispatcher: this.#agent })
+        const response = await request(this.#endpoint, { method: 'POST', headers, body: payload, signal, dispatcher: this.#agent })
         if (response.statusCode >= 200 && response.statusCode <= 299) return response
         const text = await readText(response.body, MAX_ERROR_BYTES).catch(() => '')
         response.body.on('error', () => {})

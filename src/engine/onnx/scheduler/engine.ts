@@ -19,7 +19,7 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
-import { jsonFormatOf, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type Usage } from '../../backend.ts'
+import { jsonFormatOf, wallClock, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type Usage } from '../../backend.ts'
 import { ApiError } from '../../../errors.ts'
 import { encodeChatPrompt, type EncodedPrompt } from '../text/chat-prompt.ts'
 import { ChatTemplate } from '../text/chat-template.ts'
@@ -44,16 +44,19 @@ import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds, type PendingTurn } f
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../model-dir.ts'
 import type { DeviceChoice } from '../device/ort.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
+import { EngineCounters, type EngineLoad, type StatsReport } from './engine-stats.ts'
 import { Sequence, type StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from '../text/tokenizer.ts'
 
 export interface EngineEvents {
   delta (id: string, text: { content: string; reasoning: string; logprobs?: DeltaLogprobs }): void
-  /** `stopSequence`: the request's stop string that ended it, if one did. */
-  finish (id: string, reason: FinishReason, usage: Usage, stopSequence?: string): void
+  /** `stopSequence`: the request's stop string that ended it, if one did; `timings`: when it queued, started, and sampled its tokens. */
+  finish (id: string, reason: FinishReason, usage: Usage, stopSequence?: string, timings?: GenerateTimings): void
   error (id: string, error: ApiError): void
   /** Prompt positions were computed ahead for a conversation's next turn (next-turn.ts). */
   computedAhead? (positions: number): void
+  /** The engine's counts and load, for the metrics (engine-stats.ts says when). */
+  stats? (report: StatsReport): void
 }
 
 export interface EngineSettings extends Partial<SchedulerSettings> {
@@ -134,6 +137,8 @@ export class LocalEngine {
   /** Prompt positions computed ahead for conversations' next turns, in all. */
   tokensComputedAhead = 0
   #closing = false
+  /** Steps, prefix cache look-ups and load, reported to the metrics. */
+  readonly #counters: EngineCounters
   /** The ids of `</think>`, forced when a thinking budget is spent; encoded on first use. */
   #closeThinkingIds: number[] | undefined
 
@@ -144,6 +149,7 @@ export class LocalEngine {
     this.tokenizer = tokenizer
     this.template = template
     this.#events = events
+    this.#counters = new EngineCounters(report => events.stats?.(report))
     this.scheduler = scheduler
     this.cacheLayout = cacheLayoutFor(session)
     this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
@@ -405,6 +411,8 @@ export class LocalEngine {
         seq.cache = this.prefixes.take(match)
         seq.cachedTokens = seq.reusedTokens = match.length
       }
+      if (this.prefixes && !seq.seeded) this.#counters.lookup(seq.promptIds.length, seq.reusedTokens)
+      seq.timings.scheduledAt = wallClock()
       count++
     }
     return this.#waiting.splice(0, count)
@@ -471,9 +479,11 @@ export class LocalEngine {
         for (let i = this.#batches.length - 1; i >= 0; i--) {
           if (this.#batches[i].size === 0 && this.#batchCapacity === 1) this.#batches.splice(i, 1)
         }
+        this.#counters.report(() => this.#load())
       }
     } finally {
       this.#looping = false
+      this.#counters.report(() => this.#load(), true)
     }
   }
 
@@ -493,6 +503,7 @@ export class LocalEngine {
       const out = await group.feed(Math.max(1, Math.floor(budget / group.size)))
       logits = out.logits
       this.#pacer.recordPrefill(out.tokens, performance.now() - started)
+      this.#counters.step('prefill', out.tokens)
     } catch (err) {
       const rows = group.rows
       group.free()
@@ -546,6 +557,7 @@ export class LocalEngine {
       logits = out.logits
       if (out.promptTokens > 0) this.#pacer.recordPrefill(out.promptTokens, performance.now() - started, decoding)
       else this.#pacer.recordDecode(performance.now() - started, batch.size)
+      this.#counters.step(out.promptTokens > 0 ? (decoding > 0 ? 'mixed' : 'prefill') : 'decode', decoding + out.promptTokens)
     } catch (err) {
       const rows = batch.rows
       batch.leave(new Set(rows))
@@ -643,6 +655,8 @@ export class LocalEngine {
 
   #finish (seq: Sequence, reason: FinishReason): void {
     seq.release()
+    // Before the finish: whoever reads the metrics after the reply sees its steps counted.
+    this.#counters.report(() => this.#load(), true)
     const prompt = seq.promptIds.length
     this.#events.finish(seq.id, reason, {
       prompt_tokens: prompt,
@@ -650,7 +664,21 @@ export class LocalEngine {
       total_tokens: prompt + seq.generated,
       prompt_tokens_details: { cached_tokens: seq.reusedTokens },
       completion_tokens_details: { reasoning_tokens: seq.reasoningTokens },
-    }, reason === 'stop' ? seq.matchedStop ?? undefined : undefined)
+    }, reason === 'stop' ? seq.matchedStop ?? undefined : undefined, seq.timings)
+  }
+
+  /** Running and waiting sequences, and the KV cache budget's share held for running ones and kept by the prefix cache. */
+  #load (): EngineLoad {
+    const reserves = this.#running().map(r => r.positions)
+    const budget = this.kvBudget.tokens
+    // As admission counts them: rows padded to the largest reservation (kv-budget.ts).
+    const held = reserves.length === 0 ? 0 : reserves.length * Math.max(...reserves)
+    return {
+      running: (this.#prefill?.size ?? 0) + this.#decodingCount,
+      waiting: this.#waiting.length,
+      kvUsage: budget > 0 ? Math.min(1, held / budget) : 0,
+      prefixCacheUsage: budget > 0 && this.prefixes ? Math.min(1, this.prefixes.keptPositions / budget) : 0,
+    }
   }
 
   #fail (seqs: Sequence[], err: unknown): void {

@@ -5,7 +5,7 @@
 // a forced tool call is such a constraint too (tool-call-constraint.ts); with
 // logprobs, each token's log-probability travels with the delta that releases
 // its text.
-import type { DeltaLogprobs, FinishReason, GenerateRequest, TokenLogprob } from '../../backend.ts'
+import { wallClock, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type TokenLogprob } from '../../backend.ts'
 import type { Constraint } from '../grammar/grammar.ts'
 import { tokenLogprob } from '../sampling/logprobs.ts'
 import type { TokenTable } from '../text/token-bytes.ts'
@@ -58,6 +58,8 @@ export class Sequence {
   cancelled = false
   /** The request gave a seed: it must replay exactly. */
   readonly seeded: boolean
+  /** When it was queued, started (scheduledAt, set by the engine), and sampled its first and last token. */
+  readonly timings: GenerateTimings = { queuedAt: wallClock() }
   /** Whose prefix cache the sequence may reuse and leaves its cache in (GenerateRequest.cacheScope). */
   readonly cacheScope: string
   readonly #request: GenerateRequest
@@ -200,6 +202,8 @@ export class Sequence {
     if (constrained) this.#constraint?.apply(logits, n)
     if (forced === undefined && this.#adjust) adjustLogits(logits, n, this.#adjust, this.#counts)
     const id = forced ?? sample(logits, this.#request, this.#rng, n)
+    this.timings.lastTokenAt = wallClock()
+    this.timings.firstTokenAt ??= this.timings.lastTokenAt
     this.#counts.add(id)
     if (this.#eosIds.has(id)) return this.#withLogprobs({ ...this.#finishText(), finish: 'stop' }, true)
     if (constrained && !this.#constraint?.accept(id)) throw new Error(`the grammar refused token ${id}, which its own mask allowed`)
