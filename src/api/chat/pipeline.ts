@@ -26,7 +26,7 @@ import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
 import { PromptHistory } from '../../limits/prompt-history.ts'
-import { admitCompletion, roundPromptEstimate, type ChatLimits, type RequestMeter } from './metering.ts'
+import { admitCompletion, roundPromptEstimate, type ChatLimits } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
 import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
@@ -58,8 +58,6 @@ export interface StartOptions {
   clientSampling?: ClientSampling
   /** The id the response will carry (and the usage row); a chat completion id when absent. */
   id?: string
-  /** Adjusts the backend's request after shaping (a door's own fields the chat body has no place for). */
-  adjust?: (request: GenerateRequest) => void
   /** Tool calls the door runs itself: the reply goes on after them, in the same admission and usage row (rounds.ts). */
   continueAfterCalls?: ContinueAfterCalls
 }
@@ -70,11 +68,6 @@ export interface StartedCompletion {
   events: AsyncIterable<GenerateEvent>
   meta: CompletionMeta
   stop: StopSignal
-  /** The web search done for the request, if any. */
-  searched?: SearchDone
-  /** The backend's request as sent (the shaped conversation). */
-  generateRequest: GenerateRequest
-  meter: RequestMeter
   /** The request's metrics and trace (observe.ts): its timings, once the generation has finished. */
   watch: RequestWatch
 }
@@ -213,7 +206,6 @@ export class CompletionPipeline {
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
       generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
       if (compiles) generateRequest.grammarScope = scope // whose compiled grammars the request may use
-      opts.adjust?.(generateRequest)
       const release = this.#admission.acquire(model.id)
       try {
         const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(watch.call(request, call => model.backend.generate(call, signal)), model.reasoning)
@@ -237,6 +229,6 @@ export class CompletionPipeline {
       throw err
     }
     const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results, completionId)
-    return { model, events, meta, stop, searched, generateRequest, meter, watch }
+    return { model, events, meta, stop, watch }
   }
 }
