@@ -21,7 +21,7 @@ export const DEFAULT_MODELS_FILE = join(PROJECT_ROOT, 'models', 'models.json')
 export const DEFAULT_TIERS_FILE = join(PROJECT_ROOT, 'tiers.json')
 
 /**
- * Size limits on a chat request's conversation beyond BODY_LIMIT (api/chat/input-limits.ts
+ * Size limits on a chat request's conversation beyond BODY_LIMIT (api/pipeline/input-limits.ts
  * enforces them): BODY_LIMIT bounds bytes, not work.
  */
 export interface InputLimits {

@@ -15,7 +15,7 @@ import { sourcesBlock } from '../prompt/search-context.ts'
 import type { SearchResult } from '../search/provider.ts'
 import { searchQuery } from '../search/query.ts'
 import type { WebSearch } from '../search/web-search.ts'
-import type { ContinueAfterCalls } from './chat/rounds.ts'
+import type { ContinueAfterCalls } from './pipeline/rounds.ts'
 import type { ChatCompletionRequest } from './chat/schema.ts'
 
 /** Searches one reply may run, whatever the client asks. */

@@ -15,7 +15,7 @@ import { DEFAULT_DTYPE, ONNX_FILES_BY_DTYPE, type ModelDtype } from './onnx/mode
 
 const ModelId = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$' })
 
-/** How a reasoning model's thinking reaches the client (DESIGN.md "Reasoning"). */
+/** How a reasoning model's thinking reaches the client (docs/design.md "Reasoning"). */
 const ReasoningMode = Type.Enum(['separate', 'inline', 'hidden'])
 
 /**

@@ -1,4 +1,4 @@
-// Kysely's SqliteDialect expects a better-sqlite3-like database. DESIGN.md names
+// Kysely's SqliteDialect expects a better-sqlite3-like database. docs/design.md names
 // better-sqlite3, but it is a native addon: npm here blocks install scripts and
 // node-gyp would build it against the wrong Node headers. Node 24 ships SQLite
 // as `node:sqlite`, so this adapter gives its DatabaseSync the small surface

@@ -1,4 +1,4 @@
-// The SSE wire format of DESIGN.md, with a scripted backend: the exact frame
+// The SSE wire format of docs/design.md, with a scripted backend: the exact frame
 // sequence, keep-alive comments, refusals before the stream (HTTP status) and
 // failures during it (error event), reasoning modes, and that a client going
 // away stops generation. Real generation is covered by e2e-openai.test.ts.

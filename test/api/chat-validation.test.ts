@@ -4,7 +4,7 @@
 // backend with the spec's defaults and exactly the client's conversation.
 
 import t from 'tap'
-import { cacheScope } from '../../src/api/chat/cache-scope.ts'
+import { cacheScope } from '../../src/api/pipeline/cache-scope.ts'
 import { ChatCompletionRequest } from '../../src/api/chat/schema.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'

@@ -7,7 +7,7 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import t, { type Test } from 'tap'
-import { DEFAULT_INPUT_LIMITS, codePoints } from '../../src/api/chat/input-limits.ts'
+import { DEFAULT_INPUT_LIMITS, codePoints } from '../../src/api/pipeline/input-limits.ts'
 import { loadConfig } from '../../src/config.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 

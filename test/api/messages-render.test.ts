@@ -4,7 +4,7 @@
 // however a tool call is cut into pieces; Anthropic's usage leaves cached prompt tokens out of
 // input_tokens.
 import t from 'tap'
-import { DEFAULT_INPUT_LIMITS } from '../../src/api/chat/input-limits.ts'
+import { DEFAULT_INPUT_LIMITS } from '../../src/api/pipeline/input-limits.ts'
 import { anthropicUsage, MessageBuilder, toolInput } from '../../src/api/messages/render.ts'
 import type { MessagesRequest } from '../../src/api/messages/schema.ts'
 import { toChatRequest } from '../../src/api/messages/to-chat.ts'

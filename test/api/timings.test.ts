@@ -1,4 +1,4 @@
-// Per-response timings (X-Chatd-Timings: 1, src/api/chat/timings.ts): a
+// Per-response timings (X-Chatd-Timings: 1, src/api/pipeline/timings.ts): a
 // Server-Timing header on every door's whole reply, a `timings` object in a
 // chat completion's body or its stream's finish chunk; nothing without the
 // header, and a clear 400 for a value that is neither yes nor no.

@@ -59,7 +59,7 @@ t.test('tiers file: defaults, null and absent limits, model patterns, fallback t
   t.equal(tiers.resolve('removed-tier').name, 'free', 'an account on a tier no longer in the file gets the default')
 
   const shipped = Tiers.fromFile(join(import.meta.dirname, '../../tiers.json'))
-  t.same(shipped.get('free'), { name: 'free', requestsPerMinute: 10, tokensPerMinute: 20000, callsPerMonth: 1000, maxTokensPerRequest: 2048, models: ['*'], cachedPromptTokensWeight: 0.1 }, 'the shipped tiers.json has DESIGN.md\'s free tier')
+  t.same(shipped.get('free'), { name: 'free', requestsPerMinute: 10, tokensPerMinute: 20000, callsPerMonth: 1000, maxTokensPerRequest: 2048, models: ['*'], cachedPromptTokensWeight: 0.1 }, 'the shipped tiers.json has docs/design.md\'s free tier')
   t.ok(shipped.has('pro') && shipped.has('unlimited'))
 
   t.throws(() => Tiers.parse('{'), TiersFileError)

@@ -4,7 +4,7 @@
 
 import { readFileSync } from 'node:fs'
 import t from 'tap'
-import { toGenerateRequest } from '../../src/api/chat/generate-request.ts'
+import { toGenerateRequest } from '../../src/api/pipeline/generate-request.ts'
 import type { ChatCompletionRequest } from '../../src/api/chat/schema.ts'
 import { TOKENS_PER_WORD, wordcountBudget } from '../../src/prompt/budget.ts'
 import { controlInstruction } from '../../src/prompt/controls.ts'

@@ -4,7 +4,7 @@
 // scope (its account and cache_salt) as `cache_salt`, so the upstream splits
 // its cache as chatd's own engine does.
 import t, { type Test } from 'tap'
-import { cacheScope } from '../../src/api/chat/cache-scope.ts'
+import { cacheScope } from '../../src/api/pipeline/cache-scope.ts'
 import { UpstreamBackend } from '../../src/engine/upstream/backend.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { chunk, loopbackServer, sseData, sseHead } from './loopback.ts'

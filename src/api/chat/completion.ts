@@ -1,37 +1,9 @@
 // Builds the response objects: the whole chat.completion for a non-streamed
 // reply, and the chunks of a streamed one.
 
-import { randomBytes } from 'node:crypto'
-import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, ToolCall, ToolCallDelta, Usage } from '../../engine/backend.ts'
-import type { SearchResult } from '../../search/provider.ts'
-import type { ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, SearchResultItem } from './schema.ts'
-
-export interface CompletionMeta {
-  id: string
-  created: number
-  model: string
-  systemFingerprint: string
-  /** The web search results the model was given; sent as `search_results` (body, or the stream's first chunk). */
-  searchResults?: SearchResultItem[]
-}
-
-/** A chat completion's id; made at admission, so the usage row and the response carry the same one. */
-export function newCompletionId (): string {
-  return 'chatcmpl-' + randomBytes(18).toString('base64url')
-}
-
-export function newCompletionMeta (model: string, systemFingerprint: string, searchResults?: SearchResult[], id = newCompletionId()): CompletionMeta {
-  return {
-    id,
-    created: Math.floor(Date.now() / 1000),
-    model,
-    systemFingerprint,
-    ...(searchResults ? { searchResults: searchResults.map((r, i) => ({ index: i + 1, title: r.title, url: r.url, snippet: r.snippet })) } : {}),
-  }
-}
-
-/** A finish the client can see: `cancelled` only happens once the client has gone. */
-export type VisibleFinish = Exclude<FinishReason, 'cancelled'>
+import type { DeltaLogprobs, FinishReason, GenerateEvent, TokenLogprob, ToolCall, Usage } from '../../engine/backend.ts'
+import { assembleToolCalls, type CompletionMeta, type VisibleFinish } from '../pipeline/completion-meta.ts'
+import type { ChatCompletion, ChatCompletionChunk, ChoiceLogprobs } from './schema.ts'
 
 export interface CollectedCompletion {
   content: string
@@ -42,16 +14,6 @@ export interface CollectedCompletion {
   logprobs?: DeltaLogprobs
   /** The tool calls, assembled from their streamed pieces; absent when there are none. */
   toolCalls?: ToolCall[]
-}
-
-/** Appends streamed tool-call pieces to the calls so far: by index, the id and name once, the arguments in order. */
-export function assembleToolCalls (calls: ToolCall[], pieces: ToolCallDelta[]): void {
-  for (const piece of pieces) {
-    const call = calls[piece.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } }
-    if (piece.id !== undefined) call.id = piece.id
-    if (piece.name !== undefined) call.function.name += piece.name
-    if (piece.arguments !== undefined) call.function.arguments += piece.arguments
-  }
 }
 
 /** Whether a delta carries token log-probabilities (a delta may carry them without text: its tokens' text was removed, e.g. whitespace after thinking). */

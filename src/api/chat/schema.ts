@@ -1,5 +1,5 @@
 // Schemas of POST /api/v1/chat/completions: the request (the spec's fields with
-// their types, ranges and defaults, plus the extras DESIGN.md accepts), the
+// their types, ranges and defaults, plus the extras docs/design.md accepts), the
 // response, the streamed chunk. Fastify validates the body with these, and
 // /docs is generated from them. Unknown fields are ignored, not rejected.
 
@@ -115,7 +115,7 @@ export const ChatCompletionRequest = Type.Object({
   top_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1, default: DEFAULTS.top_p })),
   top_k: Type.Optional(Type.Integer({ minimum: 0, default: DEFAULTS.top_k, description: '0 disables top-k.' })),
 
-  // --- accepted extras (DESIGN.md "Request"); null means absent, as clients send it ---
+  // --- accepted extras (docs/design.md "Request"); null means absent, as clients send it ---
   max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'Upper bound on generated tokens.' })),
   max_completion_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], { description: 'Same as max_tokens; wins when both are given.' })),
   stop: Type.Optional(Type.Union([
@@ -246,7 +246,7 @@ const ToolCallChunk = Type.Object({
   function: Type.Optional(Type.Object({ name: Type.Optional(Type.String()), arguments: Type.Optional(Type.String()) })),
 })
 
-/** The response's timings, with `X-Chatd-Timings: 1` (api/chat/timings.ts); milliseconds unless named otherwise. */
+/** The response's timings, with `X-Chatd-Timings: 1` (api/pipeline/timings.ts); milliseconds unless named otherwise. */
 const Timings = Type.Object({
   ttft_ms: Type.Number({ description: 'From the request\'s checks starting to its first output.' }),
   total_ms: Type.Number({ description: 'From the request\'s checks starting to its end.' }),

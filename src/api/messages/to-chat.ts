@@ -9,8 +9,8 @@
 // `anthropicParam`.
 
 import { ApiError, invalidParam } from '../../errors.ts'
-import type { InputLimits } from '../chat/input-limits.ts'
-import { codePoints } from '../chat/input-limits.ts'
+import type { InputLimits } from '../pipeline/input-limits.ts'
+import { codePoints } from '../pipeline/input-limits.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import { searchFailed, searchNotRun, WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'

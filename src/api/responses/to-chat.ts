@@ -6,7 +6,7 @@
 // refusal about `messages[4].content` names `input[6].content` instead.
 
 import type { ChatCompletionRequest } from '../chat/schema.ts'
-import type { ClientSampling } from '../chat/pipeline.ts'
+import type { ClientSampling } from '../pipeline/pipeline.ts'
 import { ApiError, invalidParam } from '../../errors.ts'
 import { checkInputItems, messageText, normalisedItem, outputText, type InputItem } from './input-items.ts'
 import type { ResponsesRequest } from './schema.ts'

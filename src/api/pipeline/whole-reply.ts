@@ -9,7 +9,7 @@ import type { FastifyRequest } from 'fastify'
 import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
-import type { VisibleFinish } from './completion.ts'
+import type { VisibleFinish } from './completion-meta.ts'
 import type { StartedCompletion } from './pipeline.ts'
 
 export type Delta = Extract<GenerateEvent, { type: 'delta' }>

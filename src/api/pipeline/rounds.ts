@@ -7,7 +7,7 @@
 // runs only once its conversation, sent again, is reserved in the tier's minute.
 
 import type { ChatMessage, GenerateEvent, GenerateRequest, ToolCall, ToolChoice, Usage } from '../../engine/backend.ts'
-import { assembleToolCalls } from './completion.ts'
+import { assembleToolCalls } from './completion-meta.ts'
 
 /** What a door hands back after running a round's calls: their results, and the next round's tool_choice. */
 export interface CallResults {

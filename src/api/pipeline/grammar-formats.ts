@@ -9,7 +9,7 @@ import { checkResponseFormat } from '../../engine/schema-check.ts'
 import { argumentsFormat, forcedCallTools } from '../../engine/tools/forced-call.ts'
 import { ApiError } from '../../errors.ts'
 import { responseFormatOf } from './generate-request.ts'
-import type { ChatCompletionRequest } from './schema.ts'
+import type { ChatCompletionRequest } from '../chat/schema.ts'
 
 type JsonFormat = Exclude<ResponseFormat, { type: 'text' }>
 

@@ -15,7 +15,7 @@ import { shapeConversation, type SystemPromptPlacement } from '../../prompt/shap
 import type { SearchResult } from '../../search/provider.ts'
 import { searchQuery } from '../../search/query.ts'
 import type { WebSearch } from '../../search/web-search.ts'
-import { DEFAULTS, type ChatCompletionRequest } from './schema.ts'
+import { DEFAULTS, type ChatCompletionRequest } from '../chat/schema.ts'
 
 /** A web search done for one request: what was asked and what came back, in prompt order. */
 export interface SearchDone {

@@ -12,7 +12,7 @@
 
 import { invalidParam } from '../../errors.ts'
 import type { InputLimits } from '../../config.ts'
-import { TOOLS_MAX, type ChatCompletionRequest } from './schema.ts'
+import { TOOLS_MAX, type ChatCompletionRequest } from '../chat/schema.ts'
 
 // The limits and their defaults are settings (config.ts).
 export { DEFAULT_INPUT_LIMITS, type InputLimits } from '../../config.ts'

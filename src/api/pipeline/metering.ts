@@ -16,7 +16,7 @@ import type { Limiter, Permit } from '../../limits/limiter.ts'
 import type { PromptHistory } from '../../limits/prompt-history.ts'
 import { estimatePromptTokens, estimateTokensOfChars } from '../../limits/request-cost.ts'
 import type { UsageStatus } from '../../store/schema.ts'
-import type { ChatCompletionRequest } from './schema.ts'
+import type { ChatCompletionRequest } from '../chat/schema.ts'
 
 /** What watches a request's usage row being written: `work` writes it. */
 export interface UsageWatch {

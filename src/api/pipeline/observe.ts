@@ -25,7 +25,7 @@ import type { Metrics } from '../metrics/metrics.ts'
 import type { FinishedReason } from '../metrics/serving.ts'
 import { endFailed, endFailedWith } from '../tracing/hooks.ts'
 import { CONTENT_LIMIT, type Tracing } from '../tracing/tracing.ts'
-import type { ChatCompletionRequest } from './schema.ts'
+import type { ChatCompletionRequest } from '../chat/schema.ts'
 import { responseTimings, serverTiming, timingsRequested, type ResponseTimings } from './timings.ts'
 
 export interface WatchOptions {

@@ -1,5 +1,5 @@
 // The one way a completion starts, whichever door it came in by (chat
-// completions, the Responses API, the Messages API: DESIGN.md "three wire
+// completions, the Responses API, the Messages API: docs/design.md "three wire
 // formats, one house"). A front door translates its body into a
 // ChatCompletionRequest and calls `start`; what comes back is the stream of
 // GenerateEvents to render in its own shape. Everything between lives here
@@ -21,7 +21,7 @@ import type { Metrics } from '../metrics/metrics.ts'
 import type { Tracing } from '../tracing/tracing.ts'
 import { Admission } from './admission.ts'
 import { cacheScope } from './cache-scope.ts'
-import { newCompletionId, newCompletionMeta, type CompletionMeta } from './completion.ts'
+import { newCompletionId, newCompletionMeta, type CompletionMeta } from './completion-meta.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
 import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
@@ -30,7 +30,7 @@ import { admitCompletion, roundPromptEstimate, type ChatLimits } from './meterin
 import { withNextTurn } from './next-turn.ts'
 import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
-import type { ChatCompletionRequest } from './schema.ts'
+import type { ChatCompletionRequest } from '../chat/schema.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
 
 export interface PipelineOptions {
