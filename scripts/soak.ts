@@ -122,7 +122,7 @@ let done = 0
 
 async function one (i: number): Promise<void> {
   const { door, body } = soakBody(i, MODEL)
-  const key = keys[i % keys.length]
+  const key = keys[Math.abs(i) % keys.length]
   let status: string
   try {
     const res = await fetch(base + DOOR_PATH[door], {
