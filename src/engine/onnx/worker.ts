@@ -46,7 +46,7 @@ try {
         break
     }
   })
-  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device, promptGraph: engine.session.hasPromptGraph, toolFormat: toolFormatForTemplate(engine.template.source).name })
+  send({ type: 'ready', contextLength: engine.contextLength, device: engine.session.device, deviceWhy: engine.session.deviceWhy, cacheOnDevice: engine.session.cacheOnDevice, promptGraph: engine.session.hasPromptGraph, toolFormat: toolFormatForTemplate(engine.template.source).name })
 } catch (err) {
   send({ type: 'load_error', message: (err as Error).message })
 }
