@@ -180,7 +180,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // chatd_engine_sequences: what each local engine still holds, read at scrape time.
   metrics.watchEngines(() => models.list().flatMap(m => {
     const sequences = m.backend.activeSequences
-    return sequences === undefined ? [] : [{ model: m.id, sequences, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts }]
+    return sequences === undefined ? [] : [{ model: m.id, sequences, device: m.backend.device, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts }]
   }))
 
   // 7. The API proper, behind Bearer keys.

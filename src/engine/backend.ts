@@ -246,6 +246,12 @@ export interface Backend {
   readonly activeSequences?: number
   /** Prompt positions computed ahead for conversations' next turns since start (prepareNextTurn); absent without an engine. */
   readonly promptTokensComputedAhead?: number
+  /** Local models, once loaded: the execution provider the engine runs on (cpu, cuda or webgpu). */
+  readonly device?: string
+  /** Local models, once loaded: why that device (asked for by name, or what `auto` found). */
+  readonly deviceWhy?: string
+  /** Local models, once loaded: whether the KV cache stays in the device's memory between steps. */
+  readonly cacheOnDevice?: boolean
   state (): BackendState
   /** Starts loading; resolves when ready or rejects when the model cannot be used. */
   load (): Promise<void>

@@ -108,9 +108,17 @@ async function probe (): Promise<AdapterProbe> {
     if (nodes.length === 0) return { gpu: false, reason: 'no GPU device on this machine (no /dev/nvidia*, /dev/dri/renderD* or /dev/dxg)' }
     if (!vulkanLoader()) return { gpu: false, reason: `a GPU device is there (${nodes.join(', ')}) but the Vulkan loader (libvulkan.so.1) is not installed` }
   }
-  const disabled = [process.env.VK_LOADER_DRIVERS_DISABLE, ...SOFTWARE_DRIVERS].filter(Boolean).join(',')
+  return probeInChild({ software: false })
+}
+
+/**
+ * Opens a WebGPU session on PROBE_MODEL in a child process, with the software Vulkan drivers left
+ * out unless `software` (the tests' check for lavapipe).
+ */
+export async function probeInChild (opts: { software: boolean }): Promise<AdapterProbe> {
+  const disabled = [process.env.VK_LOADER_DRIVERS_DISABLE, ...(opts.software ? [] : SOFTWARE_DRIVERS)].filter(Boolean).join(',')
   const child = spawn(process.execPath, [new URL('./webgpu-probe.ts', import.meta.url).pathname], {
-    env: { ...process.env, VK_LOADER_DRIVERS_DISABLE: disabled },
+    env: { ...process.env, ...(disabled ? { VK_LOADER_DRIVERS_DISABLE: disabled } : {}) },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''
@@ -122,9 +130,11 @@ async function probe (): Promise<AdapterProbe> {
     child.once('close', exitCode => resolve(exitCode))
   })
   clearTimeout(timer)
-  if (code === 0 && /^webgpu ok$/m.test(output)) return { gpu: true, reason: 'a WebGPU adapter on a real GPU (Vulkan, software drivers left out)' }
-  const said = output.split('\n').map(l => l.trim()).filter(l => l !== '' && !/^Warning:/.test(l)).at(-1)
-  return { gpu: false, reason: `no WebGPU adapter on a real GPU${code === null ? ' (the probe did not finish)' : ''}: ${said ?? `the probe exited with code ${code}`}` }
+  const what = opts.software ? 'WebGPU adapter' : 'WebGPU adapter on a real GPU'
+  if (code === 0 && /^webgpu ok$/m.test(output)) return { gpu: true, reason: `a ${what}${opts.software ? '' : ' (Vulkan, software drivers left out)'}` }
+  // The probe prints onnxruntime's message last; Dawn's and the loader's own lines come before it.
+  const said = output.split('\n').map(l => l.trim()).filter(l => l !== '').at(-1)
+  return { gpu: false, reason: `no ${what}${code === null ? ' (the probe did not finish)' : ''}: ${said?.replace(/^.*?(Failed to get a WebGPU adapter)/, '$1') ?? `the probe exited with code ${code}`}` }
 }
 
 /**
@@ -145,6 +155,8 @@ export function webgpuUnavailableMessage (err: Error, asked: string, otherDevice
     }
     if (gpuDeviceNodes().length === 0 && !drivers.some(isSoftwareDriver)) missing.push('no GPU device is visible (/dev/nvidia*, /dev/dri/renderD*)')
   }
-  return `${asked} but onnxruntime's WebGPU execution provider could not start: ${err.message.replace(/^.*?(Failed to get a WebGPU adapter)/s, '$1')}` +
+  // onnxruntime's message starts with its source location and may end in a newline.
+  const said = err.message.replace(/^.*?(Failed to get a WebGPU adapter)/s, '$1').split('\n')[0].trim()
+  return `${asked} but onnxruntime's WebGPU execution provider could not start: ${said}` +
     `${missing.length > 0 ? `. On this machine ${missing.join('; ')}` : ''}. See docs/deployment.md (GPUs). ${otherDevices}`
 }
