@@ -78,13 +78,13 @@ t.test('ONNX_DEVICE=auto where only a software Vulkan renderer is installed: the
 t.test('ONNX_DEVICE=webgpu: the model runs on WebGPU; the log, /api/v1/models for an admin and /metrics say so', async t => {
   if (!await needWebgpu(t)) return
   const { app, logs } = await serve(t, 'webgpu', [{ id: 'stories', backend: 'onnx', path: storiesModelDir('fp32', 'concat'), dtype: 'fp32' }])
-  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'webgpu', why: 'asked for (ONNX_DEVICE=webgpu)', cacheOnDevice: true })
+  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'webgpu', why: /^asked for \(ONNX_DEVICE=webgpu\)/, cacheOnDevice: true })
   const auth = { authorization: `Bearer ${KEY}` }
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: { model: 'stories', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 8, temperature: 0 } })
   t.equal(res.statusCode, 200)
   t.equal(res.json().usage.completion_tokens, 8, 'a reply generated on WebGPU')
   const model = (await app.inject({ url: '/api/v1/models/stories', headers: auth })).json()
-  t.match(model, { id: 'stories', status: 'ready', device: 'webgpu', device_reason: 'asked for (ONNX_DEVICE=webgpu)', cache_on_device: true })
+  t.match(model, { id: 'stories', status: 'ready', device: 'webgpu', device_reason: /^asked for \(ONNX_DEVICE=webgpu\)/, cache_on_device: true })
   const metrics = (await app.inject({ url: '/metrics' })).body
   t.match(metrics, /^chatd_model_device\{model="stories",device="webgpu"\} 1$/m)
 })

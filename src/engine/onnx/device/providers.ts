@@ -8,7 +8,7 @@
 import os from 'node:os'
 import { cudaProviderInstalled, cudaProviderPath, INSTALL_CUDA_COMMAND } from './cuda-provider.ts'
 import { ort } from './ort.ts'
-import { probeGpuAdapter, webgpuUnavailableMessage } from './webgpu.ts'
+import { gpuDeviceNodes, probeGpuAdapter, webgpuUnavailableMessage } from './webgpu.ts'
 
 export { cudaProviderInstalled }
 
@@ -106,7 +106,9 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
       }
     case 'webgpu':
       try {
-        return { session: await open('webgpu'), device: 'webgpu', why: `asked for (${asked('webgpu', from)})` }
+        // Asked for by name, any adapter will do; say so when it can only be a software renderer.
+        const software = process.platform === 'linux' && gpuDeviceNodes().length === 0
+        return { session: await open('webgpu'), device: 'webgpu', why: `asked for (${asked('webgpu', from)})${software ? '; there is no GPU device on this machine, so a software Vulkan renderer (such as lavapipe) runs it' : ''}` }
       } catch (err) {
         if (!/WebGPU adapter|WebGpuContext|Dawn|Vulkan/i.test((err as Error).message)) throw err
         throw new DeviceError(webgpuFailedMessage(err as Error, from))

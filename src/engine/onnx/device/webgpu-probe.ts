@@ -2,7 +2,7 @@
 // graph and runs it once, with whatever Vulkan drivers its environment allows.
 // Prints "webgpu ok" and exits 0 when the result is right; else the error, exit 1.
 import { ort } from './ort.ts'
-import { PROBE_MODEL } from './webgpu.ts'
+import { PROBE_MODEL } from './probe-model.ts'
 
 try {
   const session = await ort.InferenceSession.create(PROBE_MODEL, { executionProviders: ['webgpu'], logSeverityLevel: 3 })

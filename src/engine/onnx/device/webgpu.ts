@@ -10,13 +10,11 @@
 // Vulkan loader told to leave the software drivers out (VK_LOADER_DRIVERS_DISABLE):
 // if WebGPU still finds an adapter there, it is real hardware. In this process
 // Dawn asks for the high-performance adapter, which is that GPU.
+// (webgpu-probe.ts is the child; probe-model.ts its graph.)
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-
-/** A two-node graph (y = x + x over float[4]): enough for WebGPU to pick an adapter and run a shader. */
-export const PROBE_MODEL = Buffer.from('CAgSBWNoYXRkGgExOkQKFwoBeAoBeBIBeRoFQWRkXzAiA0FkZDoAEgdkZWNvZGVyWg8KAXgSCgoICAESBAoCCARiDwoBeRIKCggIARIECgIIBEIECgAQEQ==', 'base64')
 
 /** Vulkan driver manifests (file names) of software renderers: Mesa's lavapipe and Google's SwiftShader. */
 export const SOFTWARE_DRIVERS = ['*lvp*', '*swiftshader*']
