@@ -1,7 +1,9 @@
 // The WebGPU device gives the CPU provider's tokens, token for token: the same
 // requests, greedy, on ONNX_DEVICE=cpu and ONNX_DEVICE=webgpu, compared whole.
 // On CI WebGPU runs on Mesa's lavapipe (software Vulkan, slow), so this file is
-// the representative set rather than every local-model test twice, on stories260k:
+// the representative set rather than every local-model test twice, on stories260k
+// (the scenarios are scripts/bench/exactness.ts's, which scripts/gpu-check.sh
+// also runs on a real GPU):
 //   - fp32 and int4 (float compute) concat graphs, whose cache stays in GPU
 //     memory between steps: one request alone, three together, and one joining
 //     another mid-decode (its cache gathered on the host and uploaded once);
@@ -13,63 +15,12 @@
 // it: the WebGPU provider computes int4 products in float, so such a graph gives
 // other tokens on a GPU by design (docs/models.md).
 import t, { type Test } from 'tap'
-import type { ChatMessage, GenerateRequest } from '../../../../src/engine/backend.ts'
+import { batches, conversation } from '../../../../scripts/bench/exactness.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
-import type { Device } from '../../../../src/engine/onnx/device/providers.ts'
 import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
-import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
-import { nextTurnStart } from '../../../../src/prompt/shape.ts'
-import { USER_TURNS } from '../../../helpers/engine-harness.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
-
-interface Reply { text: string; completion: number; cached: number }
-
-/** An engine in this thread on `device`, with a promise per request and a callback on each delta. */
-async function engineOn (t: Test, dir: string, dtype: ModelDtype, device: Device) {
-  const texts = new Map<string, string>()
-  const done = new Map<string, (r: Reply) => void>()
-  const onDelta = new Map<string, () => void>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype, device, threads: 2 }, {
-    delta: (id, text) => {
-      texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
-      onDelta.get(id)?.()
-    },
-    finish: (id, _reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', completion: usage.completion_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? 0 }),
-    error: (_id, err) => { throw err },
-  })
-  t.teardown(() => engine.close())
-  let n = 0
-  const generate = (messages: ChatMessage[], maxTokens: number, deltas?: () => void): Promise<Reply> => {
-    const id = `r${n++}`
-    if (deltas) onDelta.set(id, deltas)
-    const result = new Promise<Reply>(resolve => done.set(id, resolve))
-    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens } satisfies GenerateRequest, id)
-    return result
-  }
-  return { engine, generate }
-}
-
-const user = (content: string): ChatMessage[] => [{ role: 'user', content }]
-
-/** One request alone; three together; one joining another after that one's fourth token. */
-async function batches (t: Test, dir: string, dtype: ModelDtype, device: Device) {
-  const { engine, generate } = await engineOn(t, dir, dtype, device)
-  const solo = await generate(user(USER_TURNS[0]), 40)
-  const together = await Promise.all([
-    generate(user('Once upon a time'), 30),
-    generate(user('The little dog ran to the park and saw a big red ball. He'), 30),
-    generate(user('Lily'), 30),
-  ])
-  let joined: Promise<Reply> | undefined
-  let tokens = 0
-  const first = generate(user(USER_TURNS[1]), 36, () => {
-    if (++tokens === 4) joined = generate(user(USER_TURNS[2]), 24)
-  })
-  const join = [await first, await joined!]
-  return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, replies: { solo, together, join } }
-}
 
 const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheOnDevice: boolean }> = [
   { name: 'fp32 concat graph (the cache in GPU memory)', dir: () => storiesModelDir('fp32', 'concat'), dtype: 'fp32', cacheOnDevice: true },
@@ -80,8 +31,8 @@ const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheO
 for (const model of MODELS) {
   t.test(`${model.name}: solo, batched and joining mid-decode, the CPU's tokens`, async t => {
     if (!await needWebgpu(t)) return
-    const cpu = await batches(t, model.dir(), model.dtype, 'cpu')
-    const gpu = await batches(t, model.dir(), model.dtype, 'webgpu')
+    const cpu = await batches(model.dir(), model.dtype, 'cpu')
+    const gpu = await batches(model.dir(), model.dtype, 'webgpu')
     t.equal(gpu.device, 'webgpu')
     t.equal(gpu.cacheOnDevice, model.cacheOnDevice, `the cache ${model.cacheOnDevice ? 'stays in GPU memory' : 'is kept on the host'}`)
     t.ok(cpu.replies.solo.completion === 40 && cpu.replies.together.every(r => r.completion === 30), 'the replies run to max_tokens: every token is compared')
@@ -89,27 +40,11 @@ for (const model of MODELS) {
   })
 }
 
-/** Four turns, each reply's conversation computed ahead before the next turn (as the server does). */
-async function conversation (t: Test, device: Device) {
-  const { engine, generate } = await engineOn(t, storiesModelDir('fp32', 'concat'), 'fp32', device)
-  const messages: ChatMessage[] = []
-  const replies: Reply[] = []
-  for (const [i, turn] of USER_TURNS.entries()) {
-    messages.push({ role: 'user', content: turn })
-    const reply = await generate([...messages], 24)
-    replies.push(reply)
-    // Turn 3 starts from the prefix cache alone; the others from the conversation computed ahead.
-    if (i !== 1) engine.prepareNextTurn(nextTurnStart([...messages], reply.text))
-    messages.push({ role: 'assistant', content: reply.text })
-    await engine.idle()
-  }
-  return { replies, ahead: engine.tokensComputedAhead }
-}
-
 t.test('a conversation with the prefix cache and the next turn computed ahead (fp32 concat graph): the CPU\'s tokens and cached counts', async t => {
   if (!await needWebgpu(t)) return
-  const cpu = await conversation(t, 'cpu')
-  const gpu = await conversation(t, 'webgpu')
+  const dir = storiesModelDir('fp32', 'concat')
+  const cpu = await conversation(dir, 'fp32', 'cpu')
+  const gpu = await conversation(dir, 'fp32', 'webgpu')
   t.ok(cpu.replies.slice(1).every(r => r.cached > 0), 'every later turn reuses cached positions')
   t.ok(cpu.ahead > 0, 'positions were computed ahead')
   t.same(gpu, cpu, 'replies, cached positions and positions computed ahead')
