@@ -18,6 +18,9 @@ const modelDir = storiesModelDir('int4')
 const KEY = `sk-chatd-${'devices0'.repeat(4)}`
 const ORT_BIN = new URL('../../node_modules/onnxruntime-node/bin/napi-v6/linux/x64/', import.meta.url).pathname
 const hasCudaProvider = existsSync(join(ORT_BIN, 'libonnxruntime_providers_cuda.so'))
+/** `auto` takes the CPU only where there is neither CUDA nor a GPU that WebGPU might reach. */
+const noGpu = !hasCudaProvider && gpuDeviceNodes().length === 0
+const GPU_HERE = 'this machine has CUDA or a GPU device, which auto would take'
 
 async function serve (t: Test, device: string, models: Array<Record<string, unknown>> = [{ id: 'stories', backend: 'onnx', path: modelDir, dtype: 'q4' }]) {
   const dir = t.testdir({ 'models.json': JSON.stringify({ models }) })
@@ -49,14 +52,14 @@ t.test('ONNX_DEVICE=cuda without CUDA: the model fails at start, saying which fi
   t.match(res.json().error, { code: 'model_unavailable', message: /CUDA provider library is not installed: .*libonnxruntime_providers_cuda\.so does not exist\. Run npx chatd install-cuda/ })
 })
 
-t.test('ONNX_DEVICE=auto without CUDA: the model runs on the CPU and the log says so', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+t.test('ONNX_DEVICE=auto without CUDA: the model runs on the CPU and the log says so', { skip: !noGpu && GPU_HERE }, async t => {
   const { app, logs } = await serve(t, 'auto')
   t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'cpu', why: /^auto: onnxruntime-node's CUDA provider is not installed; / })
   t.ok(logs.some(l => l.msg === 'ONNX_DEVICE=auto: no GPU that chatd can use (CUDA, or a real GPU through WebGPU) on this machine, so local models run on the CPU'))
   t.equal((await app.inject({ url: '/readyz' })).statusCode, 200)
 })
 
-t.test('ONNX_DEVICE=auto without CUDA, two local models: the CPU line is said once', { skip: hasCudaProvider && 'onnxruntime-node\'s CUDA provider is installed here' }, async t => {
+t.test('ONNX_DEVICE=auto without CUDA, two local models: the CPU line is said once', { skip: !noGpu && GPU_HERE }, async t => {
   const { logs } = await serve(t, 'auto', [{ id: 'a', backend: 'onnx', path: modelDir, dtype: 'q4' }, { id: 'b', backend: 'onnx', path: modelDir, dtype: 'q4' }])
   t.equal(logs.filter(l => l.msg === 'model ready').length, 2)
   t.equal(logs.filter(l => /no GPU that chatd can use/.test(l.msg)).length, 1)
@@ -70,7 +73,7 @@ t.test('a models.json entry with "device": "cuda" without CUDA: the message name
   t.notMatch(failed?.err.message, /ONNX_DEVICE=/)
 })
 
-t.test('ONNX_DEVICE=auto where only a software Vulkan renderer is installed: the CPU, never the renderer', { skip: (hasCudaProvider || gpuDeviceNodes().length > 0) && 'this machine has CUDA or a GPU device' }, async t => {
+t.test('ONNX_DEVICE=auto where only a software Vulkan renderer is installed: the CPU, never the renderer', { skip: !noGpu && GPU_HERE }, async t => {
   const { logs } = await serve(t, 'auto')
   t.match(logs.find(l => l.msg === 'model ready'), { device: 'cpu', why: /no GPU device on this machine/ })
 })
