@@ -15,15 +15,20 @@
 #    build (node-llama-cpp's npm libraries, its tools compiled here).
 # 2. There, with the repository and .gpu-carry/ copied over, as root (the Vulkan
 #    loader's packages are unpacked into / when the machine has no loader):
-#      scripts/gpu-check.sh OUT_DIR [--small] [--step setup|exactness|bench|all] [--rounds N] [-- BENCH OPTIONS]
+#      scripts/gpu-check.sh OUT_DIR [--small] [--step STEPS] [--rounds N] [-- BENCH OPTIONS]
 #    writes into OUT_DIR: environment.txt, exactness.json, bench-webgpu.json, and
 #    gpu-check.log. It works in a copy of the repository under $CHATD_GPU_WORK
 #    (default /tmp/chatd-gpu-check), where it unpacks what it carried, so the
-#    repository itself is left as it was. Steps can run in separate calls (on
-#    the same machine: the work folder stays): setup unpacks; exactness; bench
-#    builds the models (the slow part: two int4 1.5B graphs and llama.cpp's GGUF)
-#    and measures. The default benchmark is one round of one stream and 8, 128
-#    tokens each; BENCH OPTIONS go to npm run bench (e.g. --rounds 3).
+#    repository itself is left as it was. STEPS, comma-separated, in order (the
+#    default, all, is every one): setup unpacks; exactness; prepare builds the
+#    models, the slow part (the 1.5B shape in chatd's GPU form and CPU form, and
+#    llama.cpp's GGUF), the three side by side; bench measures. Steps can run in
+#    separate calls on the same machine (the work folder stays), e.g. where one
+#    command may run 10 minutes: --step setup,exactness,prepare, then --step bench.
+#    The default benchmark is one round of one stream and 8, 128 tokens each;
+#    BENCH OPTIONS go to npm run bench (e.g. --rounds 3). bench-webgpu.json is
+#    written after each measurement (marked partial until the end), so a run cut
+#    short still brings back what it measured.
 #    --small measures a small model of the same kind
 #    (scripts/models/qwen2-small-shape.config.json) without the agent turns: for
 #    checking this script itself in minutes, e.g. on Mesa's software renderer.
@@ -43,7 +48,7 @@ fi
 
 OUT="${1:-}"
 if [ -z "$OUT" ] || [ "${OUT#-}" != "$OUT" ]; then
-  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup|exactness|bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
+  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
   echo "       scripts/gpu-check.sh --pack" >&2
   exit 2
 fi
@@ -62,7 +67,11 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case "$STEP" in setup|exactness|bench|all) ;; *) echo "gpu-check: --step is setup, exactness, bench or all" >&2; exit 2 ;; esac
+[ "$STEP" = all ] && STEP=setup,exactness,prepare,bench
+IFS=, read -r -a STEPS <<< "$STEP"
+for step in "${STEPS[@]}"; do
+  case "$step" in setup|exactness|prepare|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare and bench, comma-separated, or all" >&2; exit 2 ;; esac
+done
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 exec > >(tee -a "$OUT/gpu-check.log") 2>&1
@@ -117,29 +126,39 @@ exactness () {
   (cd "$REPO" && node scripts/webgpu-exactness.ts --json "$OUT/exactness.json")
 }
 
+MODEL_CONFIG=()
+[ "$SMALL" = 1 ] && MODEL_CONFIG=(--model-config scripts/models/qwen2-small-shape.config.json)
+
+prepare () {
+  say "building the models side by side: chatd's GPU form and CPU form (chatd's converter), llama.cpp's GGUF"
+  local pids=() part failed=0
+  for part in gpu-model cpu-model llama; do
+    (cd "$REPO" && node scripts/bench/gpu-prepare.ts "$part" "${MODEL_CONFIG[@]}") &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  [ "$failed" = 0 ] || { echo "gpu-check: a model could not be built (above)" >&2; exit 1; }
+}
+
 bench () {
-  local args=(--device webgpu --rounds "$ROUNDS" --json "$OUT/bench-webgpu.json")
+  local args=(--device webgpu --rounds "$ROUNDS" --json "$OUT/bench-webgpu.json" "${MODEL_CONFIG[@]}")
   if [ "$SMALL" = 1 ]; then
-    args+=(--model-config scripts/models/qwen2-small-shape.config.json --prompt 32 --gen 16 --concurrency 1,2 --no-agent-turns)
+    args+=(--prompt 32 --gen 16 --concurrency 1,2 --no-agent-turns)
   else
     args+=(--concurrency 1,8)
   fi
-  say "building the models (chatd's converter; llama.cpp's GGUF)"
-  (cd "$REPO" && node scripts/bench.ts "${args[@]}" "${BENCH_ARGS[@]}" --prepare-only)
   say "benchmark: chatd on WebGPU, llama.cpp on Vulkan, chatd on the CPU"
   (cd "$REPO" && node scripts/bench.ts "${args[@]}" "${BENCH_ARGS[@]}")
 }
 
 status=0
-case "$STEP" in
-  setup) setup ;;
-  exactness) exactness || status=$? ;;
-  bench) bench ;;
-  all)
-    setup
-    exactness || status=$?
-    bench
-    ;;
-esac
+for step in "${STEPS[@]}"; do
+  case "$step" in
+    setup) setup ;;
+    exactness) exactness || status=$? ;;
+    prepare) prepare ;;
+    bench) bench ;;
+  esac
+done
 say "done; results in $OUT ($(ls "$OUT" | tr '\n' ' '))"
 exit "$status"

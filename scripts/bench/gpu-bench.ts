@@ -111,8 +111,114 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
   let content = ''
   for (let i = 0; count(content + words[i % words.length] + ' ') <= o.prompt; i++) content += words[i % words.length] + ' '
 
-  // ---- the servers --------------------------------------------------------------
+  // ---- the report, from what has been measured so far --------------------------
   const maxLevel = Math.max(...o.levels)
+  const rounds: Round[] = []
+  let gpuDevice: Record<string, unknown> = {}
+  const agentTurns: Record<string, { prompt_tokens: number; cached_tokens: number; ttft_s_uncached: number[]; ttft_s_cached: number[] }> = {}
+  /** The report; `partial` while measurements are still to come (it is saved after each, so a run cut short keeps what it had). */
+  const build = (partial: boolean) => {
+    const pick = (f: (r: Round) => number | null | undefined): Array<number | null> => rounds.map(r => f(r) ?? null)
+    const level = (h: HttpRound | undefined, n: number) => h?.levels.find(l => l.concurrency === n)
+    const figures: Record<string, RoundSummary> = {
+      webgpu_decode_tok_s_1: summarize(pick(r => r.webgpu.decode_tok_s_1)),
+      webgpu_prefill_tok_s: summarize(pick(r => r.webgpu.prefill_tok_s)),
+      webgpu_ttft_ms: summarize(pick(r => r.webgpu.ttft_ms)),
+    }
+    for (const n of o.levels) figures[`webgpu_aggregate_tok_s_${n}`] = summarize(pick(r => level(r.webgpu, n)?.aggregate_tok_s))
+    if (cpuModel) {
+      figures.cpu_decode_tok_s_1 = summarize(pick(r => r.cpu?.decode_tok_s_1))
+      figures.cpu_prefill_tok_s = summarize(pick(r => r.cpu?.prefill_tok_s))
+      figures[`cpu_aggregate_tok_s_${maxLevel}`] = summarize(pick(r => level(r.cpu, maxLevel)?.aggregate_tok_s))
+    }
+    const ratios: Record<string, RoundSummary> = {}
+    if (rounds.some(r => r.llama_cpp)) {
+      figures.llama_cpp_decode_tok_s_1 = summarize(pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1))
+      figures.llama_cpp_prefill_tok_s = summarize(pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s))
+      ratios.decode_1 = summarize(perRoundRatio(pick(r => r.webgpu.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
+      ratios.prefill = summarize(perRoundRatio(pick(r => r.webgpu.prefill_tok_s), pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s)))
+      for (const n of o.levels) {
+        figures[`llama_cpp_aggregate_tok_s_${n}`] = summarize(pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`]))
+        ratios[`aggregate_${n}`] = summarize(perRoundRatio(pick(r => level(r.webgpu, n)?.aggregate_tok_s), pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`])))
+      }
+    }
+    for (const [name, turns] of Object.entries(agentTurns)) {
+      figures[`${name}_ttft_s_uncached`] = summarize(turns.ttft_s_uncached)
+      figures[`${name}_ttft_s_cached`] = summarize(turns.ttft_s_cached)
+    }
+    const med = (key: string): number | null => figures[key]?.median ?? null
+    const firstLlama = rounds.find(r => r.llama_cpp)?.llama_cpp
+    // One decode step reads every weight once: the memory's bandwidth over those bytes bounds one stream's rate.
+    const bound = Math.round((o.bandwidthGbs * 1e9) / weightBytes)
+    const atLeast = (ours: number | null, theirs: number | null): boolean | null => ours === null || theirs === null ? null : ours >= theirs
+    const smi = nvidiaSmi()
+    const report = {
+      date,
+      device: 'webgpu',
+      gpu: smi ?? (firstLlama?.llama_cpp_vulkan_device || 'unknown (no nvidia-smi, and llama.cpp named no Vulkan device)'),
+      vulkan_device: firstLlama?.llama_cpp_vulkan_device ?? null,
+      machine: `${process.platform} ${process.arch}, ${os.availableParallelism()} cores, ${os.cpus()[0]?.model ?? 'unknown CPU'}`,
+      model: `random int4 (blocks of 32), ${path.basename(o.config ?? 'qwen2-1.5b-shape.config.json', '.config.json')}, Qwen tokenizer; on the GPU the form for GPU hosts (concat cache kept in GPU memory, int4 computed in float), on the CPU the form chatd pull writes (${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights)`,
+      server_device: gpuDevice,
+      rounds: o.rounds,
+      prompt_tokens: rounds[0]?.webgpu.prompt_tokens ?? null,
+      generated_tokens: o.gen,
+      levels: o.levels,
+      webgpu: {
+        decode_tok_s_1: med('webgpu_decode_tok_s_1'),
+        prefill_tok_s: med('webgpu_prefill_tok_s'),
+        ttft_ms: med('webgpu_ttft_ms'),
+        aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`webgpu_aggregate_tok_s_${n}`)])),
+      },
+      ...(cpuModel
+        ? { cpu: { decode_tok_s_1: med('cpu_decode_tok_s_1'), prefill_tok_s: med('cpu_prefill_tok_s'), aggregate_tok_s: { [maxLevel]: med(`cpu_aggregate_tok_s_${maxLevel}`) } } }
+        : {}),
+      ...(firstLlama
+        ? {
+            llama_cpp_vulkan: {
+              version: firstLlama.llama_cpp_version,
+              source: firstLlama.llama_cpp_source,
+              build: firstLlama.llama_cpp_build,
+              model: firstLlama.llama_cpp_model,
+              decode_tok_s_1: med('llama_cpp_decode_tok_s_1'),
+              prefill_tok_s: med('llama_cpp_prefill_tok_s'),
+              aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`llama_cpp_aggregate_tok_s_${n}`)])),
+            },
+          }
+        : { llama_cpp_error: llamaError }),
+      agent_turns: Object.fromEntries(Object.entries(agentTurns).map(([name, t]) => [name, {
+        prompt_tokens: t.prompt_tokens,
+        cached_tokens: t.cached_tokens,
+        ttft_s_uncached: med(`${name}_ttft_s_uncached`),
+        ttft_s_cached: med(`${name}_ttft_s_cached`),
+      }])),
+      physical_bound: {
+        bandwidth_gbs: o.bandwidthGbs,
+        weight_bytes: weightBytes,
+        decode_tok_s_1: bound,
+        note: `one stream's decode cannot pass ${bound} tok/s: each step reads ${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights at ${o.bandwidthGbs} GB/s (--bandwidth-gbs; 3350 is an H100 SXM's HBM3)`,
+      },
+      targets: {
+        decode_1_at_least_llama_cpp: atLeast(med('webgpu_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')),
+        prefill_at_least_llama_cpp: atLeast(med('webgpu_prefill_tok_s'), med('llama_cpp_prefill_tok_s')),
+        [`aggregate_${maxLevel}_at_least_llama_cpp`]: atLeast(med(`webgpu_aggregate_tok_s_${maxLevel}`), med(`llama_cpp_aggregate_tok_s_${maxLevel}`)),
+        codex_first_token_under_2_s_uncached: agentTurns.codex ? (med('codex_ttft_s_uncached') ?? Infinity) < 2 : null,
+      },
+      figures,
+      ratios,
+      round_data: rounds,
+    }
+    return { report: { ...(partial ? { partial: true } : {}), ...report }, figures, ratios, firstLlama }
+  }
+  const jsonPath = o.json ?? path.join(o.out, 'bench-webgpu.json')
+  const save = (partial: boolean) => {
+    const built = build(partial)
+    fs.mkdirSync(path.dirname(jsonPath), { recursive: true })
+    fs.writeFileSync(jsonPath, JSON.stringify(built.report, null, 2) + '\n')
+    return built
+  }
+
+  // ---- the servers --------------------------------------------------------------
   const env = { ONNX_THREADS: String(o.threads), MAX_BATCH: String(maxLevel), PREFIX_CACHE: '0' }
   const servers: ChatdServer[] = []
   const start = async (name: string, modelDir: string, device: string, extra: Record<string, string> = {}): Promise<ChatdServer> => {
@@ -123,9 +229,6 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
     await oneStream(server.client, content, 8)
     return server
   }
-  const rounds: Round[] = []
-  let gpuDevice: Record<string, unknown> = {}
-  const agentTurns: Record<string, { prompt_tokens: number; cached_tokens: number; ttft_s_uncached: number[]; ttft_s_cached: number[] }> = {}
   try {
     const gpu = await start('webgpu', gpuModel, 'webgpu')
     gpuDevice = await deviceOf(gpu.client)
@@ -151,6 +254,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
         cpuRound = await measureHttpRound(cpu.client, { content, gen: o.gen, levels: [...new Set([1, maxLevel])], log })
       }
       rounds.push({ webgpu, ...(cpuRound ? { cpu: cpuRound } : {}), ...(llamaRound ? { llama_cpp: llamaRound } : {}) })
+      save(true)
     }
     for (const server of servers.splice(0)) await server.stop()
 
@@ -172,108 +276,14 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
           ttft_s_uncached: uncached.map(t => t.ttftMs / 1000),
           ttft_s_cached: cached.map(t => t.ttftMs / 1000),
         }
+        save(true)
       }
     }
   } finally {
     for (const server of servers) await server.stop()
   }
 
-  // ---- report ---------------------------------------------------------------------
-  const pick = (f: (r: Round) => number | null | undefined): Array<number | null> => rounds.map(r => f(r) ?? null)
-  const level = (h: HttpRound | undefined, n: number) => h?.levels.find(l => l.concurrency === n)
-  const figures: Record<string, RoundSummary> = {
-    webgpu_decode_tok_s_1: summarize(pick(r => r.webgpu.decode_tok_s_1)),
-    webgpu_prefill_tok_s: summarize(pick(r => r.webgpu.prefill_tok_s)),
-    webgpu_ttft_ms: summarize(pick(r => r.webgpu.ttft_ms)),
-  }
-  for (const n of o.levels) figures[`webgpu_aggregate_tok_s_${n}`] = summarize(pick(r => level(r.webgpu, n)?.aggregate_tok_s))
-  if (cpuModel) {
-    figures.cpu_decode_tok_s_1 = summarize(pick(r => r.cpu?.decode_tok_s_1))
-    figures.cpu_prefill_tok_s = summarize(pick(r => r.cpu?.prefill_tok_s))
-    figures[`cpu_aggregate_tok_s_${maxLevel}`] = summarize(pick(r => level(r.cpu, maxLevel)?.aggregate_tok_s))
-  }
-  const ratios: Record<string, RoundSummary> = {}
-  if (rounds.some(r => r.llama_cpp)) {
-    figures.llama_cpp_decode_tok_s_1 = summarize(pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1))
-    figures.llama_cpp_prefill_tok_s = summarize(pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s))
-    ratios.decode_1 = summarize(perRoundRatio(pick(r => r.webgpu.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
-    ratios.prefill = summarize(perRoundRatio(pick(r => r.webgpu.prefill_tok_s), pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s)))
-    for (const n of o.levels) {
-      figures[`llama_cpp_aggregate_tok_s_${n}`] = summarize(pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`]))
-      ratios[`aggregate_${n}`] = summarize(perRoundRatio(pick(r => level(r.webgpu, n)?.aggregate_tok_s), pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`])))
-    }
-  }
-  for (const [name, turns] of Object.entries(agentTurns)) {
-    figures[`${name}_ttft_s_uncached`] = summarize(turns.ttft_s_uncached)
-    figures[`${name}_ttft_s_cached`] = summarize(turns.ttft_s_cached)
-  }
-  const med = (key: string): number | null => figures[key]?.median ?? null
-  const firstLlama = rounds.find(r => r.llama_cpp)?.llama_cpp
-  // One decode step reads every weight once: the memory's bandwidth over those bytes bounds one stream's rate.
-  const bound = Math.round((o.bandwidthGbs * 1e9) / weightBytes)
-  const atLeast = (ours: number | null, theirs: number | null): boolean | null => ours === null || theirs === null ? null : ours >= theirs
-  const smi = nvidiaSmi()
-  const report = {
-    date,
-    device: 'webgpu',
-    gpu: smi ?? (firstLlama?.llama_cpp_vulkan_device || 'unknown (no nvidia-smi, and llama.cpp named no Vulkan device)'),
-    vulkan_device: firstLlama?.llama_cpp_vulkan_device ?? null,
-    machine: `${process.platform} ${process.arch}, ${os.availableParallelism()} cores, ${os.cpus()[0]?.model ?? 'unknown CPU'}`,
-    model: `random int4 (blocks of 32), ${path.basename(o.config ?? 'qwen2-1.5b-shape.config.json', '.config.json')}, Qwen tokenizer; on the GPU the form for GPU hosts (concat cache kept in GPU memory, int4 computed in float), on the CPU the form chatd pull writes (${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights)`,
-    server_device: gpuDevice,
-    rounds: o.rounds,
-    prompt_tokens: rounds[0]?.webgpu.prompt_tokens ?? null,
-    generated_tokens: o.gen,
-    levels: o.levels,
-    webgpu: {
-      decode_tok_s_1: med('webgpu_decode_tok_s_1'),
-      prefill_tok_s: med('webgpu_prefill_tok_s'),
-      ttft_ms: med('webgpu_ttft_ms'),
-      aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`webgpu_aggregate_tok_s_${n}`)])),
-    },
-    ...(cpuModel
-      ? { cpu: { decode_tok_s_1: med('cpu_decode_tok_s_1'), prefill_tok_s: med('cpu_prefill_tok_s'), aggregate_tok_s: { [maxLevel]: med(`cpu_aggregate_tok_s_${maxLevel}`) } } }
-      : {}),
-    ...(firstLlama
-      ? {
-          llama_cpp_vulkan: {
-            version: firstLlama.llama_cpp_version,
-            source: firstLlama.llama_cpp_source,
-            build: firstLlama.llama_cpp_build,
-            model: firstLlama.llama_cpp_model,
-            decode_tok_s_1: med('llama_cpp_decode_tok_s_1'),
-            prefill_tok_s: med('llama_cpp_prefill_tok_s'),
-            aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`llama_cpp_aggregate_tok_s_${n}`)])),
-          },
-        }
-      : { llama_cpp_error: llamaError }),
-    agent_turns: Object.fromEntries(Object.entries(agentTurns).map(([name, t]) => [name, {
-      prompt_tokens: t.prompt_tokens,
-      cached_tokens: t.cached_tokens,
-      ttft_s_uncached: med(`${name}_ttft_s_uncached`),
-      ttft_s_cached: med(`${name}_ttft_s_cached`),
-    }])),
-    physical_bound: {
-      bandwidth_gbs: o.bandwidthGbs,
-      weight_bytes: weightBytes,
-      decode_tok_s_1: bound,
-      note: `one stream's decode cannot pass ${bound} tok/s: each step reads ${(weightBytes / 2 ** 30).toFixed(2)} GiB of weights at ${o.bandwidthGbs} GB/s (--bandwidth-gbs; 3350 is an H100 SXM's HBM3)`,
-    },
-    targets: {
-      decode_1_at_least_llama_cpp: atLeast(med('webgpu_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')),
-      prefill_at_least_llama_cpp: atLeast(med('webgpu_prefill_tok_s'), med('llama_cpp_prefill_tok_s')),
-      [`aggregate_${maxLevel}_at_least_llama_cpp`]: atLeast(med(`webgpu_aggregate_tok_s_${maxLevel}`), med(`llama_cpp_aggregate_tok_s_${maxLevel}`)),
-      codex_first_token_under_2_s_uncached: agentTurns.codex ? (med('codex_ttft_s_uncached') ?? Infinity) < 2 : null,
-    },
-    figures,
-    ratios,
-    round_data: rounds,
-  }
-
-  const jsonPath = o.json ?? path.join(o.out, 'bench-webgpu.json')
-  fs.mkdirSync(path.dirname(jsonPath), { recursive: true })
-  fs.writeFileSync(jsonPath, JSON.stringify(report, null, 2) + '\n')
-
+  const { report, figures, ratios, firstLlama } = save(false)
   const f = (key: string): string => formatSummary(figures[key] ?? summarize([]))
   const q = (key: string): string => formatSummary(ratios[key] ?? summarize([]))
   console.log(`\nchatd on WebGPU: ${report.model}`)
