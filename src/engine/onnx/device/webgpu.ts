@@ -15,6 +15,7 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 
 /** Vulkan driver manifests (file names) of software renderers: Mesa's lavapipe and Google's SwiftShader. */
 export const SOFTWARE_DRIVERS = ['*lvp*', '*swiftshader*']
@@ -115,7 +116,7 @@ async function probe (): Promise<AdapterProbe> {
  */
 export async function probeInChild (opts: { software: boolean }): Promise<AdapterProbe> {
   const disabled = [process.env.VK_LOADER_DRIVERS_DISABLE, ...(opts.software ? [] : SOFTWARE_DRIVERS)].filter(Boolean).join(',')
-  const child = spawn(process.execPath, [new URL('./webgpu-probe.ts', import.meta.url).pathname], {
+  const child = spawn(process.execPath, [fileURLToPath(new URL('./webgpu-probe.ts', import.meta.url))], {
     env: { ...process.env, ...(disabled ? { VK_LOADER_DRIVERS_DISABLE: disabled } : {}) },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
