@@ -189,8 +189,11 @@ export class DecoderSession {
       }
     }
     this.#hasCacheDelta = this.cacheOutputs === 'concat' && outputs.has(CACHE_DELTA)
-    // load() asked for present.N.* in GPU memory exactly when this holds.
-    this.cacheOnDevice = this.device === 'webgpu' && this.#hasCacheDelta
+    // load() asks for present.N.* in GPU memory when the file names cache_delta; only the outputs can say it returns it.
+    if (loaded.outputsOnDevice.length > 0 && !this.#hasCacheDelta) {
+      throw new ModelDirError(`${where}: the graph mentions ${CACHE_DELTA} but does not return it beside present.N.key/value; rebuild it with chatd convert --cache concat`)
+    }
+    this.cacheOnDevice = loaded.outputsOnDevice.length > 0
     // Without cacheOnDevice, cache_delta duplicates what present holds: not fetched.
     this.#fetches = session.outputNames.filter(name => name !== CACHE_DELTA || this.cacheOnDevice)
   }

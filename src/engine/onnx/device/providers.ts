@@ -40,6 +40,8 @@ export interface LoadedSession {
   device: Device
   /** Why this one: asked for by name, or what `auto` found. */
   why: string
+  /** The outputs that come back as GPU buffers (deviceOutputs, on WebGPU); none elsewhere. */
+  outputsOnDevice: string[]
 }
 
 /** A device asked for by name that this machine cannot give: the message names who asked (the setting or the models.json entry). */
@@ -93,14 +95,16 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
     return create(model, { ...base, executionProviders: ['webgpu'], ...(settings.deviceOutputs?.length ? { preferredOutputLocation: onDevice } : {}) })
   }
   const from = settings.deviceFrom
+  const onDevice = (device: Device): string[] => device === 'webgpu' ? settings.deviceOutputs ?? [] : []
+  const loaded = async (device: Device, why: string): Promise<LoadedSession> => ({ session: await open(device), device, why, outputsOnDevice: onDevice(device) })
   switch (settings.device) {
     case 'cpu':
-      return { session: await open('cpu'), device: 'cpu', why: `asked for (${asked('cpu', from)})` }
+      return loaded('cpu', `asked for (${asked('cpu', from)})`)
     case 'cuda':
       // Asked for by name: say which file is missing rather than relay onnxruntime's "Failed to load library".
       if (!cudaProviderInstalled()) throw new DeviceError(cudaProviderMissingMessage(undefined, from))
       try {
-        return { session: await open('cuda'), device: 'cuda', why: `asked for (${asked('cuda', from)})` }
+        return await loaded('cuda', `asked for (${asked('cuda', from)})`)
       } catch (err) {
         throw new DeviceError(cudaLoadFailedMessage(err as Error, undefined, from))
       }
@@ -108,7 +112,7 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
       try {
         // Asked for by name, any adapter will do; say so when it can only be a software renderer.
         const software = process.platform === 'linux' && gpuDeviceNodes().length === 0
-        return { session: await open('webgpu'), device: 'webgpu', why: `asked for (${asked('webgpu', from)})${software ? '; there is no GPU device on this machine, so a software Vulkan renderer (such as lavapipe) runs it' : ''}` }
+        return await loaded('webgpu', `asked for (${asked('webgpu', from)})${software ? '; there is no GPU device on this machine, so a software Vulkan renderer (such as lavapipe) runs it' : ''}`)
       } catch (err) {
         if (!/WebGPU adapter|WebGpuContext|Dawn|Vulkan/i.test((err as Error).message)) throw err
         throw new DeviceError(webgpuFailedMessage(err as Error, from))
@@ -119,7 +123,7 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
   // makes onnxruntime print a red "Failed to load library" error on every start.
   if (cudaProviderInstalled()) {
     try {
-      return { session: await open('cuda'), device: 'cuda', why: 'auto: the CUDA execution provider loaded' }
+      return await loaded('cuda', 'auto: the CUDA execution provider loaded')
     } catch (err) {
       passed.push(`CUDA could not be loaded (${firstLine(err)})`)
     }
@@ -129,12 +133,12 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
   const gpu = await probeGpuAdapter()
   if (gpu.gpu) {
     try {
-      return { session: await open('webgpu'), device: 'webgpu', why: `auto: ${passed.join('; ')}; ${gpu.reason}` }
+      return await loaded('webgpu', `auto: ${passed.join('; ')}; ${gpu.reason}`)
     } catch (err) {
       passed.push(`WebGPU could not start (${firstLine(err)})`)
     }
   } else {
     passed.push(gpu.reason)
   }
-  return { session: await open('cpu'), device: 'cpu', why: `auto: ${passed.join('; ')}` }
+  return loaded('cpu', `auto: ${passed.join('; ')}`)
 }
