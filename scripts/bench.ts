@@ -47,6 +47,11 @@
 //                    [--turn-replies model|fixed] [--turn-gap 2000]
 //                    [--no-staggered] [--staggered-gap 1000] [--no-prompt-graph-compare]
 //
+// --device webgpu measures chatd on a GPU against llama.cpp's Vulkan build on the
+// same GPU instead (scripts/bench/gpu-bench.ts; scripts/gpu-check.sh runs it on
+// a bare GPU machine), with chatd on the same machine's CPU and the captured
+// agent turns beside it.
+//
 // On Linux the benchmark runs with glibc's huge-page tunable, as the Docker
 // image runs chatd (scripts/huge-pages.ts); --no-huge-pages measures without.
 import fs from 'node:fs'
@@ -76,7 +81,9 @@ and bench-out/bench.svg. See docs/performance.md.
 
   --rounds 3                     rounds, alternating llama.cpp and chatd; medians are reported
   --json FILE                    where the results go (default bench-out/bench.json)
-  --device cpu|cuda              execution provider (default cpu)
+  --device cpu|cuda|webgpu       execution provider (default cpu); webgpu: chatd on the GPU against
+                                 llama.cpp's Vulkan build, the CPU provider and the agent turns beside
+                                 (writes bench-out/bench-webgpu.json; docs/performance.md)
   --threads N                    onnxruntime threads (0: one per CPU)
   --prompt 128 --gen 128         prompt and reply tokens of the throughput runs
   --concurrency 1,2,4,8          concurrent streams measured
@@ -89,6 +96,13 @@ and bench-out/bench.svg. See docs/performance.md.
   --turns 4 --turn-prompt 300 --turn-answer 128 --turn-gen 32 --turn-replies model|fixed --turn-gap 2000
   --no-staggered                 skip staggered arrivals (--staggered-gap 1000)
   --no-prompt-graph-compare      skip the run without the int8 prompt graph
+  with --device webgpu only:
+  --model-config FILE            the model's shape (default scripts/models/qwen2-1.5b-shape.config.json;
+                                 scripts/models/qwen2-small-shape.config.json for a quick check)
+  --no-cpu-compare               skip chatd on the CPU
+  --no-agent-turns               skip the Codex and Claude Code turns
+  --bandwidth-gbs 3350           the GPU's memory bandwidth, for the physical bound
+  --prepare-only                 build the models and llama.cpp's, measure nothing
   -h, --help                     this text
 `
 
@@ -120,6 +134,11 @@ try {
       staggered: { type: 'boolean', default: true },
       'staggered-gap': { type: 'string', default: '1000' },
       'prompt-graph-compare': { type: 'boolean', default: true },
+      'model-config': { type: 'string' },
+      'cpu-compare': { type: 'boolean', default: true },
+      'agent-turns': { type: 'boolean', default: true },
+      'bandwidth-gbs': { type: 'string', default: '3350' },
+      'prepare-only': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
     allowNegative: true,
@@ -135,9 +154,34 @@ if (values.help) {
   process.exit(0)
 }
 if (values.form !== 'chatd' && values.form !== 'onnx-community') throw new Error(`--form must be chatd or onnx-community (got ${values.form})`)
+if (!['cpu', 'cuda', 'webgpu'].includes(values.device)) {
+  process.stderr.write(`npm run bench: --device must be cpu, cuda or webgpu (got ${values.device})\n\n${USAGE}`)
+  process.exit(2)
+}
 ensureHugePages(values['huge-pages'])
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const OUT = path.join(ROOT, 'bench-out')
+if (values.device === 'webgpu') {
+  const { runGpuBench } = await import('./bench/gpu-bench.ts')
+  await runGpuBench({
+    root: ROOT,
+    out: OUT,
+    json: values.json,
+    rounds: Math.max(1, Number(values.rounds)),
+    threads: Number(values.threads),
+    prompt: Number(values.prompt),
+    gen: Number(values.gen),
+    levels: values.concurrency.split(',').map(Number),
+    llamaCpp: values['llama-cpp'],
+    cpuCompare: values['cpu-compare'],
+    agentTurns: values['agent-turns'],
+    config: values['model-config'] && path.resolve(values['model-config']),
+    bandwidthGbs: Number(values['bandwidth-gbs']),
+    prepareOnly: values['prepare-only'],
+    log: line => console.error(line),
+  })
+  process.exit(0)
+}
 const PROMPT_TOKENS = Number(values.prompt)
 const GEN_TOKENS = Number(values.gen)
 const LEVELS = values.concurrency.split(',').map(Number)

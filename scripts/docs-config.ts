@@ -116,7 +116,7 @@ const GROUPS: Group[] = [
       { name: 'POSTGRES_PASSWORD', description: 'Required for the compose stack: the PostgreSQL password (URL-safe characters, e.g. `openssl rand -hex 24`).' },
       { name: 'CHATD_BIND', description: 'Where chatd\'s port is published on the host: `127.0.0.1` (local only) or `0.0.0.0`.', default: '127.0.0.1' },
       { name: 'CHATD_PORT', description: 'The host port chatd is published on.', default: '8080' },
-      { name: 'CHATD_GPU_DEVICE', description: 'With docker-compose.gpu.yml: `ONNX_DEVICE` for the GPU image (`cuda`: a GPU that cannot be used is an error).', default: 'cuda' },
+      { name: 'CHATD_GPU_DEVICE', description: 'With docker-compose.gpu.yml: `ONNX_DEVICE` for the GPU image (`cuda`: a GPU that cannot be used is an error; `webgpu`: the same through onnxruntime\'s WebGPU provider over Vulkan, which needs no CUDA libraries; `auto`: CUDA, then WebGPU, else the CPU).', default: 'cuda' },
       { name: 'CHATD_DOMAIN', description: 'Required with docker-compose.proxy.yml: the public name Caddy gets a TLS certificate for.', example: 'chat.example.com' },
       { name: 'COMPOSE_FILE', description: 'Which compose files `docker compose` uses without `-f`, e.g. the GPU stack behind the proxy.', example: 'docker-compose.yml:docker-compose.gpu.yml:docker-compose.proxy.yml' },
     ],

@@ -195,7 +195,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // chatd_engine_sequences and the engines' serving figures: what each local engine reports, read at scrape time.
   metrics.watchEngines(() => models.list().flatMap(m => {
     const sequences = m.backend.activeSequences
-    return sequences === undefined ? [] : [{ model: m.id, sequences, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts, stats: m.backend.engineStats }]
+    return sequences === undefined ? [] : [{ model: m.id, sequences, device: m.backend.device, computedAhead: m.backend.promptTokensComputedAhead, grammar: m.backend.grammarCounts, stats: m.backend.engineStats }]
   }), () => models.list().map(m => m.id))
   for (const m of models.list()) m.backend.onEngineSteps?.(tokens => metrics.serving.steps(m.id, tokens))
 

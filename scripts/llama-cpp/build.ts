@@ -43,6 +43,8 @@ export const CMAKE_FLAGS = [
  * ggml's AMX code is not compiled in (explicit -mno-* flags win over -march=native).
  */
 export type LlamaCppVariant = 'native' | 'no-amx'
+/** What a prepared build is: one of the CPU builds above, or node-llama-cpp's Vulkan libraries (vulkan.ts). */
+export type LlamaCppBuildKind = LlamaCppVariant | 'vulkan'
 const NO_AMX = '-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 const VARIANT_FLAGS: Record<LlamaCppVariant, string[]> = {
   native: [],
@@ -52,7 +54,7 @@ const VARIANT_FLAGS: Record<LlamaCppVariant, string[]> = {
 export interface LlamaCppBuild {
   binDir: string
   commit: string
-  variant: LlamaCppVariant
+  variant: LlamaCppBuildKind
   /** Seconds the build took; 0 when it came from the cache. */
   seconds: number
   cached: boolean

@@ -121,12 +121,17 @@ export function qwenTokenizerMetadata (vocabSize: number, file = BENCH_TOKENIZER
   ]
 }
 
-/** Builds (or finds cached) `<out>/llama.cpp-models/qwen2-1.5b-shape-q4_0.gguf`. */
-export function buildLlamaCppModel (out: string, build: LlamaCppBuild, opts: { threads: number; log?: (line: string) => void }): LlamaCppModel {
+/**
+ * Builds (or finds cached) `<out>/llama.cpp-models/<shape>-q4_0.gguf`, the shape being the config's
+ * name (`config`: another Qwen2 config than the benchmark's, such as a small one for a quick check).
+ */
+export function buildLlamaCppModel (out: string, build: LlamaCppBuild, opts: { threads: number; config?: string; log?: (line: string) => void }): LlamaCppModel {
+  const configFile = opts.config ?? BENCH_CONFIG
+  const shape = path.basename(configFile, '.config.json')
   const dir = path.join(out, 'llama.cpp-models')
-  const file = path.join(dir, 'qwen2-1.5b-shape-q4_0.gguf')
+  const file = path.join(dir, `${shape}-q4_0.gguf`)
   const markerFile = `${file}.json`
-  const rawConfig = JSON.parse(fs.readFileSync(BENCH_CONFIG, 'utf8')) as Record<string, unknown>
+  const rawConfig = JSON.parse(fs.readFileSync(configFile, 'utf8')) as Record<string, unknown>
   const std = typeof rawConfig.initializer_range === 'number' ? rawConfig.initializer_range : 0.02
   const key = {
     config: crypto.createHash('sha256').update(JSON.stringify(rawConfig)).digest('hex'),
@@ -142,10 +147,10 @@ export function buildLlamaCppModel (out: string, build: LlamaCppBuild, opts: { t
   }
 
   const started = performance.now()
-  const cfg = parseDecoderConfig(rawConfig, BENCH_CONFIG)
+  const cfg = parseDecoderConfig(rawConfig, configFile)
   if (cfg.modelType !== 'qwen2' || cfg.oBias || cfg.mlpBias) {
     // Llama would need its q/k rows permuted for llama.cpp's rotary layout; the benchmark model is Qwen2.
-    throw new Error(`${BENCH_CONFIG}: the llama.cpp model writer handles Qwen2 without o_proj or MLP biases`)
+    throw new Error(`${configFile}: the llama.cpp model writer handles Qwen2 without o_proj or MLP biases`)
   }
   const weights = new RandomWeights(cfg, BENCH_SEED, std)
   const shapes = expectedShapes(cfg)
@@ -157,11 +162,11 @@ export function buildLlamaCppModel (out: string, build: LlamaCppBuild, opts: { t
   })
 
   fs.mkdirSync(dir, { recursive: true })
-  const f16File = path.join(dir, 'qwen2-1.5b-shape-f16.gguf')
-  opts.log?.(`writing the 1.5B-shape model for llama.cpp (seed ${BENCH_SEED}, F16, about 3.5 GB, then Q4_0 with llama-quantize) ...`)
+  const f16File = path.join(dir, `${shape}-f16.gguf`)
+  opts.log?.(`writing the ${shape} model for llama.cpp (seed ${BENCH_SEED}, F16${configFile === BENCH_CONFIG ? ', about 3.5 GB' : ''}, then Q4_0 with llama-quantize) ...`)
   try {
     writeGguf(f16File, {
-      metadata: qwen2Metadata(cfg, `chatd benchmark: ${path.basename(BENCH_CONFIG, '.config.json')}, random seed ${BENCH_SEED}`),
+      metadata: qwen2Metadata(cfg, `chatd benchmark: ${shape}, random seed ${BENCH_SEED}`),
       tensors,
       data: t => {
         const data = weights.get((t as typeof tensors[number]).hf).data

@@ -19,6 +19,8 @@ export interface LlamaBenchResult {
   cpu_info: string
   model_type: string
   n_threads: number
+  /** A Vulkan build's device as ggml names it ('' when none was found and the CPU ran it, or a CPU build). */
+  vulkan_device: string
 }
 
 export interface BatchedLevel {
@@ -37,12 +39,22 @@ export interface BatchedLevel {
   prefill_tok_s: number
 }
 
-export function runLlamaBench (bin: string, model: string, opts: { prompt: number; gen: number; threads: number; reps: number }): LlamaBenchResult {
-  const args = ['-m', model, '-p', String(opts.prompt), '-n', String(opts.gen), '-t', String(opts.threads), '-r', String(opts.reps), '-o', 'json']
-  return parseLlamaBenchJson(exec(bin, args).stdout, opts)
+/** `extra`: more arguments for the tool (`-ngl 99`: every layer on the GPU, for a GPU build). */
+export function runLlamaBench (bin: string, model: string, opts: { prompt: number; gen: number; threads: number; reps: number; extra?: string[] }): LlamaBenchResult {
+  const args = ['-m', model, '-p', String(opts.prompt), '-n', String(opts.gen), '-t', String(opts.threads), '-r', String(opts.reps), '-o', 'json', ...(opts.extra ?? [])]
+  const r = exec(bin, args)
+  return { ...parseLlamaBenchJson(r.stdout, opts), vulkan_device: vulkanDevice(r.stderr) }
 }
 
-export function parseLlamaBenchJson (text: string, opts: { prompt: number; gen: number }): LlamaBenchResult {
+/**
+ * The Vulkan device ggml used, from its log ("ggml_vulkan: 0 = NVIDIA H100 80GB HBM3 (NVIDIA) | uma: 0 ...");
+ * '' when it found none (it leaves out CPU renderers such as lavapipe unless GGML_VK_VISIBLE_DEVICES names them).
+ */
+export function vulkanDevice (log: string): string {
+  return /^ggml_vulkan: 0 = (.+?)(?: \| |$)/m.exec(log)?.[1].trim() ?? ''
+}
+
+export function parseLlamaBenchJson (text: string, opts: { prompt: number; gen: number }): Omit<LlamaBenchResult, 'vulkan_device'> {
   // Only the JSON array goes to stdout; the loader's log goes to stderr, but be lenient about stray lines.
   const start = text.indexOf('[')
   const end = text.lastIndexOf(']')
@@ -69,14 +81,14 @@ export function parseLlamaBenchJson (text: string, opts: { prompt: number; gen: 
   }
 }
 
-export function runBatchedBench (bin: string, model: string, opts: { prompt: number; gen: number; levels: number[]; threads: number }): BatchedLevel[] {
+export function runBatchedBench (bin: string, model: string, opts: { prompt: number; gen: number; levels: number[]; threads: number; extra?: string[] }): BatchedLevel[] {
   // Room for every sequence's prompt and generation at the largest level (the
   // default would be the model's 131072 positions: gigabytes of cache for nothing).
   const ctx = Math.ceil((Math.max(...opts.levels) * (opts.prompt + opts.gen)) / 256) * 256
   const args = [
     '-m', model, '-c', String(ctx),
     '-npp', String(opts.prompt), '-ntg', String(opts.gen), '-npl', opts.levels.join(','),
-    '-t', String(opts.threads), '-tb', String(opts.threads), '--output-format', 'jsonl',
+    '-t', String(opts.threads), '-tb', String(opts.threads), '--output-format', 'jsonl', ...(opts.extra ?? []),
   ]
   const r = exec(bin, args)
   const levels = parseBatchedBenchJsonl(r.stdout + '\n' + r.stderr)

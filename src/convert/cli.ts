@@ -2,7 +2,7 @@
 //   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4|int8] [--prompt-graph]
 //   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>] [--prompt-graph]
 import { parseArgs } from 'node:util'
-import type { AttentionStyle, CacheStyle, WeightFormat } from './decoder-graph.ts'
+import type { AttentionStyle, CacheStyle, Int4Compute, WeightFormat } from './decoder-graph.ts'
 import { convertCheckpoint, convertRandom, type ConvertResult } from './index.ts'
 import { INT4_BLOCK_SIZES } from './tensors.ts'
 
@@ -12,7 +12,7 @@ export const CONVERT_USAGE = `Usage:
   either form also takes --attention standard|gqa|mha (default standard),
   --cache append|concat (default append; gqa and mha are always concat),
   --prompt-graph (standard attention and the append cache only),
-  and, with int4, --block-size 16|32|64|128|256 (default 32)
+  and, with int4, --block-size 16|32|64|128|256 (default 32) and --int4-compute int8|float (default int8)
 
 Writes an onnx-community-style model directory (config.json, tokenizer files,
 onnx/model.onnx | model_fp16.onnx | model_q4.onnx with external data) from a
@@ -27,9 +27,15 @@ which chatd decodes one sequence per run because it cannot take padded rows.
 whole cache, returned every run); append, the default, returns only the new
 positions (new_key_values.N.key/value), which chatd writes into cache buffers it
 keeps, saving a copy of the whole cache per step. Other runtimes expect concat.
+chatd's concat graphs also return cache_delta, so that on a GPU (ONNX_DEVICE=webgpu)
+the cache stays in the GPU's memory between steps: --cache concat is the form
+for GPU hosts.
 --block-size sets how many weights share one int4 scale: 32 is what onnx-community
 q4 exports and llama.cpp's Q4_0 use; 128 reads ~15% fewer bytes per token and
-runs faster on CPU, at some cost in precision. --dtype int8 writes int8 weights
+runs faster on CPU, at some cost in precision. --int4-compute float has int4
+matrix products computed in float32 instead of with int8 activations: slower on
+a CPU, and what a GPU computes, so the CPU and a GPU give the same tokens.
+--dtype int8 writes int8 weights
 (one scale per output feature, activations quantized per token: onnxruntime's
 integer matrix multiply). --prompt-graph also writes onnx/model_prompt.onnx, the
 same model with int8 weights, which chatd runs prompts on (several times faster
@@ -54,6 +60,7 @@ export function runConvert (args: string[]): ConvertResult {
         attention: { type: 'string', default: 'standard' },
         cache: { type: 'string' },
         'block-size': { type: 'string' },
+        'int4-compute': { type: 'string' },
         'prompt-graph': { type: 'boolean', default: false },
       },
       strict: true,
@@ -75,6 +82,11 @@ export function runConvert (args: string[]): ConvertResult {
     if (!(INT4_BLOCK_SIZES as readonly number[]).includes(int4BlockSize)) throw new ConvertUsageError(`--block-size must be one of ${INT4_BLOCK_SIZES.join(', ')} (got ${values['block-size']})`)
     if (weights !== 'int4') throw new ConvertUsageError('--block-size applies to --dtype int4 only')
   }
+  const int4Compute = values['int4-compute'] as Int4Compute | undefined
+  if (int4Compute !== undefined) {
+    if (int4Compute !== 'int8' && int4Compute !== 'float') throw new ConvertUsageError(`--int4-compute must be int8 or float (got ${values['int4-compute']})`)
+    if (weights !== 'int4') throw new ConvertUsageError('--int4-compute applies to --dtype int4 only')
+  }
   const promptGraph = values['prompt-graph']
   if (promptGraph && (attention !== 'standard' || cache === 'concat' || weights === 'fp16')) {
     throw new ConvertUsageError('--prompt-graph goes with --attention standard, the append cache and --dtype fp32, int4 or int8')
@@ -83,9 +95,9 @@ export function runConvert (args: string[]): ConvertResult {
   if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
   if (values.from) {
     if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
-    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, cache, int4BlockSize, promptGraph })
+    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, cache, int4BlockSize, int4Compute, promptGraph })
   }
   const seed = Number(values.seed)
   if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
-  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, cache, int4BlockSize, promptGraph })
+  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, cache, int4BlockSize, int4Compute, promptGraph })
 }

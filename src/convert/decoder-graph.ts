@@ -15,6 +15,12 @@
 // Two ways to hand the key/value cache back (`cache`):
 //   concat (the onnx-community signature): present.N.key/value, the past with
 //     this run's positions appended, [batch, kv heads, past + seq, head_dim];
+//     chatd's own concat graphs (standard attention) also return cache_delta,
+//     this run's positions of every layer in one tensor, [2 x layers, batch,
+//     kv heads, seq, head_dim] (layer i's keys at 2i, values at 2i + 1): on a
+//     GPU the engine keeps present.N.* in the GPU's memory and feeds them back
+//     as they are, and cache_delta is the one small copy of the cache that comes
+//     back to the host each run (one read back instead of one per layer);
 //   append (chatd's default): new_key_values.N.key/value, only this run's
 //     positions, [batch, kv heads, seq, head_dim]. The engine writes them into
 //     cache buffers it keeps with room to spare, and feeds those buffers back
@@ -44,6 +50,8 @@ export type AttentionStyle = 'standard' | 'gqa' | 'mha'
 export type CacheStyle = 'concat' | 'append'
 /** chatd's own graph, or the form onnx-community exports have (see the head of this file). */
 export type GraphForm = 'chatd' | 'onnx-community'
+/** How int4 MatMulNBits computes: int8 activations (accuracy_level 4) or float32 (no accuracy_level). */
+export type Int4Compute = 'int8' | 'float'
 
 /** The cache style when none is asked for: append, except for gqa graphs, which return the whole cache. */
 export function defaultCacheStyle (attention: AttentionStyle = 'standard'): CacheStyle {
@@ -58,8 +66,8 @@ export interface WeightSource {
 
 export interface DecoderGraphOptions {
   weights: WeightFormat
-  /** MatMulNBits accuracy_level: 4 computes with int8 activations (much faster on CPU). */
-  int4AccuracyLevel?: number
+  /** int8 (default): MatMulNBits accuracy_level 4, int8 activations (much faster on CPU); float: float32, as a GPU computes it. */
+  int4Compute?: Int4Compute
   /** MatMulNBits block_size along K (default INT4_BLOCK_SIZE, 32). */
   int4BlockSize?: number
   /**
@@ -116,7 +124,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   }
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
   // onnx-community q4 files carry no accuracy_level: onnxruntime then computes in float32.
-  const accuracyLevel = plain ? undefined : opts.int4AccuracyLevel ?? 4
+  const accuracyLevel = plain || opts.int4Compute === 'float' ? undefined : 4
 
   // ---- inputs -------------------------------------------------------------
   const inputIds = g.input('input_ids', DataType.INT64, ['batch_size', 'sequence_length'])
@@ -205,9 +213,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     enabled ? concat1d(names.map(n => src.get(n).data)) : null
 
   // ---- attention ------------------------------------------------------------
+  // chatd's concat graphs with plain attention collect each layer's new entries for cache_delta.
+  const newEntries: string[] | null = cache === 'concat' && !plain && (opts.attention ?? 'standard') === 'standard' ? [] : null
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -263,6 +273,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     }
     const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])]), up])
     pending = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
+  }
+
+  if (newEntries) {
+    g.op('Concat', newEntries.map(e => g.op('Unsqueeze', [e, g.int64([0])])), { axis: attr.i(0) }, { output: 'cache_delta' })
+    g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
   }
 
   // ---- head -----------------------------------------------------------------
@@ -362,7 +377,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false, flatRows = false): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -428,6 +443,7 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
     }
     const k = cacheEntry(toHeads(rotary(kFlat, nKv), nKv), 'key')
     const v = cacheEntry(toHeads(vFlat, nKv), 'value')
+    newEntries?.push(k, v)
     const whole = (pastKv: string, entry: string, kv: 'key' | 'value'): string => {
       const joined = g.op('Concat', [pastKv, entry], { axis: attr.i(2) }, cache === 'concat' ? { output: `present.${i}.${kv}` } : {})
       return ioType === DataType.FLOAT16 ? g.op('Cast', [joined], { to: attr.i(DataType.FLOAT) }) : joined

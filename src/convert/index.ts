@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byteTokenizerFiles } from './byte-tokenizer.ts'
 import { parseDecoderConfig } from './decoder-config.ts'
-import { buildDecoderGraph, checkGraphOptions, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type WeightFormat, type WeightSource } from './decoder-graph.ts'
+import { buildDecoderGraph, checkGraphOptions, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type Int4Compute, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
 import { PROMPT_GRAPH_FILE } from '../engine/onnx/model-dir.ts'
 import { encodeModel } from './onnx-proto.ts'
@@ -30,6 +30,12 @@ export interface GraphOptions {
   cache?: CacheStyle
   /** int4 only: MatMulNBits block size along K (default 32). */
   int4BlockSize?: number
+  /**
+   * int4 only: how MatMulNBits computes. int8 (default): activations quantized to int8
+   * (accuracy_level 4, much faster on CPU); float: in float32 (no accuracy_level), which a GPU
+   * computes as the CPU does, token for token.
+   */
+  int4Compute?: Int4Compute
   /** chatd (default), or the form onnx-community exports have (decoder-graph.ts). */
   form?: GraphForm
   /** Also write the int8 prompt graph (PROMPT_GRAPH_FILE); chatd's form only. */
@@ -170,15 +176,15 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
  * them); each file appears under its final name only when complete. Returns the main graph's path.
  */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
-  const { weights, attention = 'standard', int4BlockSize, form = 'chatd' } = graph
+  const { weights, attention = 'standard', int4BlockSize, int4Compute, form = 'chatd' } = graph
   const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
-  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, cache, form }, meta)
+  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form }, meta)
   if (graph.promptGraph) writeGraph(out, PROMPT_GRAPH_FILE, cfg, source, { weights: 'int8', attention, cache, form }, { ...meta, role: 'prompt' })
   return modelPath
 }
 
 function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource,
-  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; cache: CacheStyle; form: GraphForm }, meta: Record<string, string>): string {
+  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; int4Compute?: Int4Compute; cache: CacheStyle; form: GraphForm }, meta: Record<string, string>): string {
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
   const dataPath = path.join(out, 'onnx', dataName)
@@ -187,7 +193,7 @@ function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parse
   try {
     const g = new GraphBuilder(external)
     buildDecoderGraph(g, cfg, source, opts)
-    const blockMeta: Record<string, string> = opts.weights === 'int4' ? { 'chatd.int4_block_size': String(opts.int4BlockSize ?? INT4_BLOCK_SIZE) } : {}
+    const blockMeta: Record<string, string> = opts.weights === 'int4' ? { 'chatd.int4_block_size': String(opts.int4BlockSize ?? INT4_BLOCK_SIZE), 'chatd.int4_compute': opts.int4Compute ?? 'int8' } : {}
     bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': opts.weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': opts.attention, 'chatd.cache': opts.cache, 'chatd.form': opts.form, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()

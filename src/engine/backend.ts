@@ -316,6 +316,12 @@ export interface Backend {
   readonly engineStats?: EngineStats
   /** Hands `listener` the tokens each engine step fed, as the engine reports them (a histogram of steps); absent without an engine. */
   onEngineSteps? (listener: (tokens: number[]) => void): void
+  /** Local models, once loaded: the execution provider the engine runs on (cpu, cuda or webgpu). */
+  readonly device?: string
+  /** Local models, once loaded: why that device (asked for by name, or what `auto` found). */
+  readonly deviceWhy?: string
+  /** Local models, once loaded: whether the KV cache stays in the device's memory between steps. */
+  readonly cacheOnDevice?: boolean
   state (): BackendState
   /** Starts loading; resolves when ready or rejects when the model cannot be used. */
   load (): Promise<void>

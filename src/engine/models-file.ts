@@ -35,7 +35,7 @@ const OnnxEntry = Type.Object({
   dtype: Type.Optional(Type.String({ minLength: 1 })),
   reasoning: Type.Optional(ReasoningMode),
   /** Overrides ONNX_DEVICE / ONNX_THREADS for this model. */
-  device: Type.Optional(Type.Enum(['auto', 'cpu', 'cuda'])),
+  device: Type.Optional(Type.Enum(['auto', 'cpu', 'cuda', 'webgpu'])),
   threads: Type.Optional(Type.Integer({ minimum: 0 })),
   /**
    * What hubRepo holds: "onnx" (default), a model directory in the onnx-community layout, used as

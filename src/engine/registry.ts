@@ -140,7 +140,7 @@ export interface RegisteredModel {
   /** Thinking tokens added to a wordcount's token budget (models.json `thinkingBudget`; 0 by default). */
   thinkingBudget?: number
   /** For local models: the execution provider asked for (ONNX_DEVICE or the entry's device). */
-  requestedDevice?: 'auto' | 'cpu' | 'cuda'
+  requestedDevice?: 'auto' | 'cpu' | 'cuda' | 'webgpu'
   /** Where chatd's instruction and client system messages go (models.json `systemPrompt`). */
   systemPrompt: 'system' | 'user'
 }
@@ -295,12 +295,18 @@ export class ModelRegistry {
       const started = performance.now()
       try {
         await model.backend.load()
-        // Which execution provider the engine settled on (local models report it), said once at start.
-        const { device, promptGraph } = model.backend as { device?: string; promptGraph?: boolean }
-        log?.info({ model: model.id, ms: Math.round(performance.now() - started), ...(device ? { device } : {}), ...(promptGraph ? { promptGraph } : {}) }, 'model ready')
+        // Which execution provider the engine settled on and why (local models report it), said once at start.
+        const { device, deviceWhy, cacheOnDevice } = model.backend
+        const { promptGraph } = model.backend as { promptGraph?: boolean }
+        log?.info({
+          model: model.id,
+          ms: Math.round(performance.now() - started),
+          ...(device ? { device, why: deviceWhy, cacheOnDevice } : {}),
+          ...(promptGraph ? { promptGraph } : {}),
+        }, 'model ready')
         if (device === 'cpu' && model.requestedDevice === 'auto' && !saidCpuFallback) {
           saidCpuFallback = true
-          log?.info({ device }, 'ONNX_DEVICE=auto: the CUDA execution provider is not available on this machine, so local models run on the CPU')
+          log?.info({ device, why: deviceWhy }, 'ONNX_DEVICE=auto: no GPU that chatd can use (CUDA, or a real GPU through WebGPU) on this machine, so local models run on the CPU')
         }
       } catch (err) {
         this.#loadErrors.set(model.id, `loading failed: ${(err as Error).message}`)

@@ -61,7 +61,15 @@ export class PullingBackend implements DownloadingBackend {
 
   /** The execution provider of the loaded model, once there is one. */
   get device (): string | undefined {
-    return (this.#inner as { device?: string } | undefined)?.device
+    return this.#inner?.device
+  }
+
+  get deviceWhy (): string | undefined {
+    return this.#inner?.deviceWhy
+  }
+
+  get cacheOnDevice (): boolean | undefined {
+    return this.#inner?.cacheOnDevice
   }
 
   /** The download while it runs or after it failed; undefined once the files are complete. */

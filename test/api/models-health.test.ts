@@ -228,3 +228,15 @@ t.test('unknown routes get the error body', async t => {
   t.equal(res.statusCode, 404)
   t.equal(res.json().error.code, 'not_found')
 })
+
+t.test('the device a local model runs on, and why, is told to admin accounts only', async t => {
+  const local = Object.assign(new ScriptedBackend({ id: 'local' }), { device: 'webgpu', deviceWhy: 'asked for (ONNX_DEVICE=webgpu)', cacheOnDevice: true })
+  const { app, auth, accounts } = await buildTestApp(t, { backends: [local, new ScriptedBackend()] })
+  const admin = await accounts.create({ email: 'ops@example.com', isAdmin: true })
+  const adminAuth = { authorization: `Bearer ${(await accounts.createKey(admin.id)).key}` }
+  const ordinary = (await app.inject({ url: '/api/v1/models/local', headers: auth })).json()
+  t.notOk('device' in ordinary || 'device_reason' in ordinary || 'cache_on_device' in ordinary, 'an ordinary key is not told')
+  const forAdmin = (await app.inject({ url: '/api/v1/models', headers: adminAuth })).json().data
+  t.match(forAdmin[0], { id: 'local', device: 'webgpu', device_reason: 'asked for (ONNX_DEVICE=webgpu)', cache_on_device: true })
+  t.notOk('device' in forAdmin[1], 'a backend without a device has none')
+})

@@ -26,3 +26,11 @@ t.test('an unknown option: its name and the usage, exit 2, no stack trace', asyn
   t.match(res.stderr, /Usage: npm run bench --/)
   t.notMatch(res.stderr, /\n\s+at /)
 })
+
+t.test('a device the benchmark does not know: said, with the usage, exit 2', async t => {
+  const res = bench('--device', 'tpu')
+  t.equal(res.status, 2)
+  t.match(res.stderr, /^npm run bench: --device must be cpu, cuda or webgpu \(got tpu\)/)
+  t.match(res.stderr, /--device cpu\|cuda\|webgpu/)
+  t.notMatch(res.stderr, /\n\s+at /)
+})

@@ -3,7 +3,7 @@
 // them), and the ratios the benchmark reports from it.
 import t from 'tap'
 import { llamaCppRatios, type LlamaCppReport } from '../../scripts/llama-cpp/index.ts'
-import { parseBatchedBenchJsonl, parseLlamaBenchJson } from '../../scripts/llama-cpp/run.ts'
+import { parseBatchedBenchJsonl, parseLlamaBenchJson, vulkanDevice } from '../../scripts/llama-cpp/run.ts'
 
 const row = (nPrompt: number, nGen: number, avg: number, sd: number): string => `  {
     "build_commit": "de3ff81",
@@ -65,4 +65,10 @@ t.test('ratios are chatd over llama.cpp, null when either side is missing', asyn
   } as unknown as LlamaCppReport
   const r = llamaCppRatios({ decode_tok_s_1: 13, engine_only_decode_tok_s_1: 14, prefill_tok_s: 93.5, aggregate_tok_s_1: 10, aggregate_tok_s_4: 12 }, llama, [1, 4, 8])
   t.same(r, { ratio_decode_1: 0.5, ratio_engine_decode_1: 0.54, ratio_prefill: 0.5, ratio_aggregate_1: 0.5, ratio_aggregate_4: null, ratio_aggregate_8: null })
+})
+
+t.test('the Vulkan device llama.cpp ran on, from ggml\'s log; none when it found none', async t => {
+  t.equal(vulkanDevice('ggml_vulkan: Found 1 Vulkan devices:\nggml_vulkan: 0 = NVIDIA H100 80GB HBM3 (NVIDIA) | uma: 0 | fp16: 1 | bf16: 1 | warp size: 32\nload_backend: loaded Vulkan backend'), 'NVIDIA H100 80GB HBM3 (NVIDIA)')
+  t.equal(vulkanDevice('ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 0 | fp16: 1'), 'llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe)')
+  t.equal(vulkanDevice('ggml_vulkan: No devices found.\nload_backend: loaded CPU backend'), '')
 })

@@ -68,10 +68,10 @@ t.test('compose files validate and wire the stack', { skip: !compose && 'neither
     t.ok(volumes.models && volumes.data && volumes.postgres, 'models, data and the database on named volumes')
   })
 
-  t.test('GPU override: the CUDA image and an nvidia device reservation', async t => {
+  t.test('GPU override: the GPU image and an nvidia device reservation with graphics (Vulkan, for WebGPU) as well as compute', async t => {
     const { services } = await config(dir, GPU)
     t.match(services.chatd, { build: { target: 'gpu' }, image: 'chatd:gpu', environment: { ONNX_DEVICE: 'cuda' } })
-    t.match(services.chatd.deploy.resources.reservations.devices, [{ driver: 'nvidia', capabilities: ['gpu'] }])
+    t.match(services.chatd.deploy.resources.reservations.devices, [{ driver: 'nvidia', capabilities: ['gpu', 'compute', 'utility', 'graphics'] }])
     t.match(services['model-init'], { image: 'chatd:gpu' }, 'one image for both')
   })
 

@@ -52,6 +52,16 @@ t.test('stages: dependencies apart from the runtime images; gpu is the default t
   t.ok(stage('gpu').body.some(i => i.op === 'COPY' && /--from=node \/usr\/local\/bin\/node/.test(i.args)), 'Node 24 copied into the CUDA image')
 })
 
+t.test('the GPU image carries what WebGPU needs: the Vulkan loader, glvnd, Mesa\'s GPU drivers without its software renderer, graphics from the NVIDIA runtime, a runtime dir', async t => {
+  const run = stage('gpu').body.filter(i => i.op === 'RUN').map(i => i.args).join('\n')
+  for (const pkg of ['libvulkan1', 'libglvnd0', 'libglx0', 'libegl1', 'libgl1', 'libopengl0', 'libgles2', 'mesa-vulkan-drivers']) t.match(run, new RegExp(`install [^\n]*\\b${pkg}\\b`), pkg)
+  t.match(run, /rm -f \/usr\/share\/vulkan\/icd\.d\/lvp_icd\*\.json/, 'lavapipe\'s ICD removed')
+  const env = stage('gpu').body.filter(i => i.op === 'ENV').map(i => i.args).join(' ')
+  t.match(env, /NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics/)
+  t.match(env, /XDG_RUNTIME_DIR=\/run\/chatd/)
+  t.match(run, /chown chatd:chatd [^\n]*\/run\/chatd && chmod 700 \/run\/chatd/, 'the runtime dir is the user\'s')
+})
+
 t.test('onnxruntime-node\'s CUDA 12 libraries are fetched for the GPU image only', async t => {
   t.ok(stage('deps-cuda').body.some(i => i.op === 'RUN' && /ONNXRUNTIME_NODE_INSTALL=cuda12 node node_modules\/onnxruntime-node\/script\/install\.js/.test(i.args)))
   t.ok(stage('gpu').body.some(i => i.op === 'COPY' && /--from=deps-cuda \/app\/node_modules/.test(i.args)))

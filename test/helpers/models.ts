@@ -7,7 +7,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { convertCheckpoint, convertRandom } from '../../src/convert/index.ts'
-import type { CacheStyle, WeightFormat } from '../../src/convert/decoder-graph.ts'
+import type { CacheStyle, Int4Compute, WeightFormat } from '../../src/convert/decoder-graph.ts'
 import { converterFingerprint } from '../../src/convert/fingerprint.ts'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
@@ -39,9 +39,12 @@ function cached (name: string, build: (out: string) => void): string {
   return dir
 }
 
-/** The real stories260k model, converted with `weights` (fp32 by default) and the converter's default cache outputs unless `cache` says. */
-export function storiesModelDir (weights: WeightFormat = 'fp32', cache?: CacheStyle): string {
-  return cached(`stories260k-${weights}${cache ? `-${cache}` : ''}`, out => { convertCheckpoint({ from: STORIES_SOURCE, out, weights, cache }) })
+/**
+ * The real stories260k model, converted with `weights` (fp32 by default) and the converter's default
+ * cache outputs unless `cache` says; int4 computes with int8 activations unless `int4Compute` says float.
+ */
+export function storiesModelDir (weights: WeightFormat = 'fp32', cache?: CacheStyle, int4Compute?: Int4Compute): string {
+  return cached(`stories260k-${weights}${cache ? `-${cache}` : ''}${int4Compute ? `-${int4Compute}` : ''}`, out => { convertCheckpoint({ from: STORIES_SOURCE, out, weights, cache, int4Compute }) })
 }
 
 /** stories260k as `chatd pull` writes the default model: int4, and the int8 prompt graph beside it. */

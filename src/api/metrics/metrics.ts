@@ -20,6 +20,8 @@ import { ServingMetrics } from './serving.ts'
 export interface EngineReading {
   model: string
   sequences: number
+  /** The execution provider the engine runs on, once loaded. */
+  device?: string
   computedAhead?: number
   grammar?: GrammarCounts
   /** The engine's latest report of its load and counts. */
@@ -119,6 +121,17 @@ export class Metrics {
     collect: () => {
       this.engineSequences.reset()
       for (const { model, sequences } of this.#engines()) this.engineSequences.set({ model }, sequences)
+    },
+  })
+
+  readonly modelDevice = new Gauge({
+    name: 'chatd_model_device',
+    help: 'The execution provider a loaded local model runs on: 1 for its device (cpu, cuda or webgpu), by model and device.',
+    labelNames: ['model', 'device'] as const,
+    registers: [this.registry],
+    collect: () => {
+      this.modelDevice.reset()
+      for (const { model, device } of this.#engines()) if (device) this.modelDevice.set({ model, device }, 1)
     },
   })
 

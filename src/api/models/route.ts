@@ -4,7 +4,8 @@
 // listed (the list is the same for everyone, as OpenAI clients expect); extra
 // fields are ignored by clients that do not know them. Why a model is
 // unavailable is told in short to every account; the server's inside (a path,
-// the command that fixes it) only to admin accounts, as in the log.
+// the command that fixes it, the device a local model runs on and why) only to
+// admin accounts, as in the log.
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyRequest } from 'fastify'
@@ -27,6 +28,12 @@ function describe (models: ModelRegistry, model: RegisteredModel, allowed: boole
   if (state.state === 'unavailable') described.status_reason = operator ? operatorReason(state) : publicReason(state)
   const contextLength = model.backend.contextLength
   if (contextLength !== undefined) described.context_length = contextLength
+  const { device, deviceWhy, cacheOnDevice } = model.backend
+  if (operator && (device === 'cpu' || device === 'cuda' || device === 'webgpu')) {
+    described.device = device
+    if (deviceWhy !== undefined) described.device_reason = deviceWhy
+    if (cacheOnDevice !== undefined) described.cache_on_device = cacheOnDevice
+  }
   return described
 }
 

@@ -9,7 +9,7 @@ import { ApiError } from '../../errors.ts'
 import { pullCommand } from '../models-file.ts'
 import { unavailableError } from '../unavailable.ts'
 import { DEFAULT_DTYPE, MODEL_DTYPES, ModelDirError, readModelDir, type ModelDtype } from './model-dir.ts'
-import type { DeviceChoice } from './device/ort.ts'
+import { DEVICE_CHOICES, type Device, type DeviceChoice } from './device/providers.ts'
 import { GrammarService, type GrammarLimits } from './grammar/grammar-service.ts'
 import type { JsonFormat } from './grammar/grammar.ts'
 import type { FromWorker, ToWorker, WorkerSettings } from './protocol.ts'
@@ -25,7 +25,7 @@ export interface OnnxBackendOptions extends EngineTuning {
   path: string
   /** Checked here: a models.json value, not yet a ModelDtype. */
   dtype?: string
-  /** Checked here: 'auto', 'cpu' or 'cuda'. */
+  /** Checked here: 'auto', 'cpu', 'cuda' or 'webgpu'. */
   device?: string
   /** onnxruntime threads; 0 or absent: onnxruntime's choice. */
   threads?: number
@@ -37,14 +37,16 @@ export function createOnnxBackend (opts: OnnxBackendOptions): Backend {
   return new OnnxBackend(opts)
 }
 
-const DEVICES: DeviceChoice[] = ['auto', 'cpu', 'cuda']
-
 export class OnnxBackend implements Backend {
   readonly id: string
   contextLength?: number
   charsPerToken?: number
   /** The execution provider in use once loaded. */
-  device?: 'cpu' | 'cuda'
+  device?: Device
+  /** Why the engine runs on that device (asked for by name, or what `auto` found), once loaded. */
+  deviceWhy?: string
+  /** Whether the KV cache stays in the device's memory between steps (WebGPU with a concat graph), once loaded. */
+  cacheOnDevice?: boolean
   /** Whether prompts run on the model's int8 prompt graph, once loaded. */
   promptGraph?: boolean
   /** Prompt positions the engine computed ahead for conversations' next turns, since start. */
@@ -75,7 +77,7 @@ export class OnnxBackend implements Backend {
     const dtype = (opts.dtype ?? DEFAULT_DTYPE) as ModelDtype
     if (!MODEL_DTYPES.includes(dtype)) throw new Error(`model ${opts.id}: dtype ${JSON.stringify(opts.dtype)} is not one of ${MODEL_DTYPES.join(', ')}`)
     const device = (opts.device ?? 'auto') as DeviceChoice
-    if (!DEVICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICES.join(', ')}`)
+    if (!DEVICE_CHOICES.includes(device)) throw new Error(`model ${opts.id}: device ${JSON.stringify(opts.device)} is not one of ${DEVICE_CHOICES.join(', ')}`)
     // The rest of the options is the engine's tuning, passed on as given (the engine has the defaults).
     const { id: _id, path, dtype: _dtype, device: _device, threads, grammar: _grammar, ...tuning } = opts
     this.#settings = { ...tuning, modelDir: path, dtype, device, threads: threads ?? 0 }
@@ -122,6 +124,8 @@ export class OnnxBackend implements Backend {
           this.contextLength = message.contextLength
           this.charsPerToken = message.charsPerToken
           this.device = message.device
+          this.deviceWhy = message.deviceWhy
+          this.cacheOnDevice = message.cacheOnDevice
           this.promptGraph = message.promptGraph
           this.#toolFormat = TOOL_FORMATS[message.toolFormat]
           this.#current = { state: 'ready' }

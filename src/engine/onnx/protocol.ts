@@ -2,6 +2,7 @@
 import type { MessagePort } from 'node:worker_threads'
 import type { ChatMessage, DeltaLogprobs, EngineStats, FinishReason, GenerateRequest, GenerateTimings, Usage } from '../backend.ts'
 import type { ErrorCode } from '../../errors.ts'
+import type { Device } from './device/providers.ts'
 import type { EngineSettings } from './scheduler/engine.ts'
 
 /** The worker builds its engine from exactly the engine's settings (a structured clone of them). */
@@ -17,7 +18,7 @@ export type ToWorker =
   | { type: 'close' }
 
 export type FromWorker =
-  | { type: 'ready'; contextLength: number; charsPerToken?: number; device: 'cpu' | 'cuda'; promptGraph: boolean; toolFormat: 'r1' | 'json' }
+  | { type: 'ready'; contextLength: number; charsPerToken?: number; device: Device; deviceWhy: string; cacheOnDevice: boolean; promptGraph: boolean; toolFormat: 'r1' | 'json' }
   | { type: 'load_error'; message: string }
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage; stopSequence?: string; timings?: GenerateTimings }

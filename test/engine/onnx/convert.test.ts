@@ -3,6 +3,9 @@ import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import { ConvertUsageError, runConvert } from '../../../src/convert/cli.ts'
+import { convertRandom } from '../../../src/convert/index.ts'
+import { decodeModel } from '../../../src/convert/onnx-proto.ts'
+import { ort } from '../../../src/engine/onnx/device/ort.ts'
 import { DecoderSession } from '../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
 import { loadTokenizer } from '../../../src/engine/onnx/text/tokenizer.ts'
@@ -92,6 +95,8 @@ t.test('bad arguments and bad checkpoints are reported clearly', async t => {
   t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--seed', '-1']), /--seed/)
   t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--block-size', '48']), /--block-size must be one of 16, 32, 64, 128, 256/)
   t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--dtype', 'fp32', '--block-size', '128']), /--block-size applies to --dtype int4 only/)
+  t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--int4-compute', 'double']), /--int4-compute must be int8 or float \(got double\)/)
+  t.throws(() => runConvert(['--random', TINY, '--out', 'x', '--dtype', 'fp32', '--int4-compute', 'float']), /--int4-compute applies to --dtype int4 only/)
   t.throws(() => runConvert(['--from', path.join(dir, 'broken'), '--out', path.join(dir, 'o')]), /model_type "gpt2" is not supported/)
   t.throws(() => runConvert(['--from', path.join(dir, 'absent'), '--out', path.join(dir, 'o')]), /config\.json: cannot be read/)
   // A checkpoint whose tensors disagree with its config.
@@ -142,4 +147,59 @@ t.test('--attention gqa with a head size that is not a multiple of 16 is refused
   t.throws(() => runConvert(['--random', odd, '--out', path.join(dir, 'odd'), '--attention', 'gqa']), /head_dim 24/)
   // head_dim 16 (tiny-llama) converts.
   t.doesNotThrow(() => runConvert(['--random', TINY, '--out', path.join(dir, 'llama-gqa'), '--attention', 'gqa', '--dtype', 'fp32']))
+})
+
+t.test('--int4-compute float writes MatMulNBits without accuracy_level; concat graphs return cache_delta beside the whole cache', async t => {
+  const dir = t.testdir({})
+  const graphOf = (out: string) => decodeModel(fs.readFileSync(path.join(out, 'onnx', 'model_q4.onnx'))).graph!
+  const levels = (out: string) => graphOf(out).node.filter(n => n.op_type === 'MatMulNBits').map(n => n.attribute?.find(a => a.name === 'accuracy_level')?.i ?? 'none')
+  const meta = (out: string) => Object.fromEntries((decodeModel(fs.readFileSync(path.join(out, 'onnx', 'model_q4.onnx'))).metadata_props ?? []).map(p => [p.key, p.value]))
+
+  const cpu = path.join(dir, 'cpu')
+  runConvert(['--random', TINY, '--out', cpu, '--cache', 'concat'])
+  t.ok(levels(cpu).length > 0 && levels(cpu).every(l => Number(l) === 4), 'the default: int8 activations (accuracy_level 4)')
+  t.equal(meta(cpu)['chatd.int4_compute'], 'int8')
+  const gpu = path.join(dir, 'gpu')
+  runConvert(['--random', TINY, '--out', gpu, '--cache', 'concat', '--int4-compute', 'float'])
+  t.ok(levels(gpu).length > 0 && levels(gpu).every(l => l === 'none'), 'float: no accuracy_level anywhere')
+  t.equal(meta(gpu)['chatd.int4_compute'], 'float')
+
+  const cfg = JSON.parse(fs.readFileSync(TINY, 'utf8'))
+  const outputs = graphOf(gpu).output.map(o => o.name)
+  t.ok(outputs.includes('present.0.key') && outputs.includes('cache_delta'), 'present.N.* and cache_delta')
+  const delta = graphOf(gpu).output.find(o => o.name === 'cache_delta')!
+  t.same(delta.type?.tensor_type?.shape?.dim?.map(d => d.dim_value ?? d.dim_param), [2 * cfg.num_hidden_layers, 'batch_size', cfg.num_key_value_heads, 'sequence_length', cfg.hidden_size / cfg.num_attention_heads])
+
+  // The delta holds exactly what each present gained: one run from an empty cache, then one token more.
+  const session = await ort.InferenceSession.create(path.join(gpu, 'onnx', 'model_q4.onnx'))
+  t.teardown(() => session.release())
+  const hd = cfg.hidden_size / cfg.num_attention_heads
+  const int64 = (values: number[], dims: number[]) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
+  const run = async (ids: number[], past: Record<string, ort.Tensor>, pastLength: number) => session.run({
+    input_ids: int64(ids, [1, ids.length]),
+    attention_mask: int64(new Array(pastLength + ids.length).fill(1), [1, pastLength + ids.length]),
+    position_ids: int64(ids.map((_, k) => pastLength + k), [1, ids.length]),
+    num_logits_to_keep: int64([1], []),
+    ...past,
+  })
+  const empty = Object.fromEntries(Array.from({ length: cfg.num_hidden_layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, new ort.Tensor('float32', new Float32Array(0), [1, cfg.num_key_value_heads, 0, hd])])).flat())
+  const first = await run([5, 9, 200], empty, 0)
+  const firstDelta = first.cache_delta.data as Float32Array
+  const each = cfg.num_key_value_heads * 3 * hd
+  for (let i = 0; i < cfg.num_hidden_layers; i++) {
+    t.same(firstDelta.subarray(2 * i * each, (2 * i + 1) * each), first[`present.${i}.key`].data, `layer ${i}: the keys of a first run are its whole present`)
+    t.same(firstDelta.subarray((2 * i + 1) * each, (2 * i + 2) * each), first[`present.${i}.value`].data, `layer ${i}: and its values`)
+  }
+  const past = Object.fromEntries(Array.from({ length: cfg.num_hidden_layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, first[`present.${i}.${kv}`]])).flat())
+  const second = await run([17], past, 3)
+  const secondDelta = second.cache_delta.data as Float32Array
+  const present = second['present.1.value'].data as Float32Array
+  const gained = Array.from({ length: cfg.num_key_value_heads }, (_, h) => Array.from(present.subarray((h * 4 + 3) * hd, (h * 4 + 4) * hd))).flat()
+  t.same(Array.from(secondDelta.subarray(3 * cfg.num_key_value_heads * hd, 4 * cfg.num_key_value_heads * hd)), gained, 'a step\'s delta is the position its present gained (layer 1\'s values)')
+  const append = path.join(dir, 'append')
+  runConvert(['--random', TINY, '--out', append])
+  t.notOk(graphOf(append).output.some(o => o.name === 'cache_delta'), 'append graphs return new_key_values.N.* instead')
+  const plain = path.join(dir, 'plain')
+  convertRandom({ configPath: TINY, out: plain, weights: 'int4', seed: 1, form: 'onnx-community' })
+  t.notOk(decodeModel(fs.readFileSync(path.join(plain, 'onnx', 'model_q4.onnx'))).graph!.output.some(o => o.name === 'cache_delta'), 'the onnx-community form has none')
 })

@@ -4,64 +4,29 @@
 //
 // concat graphs return the whole cache every run. Rows are right-aligned to
 // the longest one (left padding, masked out); each run's output simply becomes
-// the next run's past.
+// the next run's past. On WebGPU, where that output stays in GPU memory, the
+// device layout keeps it there (device-cache.ts).
 //
-// append graphs return only the new positions. The cache lives in buffers of
-// [rows, kv heads, capacity, head_dim] that this module owns: row b's
-// positions fill slots 0..len-1 (right padding, masked out), each run's new
-// entries are written into the next free slots, and the buffers go back in as
-// the past without a copy. Capacity grows in steps of CAPACITY_STEP slots, so
-// a decode step almost never reallocates.
+// append graphs return only the new positions. The cache lives in host
+// buffers with room to spare (slot-buffers.ts): each run's new entries are
+// written into the next free slots, and the buffers go back in as the past
+// without a copy, the unused slots masked out.
 //
 // Either way, callers hand over token ids and get logits; masks and position
 // ids follow from the rows' lengths.
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
-import { freeTensor, ort, type OrtTensor } from '../device/ort.ts'
+import { ort, type OrtTensor } from '../device/ort.ts'
+import type { CacheLayout, CacheRun, RowCache } from './cache-layout.ts'
+import { DeviceLayout } from './device-cache.ts'
+import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
 
-type CacheData = Float32Array | Uint16Array
-
-/** A batch's cached keys and values. */
-export interface RowCache {
-  /** Positions each row holds. */
-  readonly lengths: readonly number[]
-}
-
-export interface CacheRun {
-  /** Float32 logits of the kept positions, [rows, kept, vocab]. */
-  logits: Float32Array
-  /** The cache after the run; the cache passed in must not be used again. */
-  cache: RowCache
-}
-
-export interface CacheLayout {
-  /** `rows` rows (default one) holding nothing. */
-  empty (rows?: number): RowCache
-  /**
-   * Feeds `tokens[b]` to row b and returns the logits of the last `logitsToKeep` positions. Rows
-   * take the same count of tokens unless `packsRows`; then they may differ, and the logits are
-   * each row's last token's (`logitsToKeep` 1). When it throws, the cache passed in is unchanged
-   * and still the caller's. `prompt`: every token is a prompt token (DecoderSession's prompt graph).
-   */
-  run (cache: RowCache, tokens: number[][], logitsToKeep: number, prompt?: boolean): Promise<CacheRun>
-  /** Whether rows of one run may take different numbers of tokens (graphs with tokens_per_row). */
-  readonly packsRows: boolean
-  /**
-   * A new cache holding the given rows, in order; the sources are left as they were. With
-   * `length`, a row keeps only its first `length` positions (a cached prefix).
-   */
-  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): RowCache
-  /** Frees a cache's memory now. */
-  free (cache: RowCache): void
-  /** Bytes of the caches this layout has handed out and not yet freed. */
-  readonly bytesHeld: number
-}
+export type { CacheLayout, CacheRun, RowCache }
+export { CAPACITY_STEP } from './slot-buffers.ts'
 
 export function cacheLayoutFor (session: DecoderSession): CacheLayout {
+  if (session.cacheOnDevice) return new DeviceLayout(session)
   return session.cacheOutputs === 'append' ? new AppendLayout(session) : new ConcatLayout(session)
 }
-
-/** Slots added at a time when an append cache grows. */
-export const CAPACITY_STEP = 64
 
 interface ConcatCache extends RowCache {
   kv: KvCache
@@ -143,41 +108,40 @@ class ConcatLayout implements CacheLayout {
   }
 }
 
-interface AppendCache extends RowCache {
-  lengths: number[]
-  capacity: number
-  /** One buffer per past_key_values.N.* input, [rows, kv heads, capacity, head_dim]. */
-  buffers: Record<string, CacheData>
-}
-
 class AppendLayout implements CacheLayout {
   readonly #session: DecoderSession
   readonly #names: string[]
-  bytesHeld = 0
+  readonly #slots: SlotBuffers
 
   constructor (session: DecoderSession) {
     this.#session = session
     this.#names = Object.keys(session.emptyCache(1).tensors)
+    this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType })
   }
 
   get packsRows (): boolean {
     return this.#session.packsRows
   }
 
-  empty (rows = 1): AppendCache {
-    return this.#allocate(new Array(rows).fill(0), 0)
+  get bytesHeld (): number {
+    return this.#slots.bytesHeld
+  }
+
+  empty (rows = 1): Slots {
+    return this.#slots.allocate(new Array(rows).fill(0), 0)
   }
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
-    const cache = rowCache as AppendCache
+    const cache = rowCache as Slots
     // Rows shorter than the longest are padded after their real tokens (graphs that pack rows).
     const counts = tokens.map(t => t.length)
     const seqLen = Math.max(...counts)
     const rows = tokens.length
     const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
     // Room for this run's entries first, so nothing is reallocated after the run.
-    const target = needed > cache.capacity ? this.#grown(cache, needed) : cache
-    const { heads, dim } = this.#shape()
+    const target = needed > cache.capacity ? this.#slots.grown(cache, needed) : cache
+    const heads = this.#session.model.numKvHeads
+    const dim = this.#session.model.headDim
     const capacity = target.capacity
     const past: KvCache = { tensors: {}, length: capacity }
     for (const name of this.#names) {
@@ -203,82 +167,21 @@ class AppendLayout implements CacheLayout {
         prompt,
       })
     } catch (err) {
-      if (target !== cache) this.free(target)
+      if (target !== cache) this.#slots.free(target)
       throw err
     }
-    if (target !== cache) this.free(cache)
-    for (const name of this.#names) {
-      const entries = out.present.tensors[name]
-      const data = entries.data as CacheData
-      const buffer = target.buffers[name]
-      for (let b = 0; b < rows; b++) {
-        // A row's real entries only: its padding's keys and values are never kept.
-        for (let h = 0; h < heads; h++) {
-          const from = (b * heads + h) * seqLen * dim
-          buffer.set(data.subarray(from, from + counts[b] * dim), ((b * heads + h) * capacity + target.lengths[b]) * dim)
-        }
-      }
-      freeTensor(entries)
-    }
-    target.lengths = target.lengths.map((len, b) => len + counts[b])
+    if (target !== cache) this.#slots.free(cache)
+    this.#slots.write(target, name => out.present.tensors[name].data as CacheData, counts, seqLen)
+    DecoderSession.disposeCache(out.present)
     return { logits: out.logits, cache: target }
   }
 
-  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): AppendCache {
-    const lengths = rows.map(r => Math.min(r.length ?? Infinity, r.cache.lengths[r.row]))
-    // One free slot at least: the next decode step fits without growing.
-    const out = this.#allocate(lengths, roundUp(Math.max(...lengths) + 1, CAPACITY_STEP))
-    this.#copyRows(rows.map((r, b) => ({ cache: r.cache as AppendCache, row: r.row, length: lengths[b] })), out)
-    return out
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): Slots {
+    return this.#slots.gather(rows.map(r => ({ slots: r.cache as Slots, row: r.row, length: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) })))
   }
 
   free (rowCache: RowCache): void {
-    const cache = rowCache as AppendCache
-    for (const name of this.#names) {
-      // The buffers are this module's own, never shared with a tensor that outlives the run.
-      const buffer = cache.buffers[name].buffer
-      if (buffer instanceof ArrayBuffer && !buffer.detached) {
-        this.bytesHeld -= buffer.byteLength
-        buffer.transfer(0)
-      }
-    }
-  }
-
-  #shape (): { heads: number; dim: number } {
-    return { heads: this.#session.model.numKvHeads, dim: this.#session.model.headDim }
-  }
-
-  #allocate (lengths: number[], capacity: number): AppendCache {
-    const { heads, dim } = this.#shape()
-    const buffers: Record<string, CacheData> = {}
-    for (const name of this.#names) {
-      buffers[name] = newCacheData(this.#session, lengths.length * heads * capacity * dim)
-      this.bytesHeld += buffers[name].byteLength
-    }
-    return { lengths: [...lengths], capacity, buffers }
-  }
-
-  /** The same rows in a larger buffer with room for `needed` positions. */
-  #grown (cache: AppendCache, needed: number): AppendCache {
-    const out = this.#allocate(cache.lengths, roundUp(needed, CAPACITY_STEP))
-    this.#copyRows(cache.lengths.map((length, row) => ({ cache, row, length })), out)
-    return out
-  }
-
-  /** Copies each source row's first `length` positions into row b of `into` (right padding). */
-  #copyRows (sources: Array<{ cache: AppendCache; row: number; length: number }>, into: AppendCache): void {
-    const { heads, dim } = this.#shape()
-    for (const name of this.#names) {
-      const to = into.buffers[name]
-      sources.forEach((src, b) => {
-        const from = src.cache.buffers[name]
-        const len = src.length
-        for (let h = 0; h < heads; h++) {
-          const start = (src.row * heads + h) * src.cache.capacity * dim
-          to.set(from.subarray(start, start + len * dim), (b * heads + h) * into.capacity * dim)
-        }
-      })
-    }
+    this.#slots.free(rowCache as Slots)
   }
 }
 
@@ -291,8 +194,4 @@ function kvBytes (kv: KvCache): number {
 
 function newCacheData (session: DecoderSession, size: number): CacheData {
   return session.cacheType === 'float16' ? new Uint16Array(size) : new Float32Array(size)
-}
-
-function roundUp (n: number, step: number): number {
-  return Math.ceil(n / step) * step
 }

@@ -4,7 +4,11 @@
 // present.N.key/value (the whole cache: the onnx-community signature) or
 // new_key_values.N.key/value (only this run's positions: graphs chatd convert
 // writes), with float32 or float16 caches and logits. kv-cache.ts keeps the
-// cache between runs in the way each of the two needs.
+// cache between runs in the way each of the two needs. A concat graph written
+// by chatd convert also returns cache_delta (this run's positions of every
+// layer in one tensor): on WebGPU its present.N.* then stay in GPU memory and go
+// back in as the next run's past as they are, and the small cache_delta is all
+// of the cache that comes back to the host (cache/device-cache.ts keeps it).
 //
 // Graphs from elsewhere differ in ways that change the answer if ignored:
 // without num_logits_to_keep, logits come back for every position fed (the
@@ -15,7 +19,8 @@
 import fs from 'node:fs'
 import type { ModelDir } from '../model-dir.ts'
 import { ModelDirError } from '../model-dir.ts'
-import { createSession, DeviceError, float16BitsToFloat32, freeTensor, ort, type OrtTensor, type SessionSettings } from './ort.ts'
+import { float16BitsToFloat32, freeTensor, ort, type OrtTensor } from './ort.ts'
+import { createSession, DeviceError, type Device, type LoadedSession, type SessionSettings } from './providers.ts'
 
 export type CacheType = 'float32' | 'float16'
 
@@ -72,9 +77,15 @@ export interface ForwardOutput {
   rows: number
   /**
    * Keyed by the past_key_values.N.* names. concat graphs: the whole cache after this run
-   * (length past + seqLen). append graphs: this run's positions only (length seqLen).
+   * (length past + seqLen), in GPU memory when `cacheOnDevice`. append graphs: this run's
+   * positions only (length seqLen).
    */
   present: KvCache
+  /**
+   * With `cacheOnDevice`: this run's positions of each past_key_values.N.* on the host,
+   * [batch, kvHeads, seqLen, headDim] each (views of one cache_delta tensor).
+   */
+  newEntries?: Record<string, Float32Array | Uint16Array>
 }
 
 /** The inputs chatd knows how to feed. */
@@ -82,7 +93,14 @@ const KNOWN_INPUT = /^(input_ids|attention_mask|position_ids|num_logits_to_keep|
 
 export class DecoderSession {
   readonly model: ModelDir
-  readonly device: 'cpu' | 'cuda'
+  readonly device: Device
+  /** Why the session runs on `device` (providers.ts). */
+  readonly deviceWhy: string
+  /**
+   * present.N.* come back as GPU buffers and are fed back as they are; the host gets each run's
+   * new positions from cache_delta. WebGPU with a concat graph that has cache_delta.
+   */
+  readonly cacheOnDevice: boolean
   readonly cacheType: CacheType
   readonly hasPositionIds: boolean
   /** The graph takes num_logits_to_keep; without it, logits come back for every position fed (unless it packs rows). */
@@ -98,13 +116,19 @@ export class DecoderSession {
   /** The names of the cache outputs: present.N.* (concat) or new_key_values.N.* (append). */
   readonly #cacheOutputPrefix: 'present' | 'new_key_values'
   readonly #session: ort.InferenceSession
+  /** The graph returns cache_delta beside present.N.*. */
+  readonly #hasCacheDelta: boolean
+  /** The outputs each run fetches. */
+  readonly #fetches: string[]
   /** The prompt graph's session (model_prompt.onnx), on the CPU only; null without one. */
   #promptSession: ort.InferenceSession | null = null
 
-  private constructor (model: ModelDir, session: ort.InferenceSession, device: 'cpu' | 'cuda', graphStyle: GraphStyle) {
+  private constructor (model: ModelDir, loaded: LoadedSession, graphStyle: GraphStyle) {
+    const session = loaded.session
     this.model = model
     this.#session = session
-    this.device = device
+    this.device = loaded.device
+    this.deviceWhy = loaded.why
     this.graphStyle = graphStyle
     const inputs = new Map(session.inputMetadata.map(m => [m.name, m]))
     const outputs = new Set(session.outputNames)
@@ -164,6 +188,14 @@ export class DecoderSession {
         if (!outputs.has(output)) throw new ModelDirError(`${where}: graph has no ${output} output`)
       }
     }
+    this.#hasCacheDelta = this.cacheOutputs === 'concat' && outputs.has(CACHE_DELTA)
+    // load() asks for present.N.* in GPU memory when the file names cache_delta; only the outputs can say it returns it.
+    if (loaded.outputsOnDevice.length > 0 && !this.#hasCacheDelta) {
+      throw new ModelDirError(`${where}: the graph mentions ${CACHE_DELTA} but does not return it beside present.N.key/value; rebuild it with chatd convert --cache concat`)
+    }
+    this.cacheOnDevice = loaded.outputsOnDevice.length > 0
+    // Without cacheOnDevice, cache_delta duplicates what present holds: not fetched.
+    this.#fetches = session.outputNames.filter(name => name !== CACHE_DELTA || this.cacheOnDevice)
   }
 
   /**
@@ -177,7 +209,7 @@ export class DecoderSession {
 
   static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {
     const main = await DecoderSession.#open(model, model.onnxPath, settings)
-    // The int8 prompt graph runs on onnxruntime's CPU integer kernels; on CUDA the main graph does all.
+    // The int8 prompt graph runs on onnxruntime's CPU integer kernels; on a GPU the main graph does all.
     if (!model.promptOnnxPath || settings.promptGraph === false || main.device !== 'cpu') return main
     try {
       const promptSettings = { ...settings, device: 'cpu' as const, profilePrefix: settings.profilePrefix && `${settings.profilePrefix}-prompt` }
@@ -191,14 +223,24 @@ export class DecoderSession {
   }
 
   static async #open (model: ModelDir, file: string, settings: SessionSettings): Promise<DecoderSession> {
+    const scan = scanGraph(file)
+    // A concat graph with cache_delta keeps its cache in GPU memory (used only if the session runs on WebGPU).
+    const deviceOutputs = scan.cacheDelta && scan.present
+      ? Array.from({ length: model.numLayers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat()
+      : undefined
     let loaded
     try {
-      loaded = await createSession(file, settings)
+      loaded = await createSession(file, { ...settings, deviceOutputs })
     } catch (err) {
       if (err instanceof DeviceError) throw err
       throw new ModelDirError(`${file}: onnxruntime cannot load it: ${(err as Error).message}`)
     }
-    return new DecoderSession(model, loaded.session, loaded.device, detectGraphStyle(file))
+    try {
+      return new DecoderSession(model, loaded, scan.style)
+    } catch (err) {
+      await loaded.session.release()
+      throw err
+    }
   }
 
   /** Takes over a prompt graph's session; its signature must be the main graph's, or it is refused. */
@@ -255,7 +297,9 @@ export class DecoderSession {
     if (this.packsRows) {
       feeds.tokens_per_row = new ort.Tensor('int64', BigInt64Array.from(input.tokensPerRow ?? input.inputIds.map(() => seqLen), BigInt), [batch])
     }
-    const out = await (input.prompt && this.#promptSession ? this.#promptSession : this.#session).run(feeds)
+    const out = input.prompt && this.#promptSession
+      ? await this.#promptSession.run(feeds)
+      : await this.#session.run(feeds, this.#fetches)
     const logitsTensor = out.logits
     const [, positions, vocab] = logitsTensor.dims
     // Graphs without num_logits_to_keep return every position's logits: keep the last ones of each row.
@@ -271,7 +315,17 @@ export class DecoderSession {
       present.tensors[`past_key_values.${i}.value`] = out[`${prefix}.${i}.value`]
     }
     logitsTensor.dispose()
-    return { logits, rows, present }
+    if (!this.cacheOnDevice) return { logits, rows, present }
+    // [2 x layers, batch, kvHeads, seqLen, headDim]: layer i's keys at 2i, its values at 2i + 1.
+    const delta = out[CACHE_DELTA]
+    const data = delta.data as Float32Array | Uint16Array
+    const each = data.length / (2 * this.model.numLayers)
+    const newEntries: Record<string, Float32Array | Uint16Array> = {}
+    for (let i = 0; i < this.model.numLayers; i++) {
+      newEntries[`past_key_values.${i}.key`] = data.subarray(2 * i * each, (2 * i + 1) * each)
+      newEntries[`past_key_values.${i}.value`] = data.subarray((2 * i + 1) * each, (2 * i + 2) * each)
+    }
+    return { logits, rows, present, newEntries }
   }
 
   /** Frees a cache that no step will read again (its memory at once, see freeTensor). */
@@ -286,34 +340,37 @@ export class DecoderSession {
   }
 }
 
+/** The output that carries a run's new cache positions of every layer beside present.N.* (concat graphs chatd writes). */
+export const CACHE_DELTA = 'cache_delta'
+
 /**
- * Finds the attention style by looking for the fused operators' names in the
- * graph file. Op types are stored as plain strings in the protobuf; scanning
- * bytes avoids decoding a graph that may carry gigabytes of inline weights.
+ * What a graph file is, found without decoding it: its attention style (the fused operators'
+ * names) and whether it returns present.N.* and cache_delta. Op types and value names are
+ * stored as plain strings in the protobuf; scanning bytes avoids decoding a graph that may
+ * carry gigabytes of inline weights.
  */
-export function detectGraphStyle (onnxPath: string): GraphStyle {
-  const needles: Array<[Buffer, GraphStyle]> = [[Buffer.from('GroupQueryAttention'), 'gqa'], [Buffer.from('MultiHeadAttention'), 'mha']]
-  const longest = Math.max(...needles.map(([n]) => n.length))
+export function scanGraph (onnxPath: string): { style: GraphStyle; present: boolean; cacheDelta: boolean } {
+  const needles = ['GroupQueryAttention', 'MultiHeadAttention', 'present.0.key', CACHE_DELTA].map(n => Buffer.from(n))
+  const found = new Set<number>()
+  const longest = Math.max(...needles.map(n => n.length))
   const fd = fs.openSync(onnxPath, 'r')
   try {
     const chunk = Buffer.alloc(1 << 22)
     let position = 0
     let carry = Buffer.alloc(0)
-    let found: GraphStyle = 'standard'
     for (;;) {
       const read = fs.readSync(fd, chunk, 0, chunk.length, position)
-      if (read === 0) return found
+      if (read === 0) break
       const window = Buffer.concat([carry, chunk.subarray(0, read)])
-      for (const [needle, style] of needles) {
-        if (style === 'gqa' && window.includes(needle)) return 'gqa'
-        if (window.includes(needle)) found = style
-      }
+      needles.forEach((needle, k) => { if (window.includes(needle)) found.add(k) })
       carry = window.subarray(Math.max(0, window.length - longest + 1))
       position += read
     }
   } finally {
     fs.closeSync(fd)
   }
+  const style: GraphStyle = found.has(0) ? 'gqa' : found.has(1) ? 'mha' : 'standard'
+  return { style, present: found.has(2), cacheDelta: found.has(3) }
 }
 
 /** The last `keep` positions of each row of [batch, positions, vocab] logits. */

@@ -42,7 +42,7 @@ import { CacheManager, type Reservation } from '../cache/cache-manager.ts'
 import { sharedPrefixIds, type SharedPrefix } from '../cache/shared-prefix.ts'
 import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds, type PendingTurn } from '../cache/next-turn.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../model-dir.ts'
-import type { DeviceChoice } from '../device/ort.ts'
+import type { DeviceChoice } from '../device/providers.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
 import { EngineCounters, type EngineLoad, type StatsReport } from './engine-stats.ts'
 import { Sequence, type StepResult } from './sequence.ts'
@@ -83,7 +83,7 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
 }
 
 /** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
-const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256 }
+const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256, webgpu: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
 /** Bound on one run's logits for graphs that return every position's. */

@@ -1,0 +1,88 @@
+// The requests that show a device gives the CPU provider's tokens: greedy, on
+// one engine per device in this thread, compared whole. The WebGPU tests
+// (test/engine/onnx/device/webgpu-exactness.test.ts, on lavapipe in CI) and
+// scripts/webgpu-exactness.ts (on a real GPU, from scripts/gpu-check.sh) run
+// these same scenarios.
+import type { ChatMessage, GenerateRequest } from '../../src/engine/backend.ts'
+import type { Device } from '../../src/engine/onnx/device/providers.ts'
+import type { ModelDtype } from '../../src/engine/onnx/model-dir.ts'
+import { LocalEngine } from '../../src/engine/onnx/scheduler/engine.ts'
+import { nextTurnStart } from '../../src/prompt/shape.ts'
+
+export interface Reply { text: string; completion: number; cached: number }
+
+/** The user turns of the conversations (stories260k's kind of text). */
+export const USER_TURNS = [
+  'Once upon a time there was a little dog named Max who lived in a small house near the woods.',
+  'One day Max found a big red ball in the garden.',
+  'Max wanted to show the ball to his friend the cat.',
+  'The cat was sleeping under the tree.',
+]
+
+/** An engine in this thread on `device`, with a promise per request and a callback on each delta. */
+export async function engineOn (dir: string, dtype: ModelDtype, device: Device) {
+  const texts = new Map<string, string>()
+  const done = new Map<string, (r: Reply) => void>()
+  const onDelta = new Map<string, () => void>()
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device, threads: 2 }, {
+    delta: (id, text) => {
+      texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
+      onDelta.get(id)?.()
+    },
+    finish: (id, _reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', completion: usage.completion_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? 0 }),
+    error: (_id, err) => { throw err },
+  })
+  let n = 0
+  const generate = (messages: ChatMessage[], maxTokens: number, deltas?: () => void): Promise<Reply> => {
+    const id = `r${n++}`
+    if (deltas) onDelta.set(id, deltas)
+    const result = new Promise<Reply>(resolve => done.set(id, resolve))
+    engine.start({ messages, temperature: 0, topP: 1, topK: 0, stop: [], maxTokens } satisfies GenerateRequest, id)
+    return result
+  }
+  return { engine, generate }
+}
+
+const user = (content: string): ChatMessage[] => [{ role: 'user', content }]
+
+/** One request alone; three together; one joining another after that one's fourth token. */
+export async function batches (dir: string, dtype: ModelDtype, device: Device) {
+  const { engine, generate } = await engineOn(dir, dtype, device)
+  try {
+    const solo = await generate(user(USER_TURNS[0]), 40)
+    const together = await Promise.all([
+      generate(user('Once upon a time'), 30),
+      generate(user('The little dog ran to the park and saw a big red ball. He'), 30),
+      generate(user('Lily'), 30),
+    ])
+    let joined: Promise<Reply> | undefined
+    let tokens = 0
+    const first = generate(user(USER_TURNS[1]), 36, () => {
+      if (++tokens === 4) joined = generate(user(USER_TURNS[2]), 24)
+    })
+    const join = [await first, await joined!]
+    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, replies: { solo, together, join } }
+  } finally {
+    await engine.close()
+  }
+}
+
+/** Four turns, each reply's conversation computed ahead before the next turn (as the server does), but for turn 3, which starts from the prefix cache alone. */
+export async function conversation (dir: string, dtype: ModelDtype, device: Device) {
+  const { engine, generate } = await engineOn(dir, dtype, device)
+  try {
+    const messages: ChatMessage[] = []
+    const replies: Reply[] = []
+    for (const [i, turn] of USER_TURNS.entries()) {
+      messages.push({ role: 'user', content: turn })
+      const reply = await generate([...messages], 24)
+      replies.push(reply)
+      if (i !== 1) engine.prepareNextTurn(nextTurnStart([...messages], reply.text))
+      messages.push({ role: 'assistant', content: reply.text })
+      await engine.idle()
+    }
+    return { replies, ahead: engine.tokensComputedAhead }
+  } finally {
+    await engine.close()
+  }
+}

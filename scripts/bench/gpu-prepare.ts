@@ -1,0 +1,26 @@
+// One of the GPU benchmark's slow preparations, on its own, so that
+// scripts/gpu-check.sh can run the three side by side (each is one CPU core's
+// work for a minute or more on the 1.5B shape): the chatd model in the GPU form,
+// the chatd model in the CPU form, or llama.cpp's Q4_0 GGUF (its Vulkan build
+// must be in bench-out/ already). `npm run bench -- --device webgpu` finds them
+// built.
+//
+//   node scripts/bench/gpu-prepare.ts gpu-model|cpu-model|llama [--model-config FILE]
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import { benchModelDir } from '../bench-model.ts'
+import { prepareLlamaCppVulkan } from '../llama-cpp/index.ts'
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
+const { values, positionals } = parseArgs({ options: { 'model-config': { type: 'string' } }, allowPositionals: true })
+const config = values['model-config'] && path.resolve(values['model-config'])
+const part = positionals[0]
+const started = performance.now()
+if (part === 'gpu-model') benchModelDir(32, 'chatd', { gpu: true, config })
+else if (part === 'cpu-model') benchModelDir(32, 'chatd', { config })
+else if (part === 'llama') prepareLlamaCppVulkan({ out: path.join(ROOT, 'bench-out'), threads: 0, config })
+else {
+  console.error('usage: node scripts/bench/gpu-prepare.ts gpu-model|cpu-model|llama [--model-config FILE]')
+  process.exit(2)
+}
+console.error(`${part}: ready in ${((performance.now() - started) / 1000).toFixed(0)} s`)

@@ -1,0 +1,64 @@
+// The WebGPU exactness check on whatever GPU this machine has (scripts/gpu-check.sh
+// runs it on a bare GPU machine; the tests run the same scenarios on lavapipe):
+// stories260k, converted here by chatd's converter from test/fixtures/stories260k
+// into bench-out/exactness/, greedy on the CPU provider and on WebGPU, every reply
+// compared token for token (scripts/bench/exactness.ts): an fp32 and an int4
+// (float compute) concat graph, whose cache stays in GPU memory (one request, three
+// together, one joining mid-decode, a conversation with the prefix cache and the
+// next turn computed ahead), and the fp32 append graph (the cache on the host).
+// Prints one line per check and writes the report; exits 1 if any reply differs.
+//
+//   node scripts/webgpu-exactness.ts [--json FILE]
+import fs from 'node:fs'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import type { CacheStyle, Int4Compute, WeightFormat } from '../src/convert/decoder-graph.ts'
+import { convertCheckpoint } from '../src/convert/index.ts'
+import { converterFingerprint } from '../src/convert/fingerprint.ts'
+import type { ModelDtype } from '../src/engine/onnx/model-dir.ts'
+import { batches, conversation } from './bench/exactness.ts'
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
+const { values } = parseArgs({ options: { json: { type: 'string' } } })
+const OUT = path.join(ROOT, 'bench-out', 'exactness')
+
+/** stories260k converted with these options, once per converter version. */
+function stories (weights: WeightFormat, cache: CacheStyle, int4Compute?: Int4Compute): string {
+  const dir = path.join(OUT, `stories260k-${weights}-${cache}${int4Compute ? `-${int4Compute}` : ''}-${converterFingerprint()}`)
+  if (!fs.existsSync(path.join(dir, '.complete'))) {
+    fs.rmSync(dir, { recursive: true, force: true })
+    convertCheckpoint({ from: path.join(ROOT, 'test/fixtures/stories260k'), out: dir, weights, cache, int4Compute })
+    fs.writeFileSync(path.join(dir, '.complete'), '')
+  }
+  return dir
+}
+
+const checks: Array<{ name: string; dir: string; dtype: ModelDtype; conversation?: boolean }> = [
+  { name: 'fp32 concat graph (cache in GPU memory)', dir: stories('fp32', 'concat'), dtype: 'fp32', conversation: true },
+  { name: 'int4 concat graph, float compute (cache in GPU memory)', dir: stories('int4', 'concat', 'float'), dtype: 'q4' },
+  { name: 'fp32 append graph (cache on the host)', dir: stories('fp32', 'append'), dtype: 'fp32' },
+]
+
+const results: Array<Record<string, unknown>> = []
+let failed = false
+for (const check of checks) {
+  const started = performance.now()
+  const cpu = await batches(check.dir, check.dtype, 'cpu')
+  const gpu = await batches(check.dir, check.dtype, 'webgpu')
+  const same = JSON.stringify(gpu.replies) === JSON.stringify(cpu.replies)
+  const result: Record<string, unknown> = { check: check.name, device: gpu.device, cache_on_device: gpu.cacheOnDevice, same_tokens: same, seconds: Math.round((performance.now() - started) / 100) / 10 }
+  if (!same) result.replies = { cpu: cpu.replies, webgpu: gpu.replies }
+  if (check.conversation) {
+    const expected = await conversation(check.dir, check.dtype, 'cpu')
+    const got = await conversation(check.dir, check.dtype, 'webgpu')
+    result.conversation_same = JSON.stringify(got) === JSON.stringify(expected)
+    result.conversation_cached = got.replies.map(r => r.cached)
+    if (!result.conversation_same) result.conversation = { cpu: expected, webgpu: got }
+  }
+  failed ||= !same || result.conversation_same === false || gpu.device !== 'webgpu'
+  results.push(result)
+  console.log(`${same && result.conversation_same !== false ? 'same' : 'DIFFERENT'}: ${check.name} on ${gpu.device}${check.conversation ? `, conversation ${result.conversation_same ? 'same' : 'DIFFERENT'}` : ''} (${result.seconds} s)`)
+}
+const report = { date: new Date().toISOString(), same: !failed, checks: results }
+if (values.json) fs.writeFileSync(values.json, JSON.stringify(report, null, 2) + '\n')
+process.exitCode = failed ? 1 : 0

@@ -1,0 +1,131 @@
+// A key/value cache that lives in GPU memory between runs (DecoderSession's
+// cacheOnDevice: WebGPU with a concat graph that returns cache_delta).
+//
+// Each run's present.N.* stay on the GPU and go back in as the next run's past
+// as they are (rows right-aligned to the longest, left padding masked out, as
+// the concat layout does on the host): no step uploads the cache. The host
+// keeps its own copy in slot buffers (slot-buffers.ts), written from each run's
+// cache_delta, which is a few kilobytes a token. onnxruntime-node cannot read a
+// GPU buffer back, and the scheduler's gathers (rows joining or leaving a
+// batch, the prefix cache's copies) are the host's work: they read the host's
+// copy, and the cache they make is uploaded once, by the run that first uses it.
+import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
+import { ort, type OrtTensor } from '../device/ort.ts'
+import type { CacheLayout, CacheRun, RowCache } from './cache-layout.ts'
+import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
+
+interface DeviceCache extends Slots {
+  /**
+   * The last run's present.N.* in GPU memory, rows right-aligned to its length; null when only
+   * the host's copy holds the cache (a fresh or gathered cache, before its first run).
+   */
+  device: KvCache | null
+}
+
+export class DeviceLayout implements CacheLayout {
+  readonly #session: DecoderSession
+  readonly #names: string[]
+  readonly #slots: SlotBuffers
+  /** Bytes of GPU memory the caches' present tensors hold. */
+  #deviceBytes = 0
+
+  constructor (session: DecoderSession) {
+    this.#session = session
+    this.#names = Object.keys(session.emptyCache(1).tensors)
+    this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType })
+  }
+
+  readonly packsRows = false
+
+  /** The host's copies and the GPU's. */
+  get bytesHeld (): number {
+    return this.#slots.bytesHeld + this.#deviceBytes
+  }
+
+  empty (rows = 1): DeviceCache {
+    return { ...this.#slots.allocate(new Array(rows).fill(0), 0), device: null }
+  }
+
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
+    const cache = rowCache as DeviceCache
+    const seqLen = tokens[0].length
+    const past = cache.device ?? this.#upload(cache)
+    const total = past.length
+    let out
+    try {
+      out = await this.#session.forward({
+        batch: tokens.length,
+        inputIds: tokens,
+        // Rows of different lengths: the session refuses them (concat graphs do not pack rows).
+        tokensPerRow: tokens.map(t => t.length),
+        attentionMask: cache.lengths.map(len => new Array(total + seqLen).fill(1).fill(0, 0, total - len)),
+        positionIds: cache.lengths.map(len => tokens[0].map((_, k) => len + k)),
+        past,
+        logitsToKeep,
+        prompt,
+      })
+    } finally {
+      // An upload's host tensors are onnxruntime's copy's source only: freed once the run is over.
+      if (past !== cache.device) DecoderSession.disposeCache(past)
+    }
+    // The host's copy takes this run's entries; grown first when they do not fit.
+    const needed = Math.max(...cache.lengths) + seqLen
+    if (needed > cache.capacity) {
+      const grown = this.#slots.grown(cache, needed)
+      this.#slots.free(cache)
+      Object.assign(cache, grown)
+    }
+    const entries = out.newEntries
+    if (!entries) throw new Error(`${this.#session.model.onnxPath}: the run returned no cache_delta`)
+    this.#slots.write(cache, name => entries[name], tokens.map(() => seqLen), seqLen)
+    if (cache.device) this.#release(cache.device)
+    cache.device = out.present
+    this.#deviceBytes += kvBytes(out.present)
+    return { logits: out.logits, cache }
+  }
+
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): DeviceCache {
+    const slots = this.#slots.gather(rows.map(r => ({ slots: r.cache as Slots, row: r.row, length: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) })))
+    return { ...slots, device: null }
+  }
+
+  free (rowCache: RowCache): void {
+    const cache = rowCache as DeviceCache
+    if (cache.device) this.#release(cache.device)
+    cache.device = null
+    this.#slots.free(cache)
+  }
+
+  /** The host's copy as a concat graph's past: rows right-aligned to the longest, on the host (onnxruntime uploads it). */
+  #upload (cache: DeviceCache): KvCache {
+    const heads = this.#session.model.numKvHeads
+    const dim = this.#session.model.headDim
+    const rows = cache.lengths.length
+    const length = Math.max(...cache.lengths)
+    const tensors: Record<string, OrtTensor> = {}
+    for (const name of this.#names) {
+      const from = cache.buffers[name]
+      const data: CacheData = this.#session.cacheType === 'float16' ? new Uint16Array(rows * heads * length * dim) : new Float32Array(rows * heads * length * dim)
+      cache.lengths.forEach((len, b) => {
+        for (let h = 0; h < heads; h++) {
+          const start = (b * heads + h) * cache.capacity * dim
+          data.set(from.subarray(start, start + len * dim), ((b * heads + h) * length + (length - len)) * dim)
+        }
+      })
+      tensors[name] = new ort.Tensor(this.#session.cacheType, data, [rows, heads, length, dim])
+    }
+    return { tensors, length }
+  }
+
+  #release (kv: KvCache): void {
+    this.#deviceBytes -= kvBytes(kv)
+    DecoderSession.disposeCache(kv)
+  }
+}
+
+/** Bytes of a cache's tensors, from their shapes (a GPU buffer's data cannot be read here). */
+function kvBytes (kv: KvCache): number {
+  let bytes = 0
+  for (const t of Object.values(kv.tensors)) bytes += t.dims.reduce((n, d) => n * d, 1) * (t.type === 'float16' ? 2 : 4)
+  return bytes
+}

@@ -1,0 +1,114 @@
+// Host buffers for a batch's cache with room to spare: one per
+// past_key_values.N.* name, [rows, kv heads, capacity, head_dim]. Row b's
+// positions fill slots 0..len-1 (right padding); a run's new entries are
+// written into the next free slots. Capacity grows in steps of CAPACITY_STEP
+// slots, so a decode step almost never reallocates. The append layout feeds
+// these buffers to the graph as they are; the device layout keeps them as the
+// host's copy of a cache that lives in GPU memory.
+
+export type CacheData = Float32Array | Uint16Array
+
+/** Slots added at a time when a cache grows. */
+export const CAPACITY_STEP = 64
+
+export interface Slots {
+  lengths: number[]
+  capacity: number
+  /** One buffer per past_key_values.N.* input, [rows, kv heads, capacity, head_dim]. */
+  buffers: Record<string, CacheData>
+}
+
+/** A row's first `length` positions, for copying. */
+export interface SlotRow { slots: Slots; row: number; length: number }
+
+export class SlotBuffers {
+  readonly #names: string[]
+  readonly #heads: number
+  readonly #dim: number
+  readonly #half: boolean
+  /** Bytes of the buffers allocated and not yet freed. */
+  bytesHeld = 0
+
+  constructor (names: string[], shape: { heads: number; dim: number; type: 'float32' | 'float16' }) {
+    this.#names = names
+    this.#heads = shape.heads
+    this.#dim = shape.dim
+    this.#half = shape.type === 'float16'
+  }
+
+  allocate (lengths: number[], capacity: number): Slots {
+    const buffers: Record<string, CacheData> = {}
+    for (const name of this.#names) {
+      const size = lengths.length * this.#heads * capacity * this.#dim
+      buffers[name] = this.#half ? new Uint16Array(size) : new Float32Array(size)
+      this.bytesHeld += buffers[name].byteLength
+    }
+    return { lengths: [...lengths], capacity, buffers }
+  }
+
+  /** New slots holding the given rows (one free slot at least: the next decode step fits without growing). */
+  gather (rows: SlotRow[]): Slots {
+    const out = this.allocate(rows.map(r => r.length), roundUp(Math.max(...rows.map(r => r.length)) + 1, CAPACITY_STEP))
+    this.copyRows(rows, out)
+    return out
+  }
+
+  /** The same rows in larger buffers with room for `needed` positions. */
+  grown (slots: Slots, needed: number): Slots {
+    const out = this.allocate(slots.lengths, roundUp(needed, CAPACITY_STEP))
+    this.copyRows(slots.lengths.map((length, row) => ({ slots, row, length })), out)
+    return out
+  }
+
+  /** Copies each source row's first `length` positions into row b of `into`. */
+  copyRows (sources: SlotRow[], into: Slots): void {
+    const heads = this.#heads
+    const dim = this.#dim
+    for (const name of this.#names) {
+      const to = into.buffers[name]
+      sources.forEach((src, b) => {
+        const from = src.slots.buffers[name]
+        for (let h = 0; h < heads; h++) {
+          const start = (src.row * heads + h) * src.slots.capacity * dim
+          to.set(from.subarray(start, start + src.length * dim), (b * heads + h) * into.capacity * dim)
+        }
+      })
+    }
+  }
+
+  /**
+   * Writes a run's entries ([rows, kv heads, seqLen, head_dim] per name) into the next free slots:
+   * row b's first counts[b] only (its padding's keys and values are never kept). The slots must
+   * have room; their lengths grow by the counts.
+   */
+  write (slots: Slots, entries: (name: string) => CacheData, counts: number[], seqLen: number): void {
+    const heads = this.#heads
+    const dim = this.#dim
+    for (const name of this.#names) {
+      const data = entries(name)
+      const buffer = slots.buffers[name]
+      counts.forEach((count, b) => {
+        for (let h = 0; h < heads; h++) {
+          const from = (b * heads + h) * seqLen * dim
+          buffer.set(data.subarray(from, from + count * dim), ((b * heads + h) * slots.capacity + slots.lengths[b]) * dim)
+        }
+      })
+    }
+    slots.lengths = slots.lengths.map((len, b) => len + counts[b])
+  }
+
+  free (slots: Slots): void {
+    for (const name of this.#names) {
+      // The buffers are this module's own, never shared with a tensor that outlives a run.
+      const buffer = slots.buffers[name].buffer
+      if (buffer instanceof ArrayBuffer && !buffer.detached) {
+        this.bytesHeld -= buffer.byteLength
+        buffer.transfer(0)
+      }
+    }
+  }
+}
+
+export function roundUp (n: number, step: number): number {
+  return Math.ceil(n / step) * step
+}

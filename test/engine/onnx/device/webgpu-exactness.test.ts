@@ -1,0 +1,94 @@
+// The WebGPU device gives the CPU provider's tokens, token for token: the same
+// requests, greedy, on ONNX_DEVICE=cpu and ONNX_DEVICE=webgpu, compared whole.
+// On CI WebGPU runs on Mesa's lavapipe (software Vulkan, slow), so this file is
+// the representative set rather than every local-model test twice, on stories260k
+// (the scenarios are scripts/bench/exactness.ts's, which scripts/gpu-check.sh
+// also runs on a real GPU):
+//   - fp32 and int4 (float compute) concat graphs, whose cache stays in GPU
+//     memory between steps: one request alone, three together, and one joining
+//     another mid-decode (its cache gathered on the host and uploaded once);
+//   - the same fp32 weights as an append graph (the cache on the host);
+//   - a conversation with the prefix cache and the next turn computed ahead;
+//   - the device layout's gathers (rows regrouped, a prefix cut), step by step,
+//     against the host's concat layout.
+// int4 graphs that compute with int8 activations (the CPU default) are not in
+// it: the WebGPU provider computes int4 products in float, so such a graph gives
+// other tokens on a GPU by design (docs/models.md).
+import t, { type Test } from 'tap'
+import { batches, conversation } from '../../../../scripts/bench/exactness.ts'
+import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
+import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
+import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
+import { storiesModelDir } from '../../../helpers/models.ts'
+import { needWebgpu } from '../../../helpers/webgpu.ts'
+
+const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheOnDevice: boolean }> = [
+  { name: 'fp32 concat graph (the cache in GPU memory)', dir: () => storiesModelDir('fp32', 'concat'), dtype: 'fp32', cacheOnDevice: true },
+  { name: 'int4 concat graph, float compute (the cache in GPU memory)', dir: () => storiesModelDir('int4', 'concat', 'float'), dtype: 'q4', cacheOnDevice: true },
+  { name: 'fp32 append graph (the cache on the host)', dir: () => storiesModelDir('fp32'), dtype: 'fp32', cacheOnDevice: false },
+]
+
+for (const model of MODELS) {
+  t.test(`${model.name}: solo, batched and joining mid-decode, the CPU's tokens`, async t => {
+    if (!await needWebgpu(t)) return
+    const cpu = await batches(model.dir(), model.dtype, 'cpu')
+    const gpu = await batches(model.dir(), model.dtype, 'webgpu')
+    t.equal(gpu.device, 'webgpu')
+    t.equal(gpu.cacheOnDevice, model.cacheOnDevice, `the cache ${model.cacheOnDevice ? 'stays in GPU memory' : 'is kept on the host'}`)
+    t.ok(cpu.replies.solo.completion === 40 && cpu.replies.together.every(r => r.completion === 30), 'the replies run to max_tokens: every token is compared')
+    t.same(gpu.replies, cpu.replies, 'every reply, token for token')
+  })
+}
+
+t.test('a conversation with the prefix cache and the next turn computed ahead (fp32 concat graph): the CPU\'s tokens and cached counts', async t => {
+  if (!await needWebgpu(t)) return
+  const dir = storiesModelDir('fp32', 'concat')
+  const cpu = await conversation(dir, 'fp32', 'cpu')
+  const gpu = await conversation(dir, 'fp32', 'webgpu')
+  t.ok(cpu.replies.slice(1).every(r => r.cached > 0), 'every later turn reuses cached positions')
+  t.ok(cpu.ahead > 0, 'positions were computed ahead')
+  t.same(gpu, cpu, 'replies, cached positions and positions computed ahead')
+})
+
+/** Feeds the same runs through a layout; returns every run's logits. */
+async function layoutRuns (t: Test, layout: CacheLayout): Promise<Float32Array[]> {
+  const logits: Float32Array[] = []
+  const run = async (cache: RowCache, tokens: number[][]): Promise<RowCache> => {
+    const out = await layout.run(cache, tokens, 1)
+    logits.push(out.logits.slice())
+    return out.cache
+  }
+  // Two rows of different lengths (the second left-padded), two decode steps.
+  let a = await run(layout.empty(1), [[1, 300, 400, 17, 90]])
+  let b = await run(layout.empty(1), [[1, 45, 80]])
+  let both: RowCache = layout.gather([{ cache: a, row: 0 }, { cache: b, row: 0 }])
+  layout.free(a)
+  layout.free(b)
+  both = await run(both, [[33], [71]])
+  both = await run(both, [[250], [12]])
+  // Regrouped: the second row first, and the first cut back to its first three positions.
+  const regrouped = layout.gather([{ cache: both, row: 1 }, { cache: both, row: 0, length: 3 }])
+  layout.free(both)
+  a = await run(regrouped, [[5], [9]])
+  b = await run(a, [[60], [61]])
+  layout.free(b)
+  t.equal(layout.bytesHeld, 0, 'every cache freed, host and device')
+  return logits
+}
+
+t.test('the device layout\'s gathers (rows joining, regrouped, a prefix cut) continue as the host\'s concat layout does', async t => {
+  if (!await needWebgpu(t)) return
+  const model = readModelDir(storiesModelDir('fp32', 'concat'), 'fp32')
+  const cpu = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
+  const gpu = await DecoderSession.load(model, { device: 'webgpu', threads: 1 })
+  t.teardown(async () => { await cpu.close(); await gpu.close() })
+  t.ok(gpu.cacheOnDevice && !cpu.cacheOnDevice)
+  const expected = await layoutRuns(t, cacheLayoutFor(cpu))
+  const got = await layoutRuns(t, cacheLayoutFor(gpu))
+  t.equal(got.length, expected.length)
+  let worst = 0
+  got.forEach((logits, i) => {
+    for (let k = 0; k < logits.length; k++) worst = Math.max(worst, Math.abs(logits[k] - expected[i][k]))
+  })
+  t.ok(worst < 1e-3, `max |webgpu - cpu| over every run's logits = ${worst.toExponential(2)}`)
+})
