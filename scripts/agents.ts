@@ -3,8 +3,8 @@
 // downloads. `npm run test:agents-install` puts the pinned versions into one cache folder outside
 // any clone (CHATD_AGENTS_DIR, default ~/.cache/chatd/agents/<agent>-<version>), where they stay
 // between clones and CI runs; installing again is a no-op. The tests find them through
-// `installedAgent` and skip, saying how to install, when one is missing (a failure under
-// CHATD_REQUIRE_SERVICES=1, as in CI, which installs them first).
+// `agentCommand` (test/helpers/agents.ts) and skip, saying how to install, when one is missing (a
+// failure under CHATD_REQUIRE_SERVICES=1, as in CI, which installs them first).
 
 import { spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
