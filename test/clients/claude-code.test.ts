@@ -3,18 +3,19 @@
 // to a scripted chat-completions upstream on loopback that asks for one Bash command; Claude Code
 // runs it, sends its output back through chatd as a tool_result, and ends with the upstream's
 // final answer (which quotes the output it was sent) and exit code 0. Without the binary the test
-// skips saying how to install it, unless CHATD_REQUIRE_SERVICES=1 (CI), where that is a failure.
+// skips saying how to install it, unless CHATD_REQUIRE_SERVICES=1 (CI), where that is a failure
+// (agentCommand, test/helpers/agents.ts).
 import { execFile } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import type http from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
-import { CLAUDE_CODE, installedAgent } from '../../scripts/agents.ts'
+import { CLAUDE_CODE } from '../../scripts/agents.ts'
+import { agentCommand } from '../helpers/agents.ts'
 import { MODEL, relayThroughChatd, sentBodies } from './harness.ts'
 import { chunk, sseData, sseHead } from '../upstream/loopback.ts'
 
-const claude = installedAgent(CLAUDE_CODE)
 const COMMAND = 'echo chatd-was-here'
 
 /** One chat-completions reply, streamed or whole, as the upstream's client asked. */
@@ -42,23 +43,18 @@ function reply (res: http.ServerResponse, stream: boolean, message: { content: s
   res.end()
 }
 
-function runClaude (args: string[], env: Record<string, string>, cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runClaude (claude: string[], args: string[], env: Record<string, string>, cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise(resolve => {
-    execFile((claude as { command: string[] }).command[0]!, args, { env, cwd, timeout: 120_000, maxBuffer: 10 * 1024 * 1024 }, (err, stdout, stderr) => {
+    execFile(claude[0]!, [...claude.slice(1), ...args], { env, cwd, timeout: 120_000, maxBuffer: 10 * 1024 * 1024 }, (err, stdout, stderr) => {
       const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : null) : 0
       resolve({ code, stdout, stderr })
     }).stdin?.end()
   })
 }
 
-const missing = 'missing' in claude ? claude.missing : undefined
-const required = process.env.CHATD_REQUIRE_SERVICES === '1'
-
-t.test('claude -p runs one Bash command through chatd and ends with the final answer', { skip: required ? false : missing ?? false }, async t => {
-  if (missing !== undefined) {
-    t.fail(`${missing}, and CHATD_REQUIRE_SERVICES=1 says it must be`)
-    return
-  }
+t.test('claude -p runs one Bash command through chatd and ends with the final answer', async t => {
+  const claude = agentCommand(t, CLAUDE_CODE)
+  if (!claude) return
   const relay = await relayThroughChatd(t, (_req, res, recorded) => {
     const body = JSON.parse(recorded.body) as { stream?: boolean; messages: Array<{ role: string; content: unknown }>; tools?: Array<{ function: { name: string } }> }
     const result = body.messages.find(m => m.role === 'tool')
@@ -87,7 +83,7 @@ t.test('claude -p runs one Bash command through chatd and ends with the final an
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
   }
   // As root, -p refuses --dangerously-skip-permissions: the one command is allowed instead.
-  const run = await runClaude(['-p', 'Run the marker command and tell me what it printed.', '--allowedTools', `Bash(${COMMAND})`], env, work)
+  const run = await runClaude(claude, ['-p', 'Run the marker command and tell me what it printed.', '--allowedTools', `Bash(${COMMAND})`], env, work)
   t.equal(run.code, 0, `exit code 0 (stderr: ${run.stderr.slice(0, 500)})`)
   t.match(run.stdout, 'Bash said: chatd-was-here', 'the final answer carries the output Claude Code sent back')
 

@@ -5,31 +5,22 @@
 // turn for any field, item or event it does not expect (a 400, a stream without
 // response.completed: it retries, then exits 1), so exit code 0 here is the end-to-end check.
 // Codex is not a dependency: `npm run test:agents-install` installs it (scripts/agents.ts); without
-// it this test skips, saying so, except under CHATD_REQUIRE_SERVICES=1 (CI), where it fails.
+// it this test skips, saying so, except under CHATD_REQUIRE_SERVICES=1 (CI), where it fails
+// (agentCommand, test/helpers/agents.ts).
 import { spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { agentDir, CODEX, installedAgent } from '../../scripts/agents.ts'
+import { agentDir, CODEX } from '../../scripts/agents.ts'
+import { agentCommand } from '../helpers/agents.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
 import { loopbackServer } from '../upstream/loopback.ts'
 import { callThenAnswer, MODEL, relayThroughChatd, sentBodies, type Relay } from './harness.ts'
 
-const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
 // One turn is two model calls on loopback and a shell command: seconds. The bound only keeps a
 // Codex that retries (what it does with a broken stream) from holding the run.
 const CODEX_TIMEOUT_MS = 120_000
-
-const codex = installedAgent(CODEX)
-
-/** True when the pinned Codex is installed; otherwise skips the test (fails it in CI) and says how to install. */
-function codexInstalled (t: Test): boolean {
-  if ('command' in codex) return true
-  if (REQUIRED) t.fail(`${codex.missing}, and CHATD_REQUIRE_SERVICES=1 says it must be there`)
-  else t.pass(`${t.name} needs the Codex CLI`, { skip: codex.missing })
-  return false
-}
 
 interface CodexRun {
   code: number | null
@@ -87,7 +78,7 @@ function sseEvents (text: string): Array<Record<string, any>> {
  * provider (as docs/api.md tells users to), in an empty folder outside any git repository (Codex
  * reads AGENTS.md files up to a repository's root). Asynchronous: chatd answers in this process.
  */
-async function runCodex (t: Test, chatd: { baseURL: string; key: string }, prompt: string): Promise<CodexRun> {
+async function runCodex (t: Test, codex: string[], chatd: { baseURL: string; key: string }, prompt: string): Promise<CodexRun> {
   const dir = mkdtempSync(join(tmpdir(), 'chatd-codex-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const home = join(dir, 'home')
@@ -113,7 +104,7 @@ async function runCodex (t: Test, chatd: { baseURL: string; key: string }, promp
   const last = join(dir, 'last-message.txt')
   // The command is the test's own and runs in a throwaway folder; Linux sandboxes (bubblewrap)
   // are not available in every CI container, so approvals and the sandbox are off.
-  const [program, ...launcher] = (codex as { command: string[] }).command // codexInstalled said it is there
+  const [program, ...launcher] = codex
   const args = [...launcher, 'exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', '--ephemeral', '--color', 'never', '-C', work, '-o', last, prompt]
   const child = spawn(program!, args, {
     cwd: work,
@@ -147,7 +138,7 @@ t.test('CI installs the pinned agents before the tests, so the agent tests run t
 })
 
 t.test('installing again, once the pinned Codex is there, does nothing and says so', async t => {
-  if (!codexInstalled(t)) return
+  if (!agentCommand(t, CODEX)) return
   // No npm on the PATH: nothing may reach the registry on this path.
   const again = spawnSync(process.execPath, [join(REPO_ROOT, 'scripts/agents.ts'), 'codex'], { encoding: 'utf8', env: { ...process.env, PATH: '' }, timeout: 30_000 })
   t.equal(again.status, 0, again.stderr)
@@ -158,10 +149,11 @@ const COMMAND = 'echo chatd-ok | tee out.txt'
 const FINAL = 'Wrote chatd-ok to out.txt.'
 
 t.test('codex exec: the upstream asks for a command, Codex runs it, its output goes back through chatd, the answer ends the turn', async t => {
-  if (!codexInstalled(t)) return
+  const codex = agentCommand(t, CODEX)
+  if (!codex) return
   const relay = await relayThroughChatd(t, callThenAnswer({ tool: 'exec_command', calls: [JSON.stringify({ cmd: COMMAND })], answer: FINAL }))
   const proxy = await recordingProxy(t, relay)
-  const run = await runCodex(t, { baseURL: proxy.baseURL, key: relay.key }, 'Write chatd-ok to out.txt.')
+  const run = await runCodex(t, codex, { baseURL: proxy.baseURL, key: relay.key }, 'Write chatd-ok to out.txt.')
 
   t.equal(run.code, 0, 'codex exec exits 0', { codex: shown(run) })
   t.match(run.stdout, FINAL, 'the answer is what codex exec prints')
@@ -190,11 +182,12 @@ t.test('codex exec: the upstream asks for a command, Codex runs it, its output g
 })
 
 t.test('codex exec with a model that thinks first: the reasoning item chatd streams comes back on the next request and is accepted', async t => {
-  if (!codexInstalled(t)) return
+  const codex = agentCommand(t, CODEX)
+  if (!codex) return
   const thinking = 'The user wants a file; one command writes it.'
   const relay = await relayThroughChatd(t, callThenAnswer({ tool: 'exec_command', calls: [JSON.stringify({ cmd: COMMAND })], answer: FINAL, reasoning: thinking }), { reasoning: 'separate' })
   const proxy = await recordingProxy(t, relay)
-  const run = await runCodex(t, { baseURL: proxy.baseURL, key: relay.key }, 'Write chatd-ok to out.txt.')
+  const run = await runCodex(t, codex, { baseURL: proxy.baseURL, key: relay.key }, 'Write chatd-ok to out.txt.')
 
   t.equal(run.code, 0, 'codex exec exits 0', { codex: shown(run) })
   t.equal(run.lastMessage?.trim(), FINAL)

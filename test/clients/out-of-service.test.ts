@@ -1,7 +1,8 @@
 // A model that will not come back without the operator (its files missing, its download or load
 // failed) is answered 400 model_out_of_service on every door, so that clients stop at once: the
 // openai and Anthropic SDKs with their default retries, the Codex CLI and Claude Code themselves
-// (the pinned versions of scripts/agents.ts, skipped when not installed, as in their own tests).
+// (the pinned versions of scripts/agents.ts; agentCommand skips them when not installed, as in
+// their own tests, and fails them under CHATD_REQUIRE_SERVICES=1).
 // Answered 503, Claude Code retried for three minutes and Codex for half of one before showing the
 // reason (issue 37). A model still loading keeps 503 with Retry-After: it comes back by itself.
 // Requests are counted on chatd's own /metrics, so "at once" is a count, not a time.
@@ -13,12 +14,12 @@ import { join } from 'node:path'
 import Anthropic from '@anthropic-ai/sdk'
 import OpenAI from 'openai'
 import t, { type Test } from 'tap'
-import { CLAUDE_CODE, CODEX, installedAgent, type Agent } from '../../scripts/agents.ts'
+import { CLAUDE_CODE, CODEX } from '../../scripts/agents.ts'
 import { UnavailableBackend } from '../../src/engine/registry.ts'
+import { agentCommand } from '../helpers/agents.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
-const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
 const BROKEN = 'broken'
 /** What every key holder reads of the model's state (its reason for the operator names the command). */
 const SUMMARY = 'its files could not be downloaded'
@@ -96,14 +97,6 @@ async function runAgent (command: string[], args: string[], env: Record<string, 
   return { code, output }
 }
 
-function installed (t: Test, agent: Agent): string[] | undefined {
-  const found = installedAgent(agent)
-  if ('command' in found) return found.command
-  if (REQUIRED) t.fail(`${found.missing}, and CHATD_REQUIRE_SERVICES=1 says it must be there`)
-  else t.pass(`${t.name} needs ${agent.package}`, { skip: found.missing })
-  return undefined
-}
-
 function tempDir (t: Test, prefix: string): string {
   const dir = mkdtempSync(join(tmpdir(), prefix))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
@@ -111,7 +104,7 @@ function tempDir (t: Test, prefix: string): string {
 }
 
 t.test('codex exec stops at the first answer and shows chatd\'s reason', async t => {
-  const command = installed(t, CODEX)
+  const command = agentCommand(t, CODEX)
   if (!command) return
   const { origin, key, answered } = await outOfServiceServer(t)
   const dir = tempDir(t, 'chatd-codex-oos-')
@@ -130,7 +123,7 @@ t.test('codex exec stops at the first answer and shows chatd\'s reason', async t
 })
 
 t.test('claude -p stops at the first answers and shows chatd\'s reason', async t => {
-  const command = installed(t, CLAUDE_CODE)
+  const command = agentCommand(t, CLAUDE_CODE)
   if (!command) return
   const { origin, key, answered } = await outOfServiceServer(t)
   const home = tempDir(t, 'chatd-claude-oos-')
