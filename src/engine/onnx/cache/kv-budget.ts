@@ -27,6 +27,20 @@ export function defaultKvCacheBytes (): number {
   return Math.floor(memory * DEFAULT_SHARE)
 }
 
+/** The least the prefix cache keeps by default (PREFIX_CACHE_MB=0), whatever the model. */
+const KEPT_FLOOR_BYTES = 384 * 2 ** 20
+/** Full context windows the prefix cache keeps by default: room for a couple of agents' conversations. */
+const KEPT_CONTEXTS = 2
+
+/**
+ * What finished requests' caches may keep when PREFIX_CACHE_MB is 0: two full context windows of
+ * the model (DeepSeek-R1-Distill-Qwen-1.5B: 2 x 16384 positions x 56 KiB = 1.75 GiB, two or three
+ * agent conversations), at least 384 MiB.
+ */
+export function defaultKeptBytes (contextLength: number, bytesPerToken: number): number {
+  return Math.max(KEPT_FLOOR_BYTES, KEPT_CONTEXTS * contextLength * bytesPerToken)
+}
+
 export class KvBudget {
   readonly bytes: number
   readonly bytesPerToken: number

@@ -36,7 +36,7 @@ import { ForcedText } from '../grammar/forced-text.ts'
 import { argumentsFormat, forcedCallTools } from '../../tools/forced-call.ts'
 import { toolFormatForTemplate } from '../../tools/format.ts'
 import { TokenTable } from '../text/token-bytes.ts'
-import { defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
+import { defaultKeptBytes, defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../cache/kv-cache.ts'
 import { CacheManager, type Reservation } from '../cache/cache-manager.ts'
 import { sharedPrefixIds, type SharedPrefix } from '../cache/shared-prefix.ts'
@@ -72,7 +72,7 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   kvCacheBytes?: number
   /** Keep sequences' caches for later requests that start the same way (PREFIX_CACHE); default true. */
   prefixCache?: boolean
-  /** Bytes the kept caches may hold in all (PREFIX_CACHE_MB), within the KV budget; the whole budget when absent. */
+  /** Bytes the kept caches may hold in all (PREFIX_CACHE_MB), within the KV budget; 0 or absent: defaultKeptBytes(). */
   prefixCacheBytes?: number
   /** A system prompt whose cache every cache scope may reuse (PREFIX_CACHE_SHARED_PREFIX); none when absent. */
   sharedPrefix?: SharedPrefix
@@ -159,7 +159,7 @@ export class LocalEngine {
       ? null
       : new CacheManager(this.cacheLayout, this.kvBudget, {
         sharedIds: limits.sharedPrefix ? sharedPrefixIds(limits.sharedPrefix, messages => this.encodePrompt({ messages })) : [],
-        keptBytes: limits.prefixCacheBytes,
+        keptBytes: limits.prefixCacheBytes || defaultKeptBytes(this.#contextLimit, this.kvBudget.bytesPerToken),
       })
     // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
     this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph

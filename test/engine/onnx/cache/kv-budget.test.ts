@@ -8,7 +8,7 @@ import type { FinishReason, GenerateRequest } from '../../../../src/engine/backe
 import { OnnxBackend } from '../../../../src/engine/onnx/backend.ts'
 import type { ForwardInput } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { LocalEngine, type EngineSettings } from '../../../../src/engine/onnx/scheduler/engine.ts'
-import { KvBudget, kvBytesPerToken } from '../../../../src/engine/onnx/cache/kv-budget.ts'
+import { defaultKeptBytes, KvBudget, kvBytesPerToken } from '../../../../src/engine/onnx/cache/kv-budget.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { STORIES_OPTIMUM, storiesModelDir } from '../../../helpers/models.ts'
 import { startStoriesServer } from '../../../helpers/stories-server.ts'
@@ -112,3 +112,10 @@ for (const [name, dir] of [['chatd\'s own graph (append cache)', () => storiesMo
     t.equal(tight.engine.cacheLayout.bytesHeld, 0, 'every cache freed at the end (the prefix cache\'s with the engine)')
   })
 }
+
+t.test('the prefix cache keeps two context windows of the model by default, at least 384 MiB', async t => {
+  // DeepSeek-R1-Distill-Qwen-1.5B's float32 cache: a Codex conversation (7,892 tokens, 432 MiB) must fit, two of them.
+  t.equal(defaultKeptBytes(16384, 57_344), 2 * 16384 * 57_344)
+  t.ok(defaultKeptBytes(16384, 57_344) >= 2 * 7892 * 57_344, 'two Codex conversations of the 1.5B fit')
+  t.equal(defaultKeptBytes(4096, 1280), 384 * 2 ** 20, 'a small model gets the floor')
+})
