@@ -12,6 +12,7 @@ import { chunkMaker, CompletionCollector, completionBody, hasLogprobs } from './
 import type { CompletionMeta } from '../pipeline/completion-meta.ts'
 import type { CompletionPipeline } from '../pipeline/pipeline.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
+import { chatFields } from './to-request.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
 import { readWholeReply } from '../pipeline/whole-reply.ts'
 import type { StopSignal } from '../pipeline/stop-signal.ts'
@@ -57,7 +58,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     },
   }, async (request, reply) => {
     const body = request.body
-    const started = await pipeline.start(request, reply, body, { clientSampling: clientSampling.get(body) })
+    const started = await pipeline.start(request, reply, body, { clientSampling: clientSampling.get(body), fields: chatFields(body) })
     if (started === undefined) return reply // the client left before generation started
     const { events, meta, stop } = started
 

@@ -11,8 +11,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { GenerateEvent } from '../../engine/backend.ts'
 import { estimatePromptTokens } from '../../limits/request-cost.ts'
 import { hostedSearchRounds } from '../hosted-search.ts'
-import { checkInputLimits, type InputLimits } from '../pipeline/input-limits.ts'
-import { resolveModel, type CompletionPipeline } from '../pipeline/pipeline.ts'
+import type { InputLimits } from '../pipeline/input-limits.ts'
+import type { CompletionPipeline } from '../pipeline/pipeline.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
 import { readWholeReply } from '../pipeline/whole-reply.ts'
 import type { StopSignal } from '../pipeline/stop-signal.ts'
@@ -21,7 +21,7 @@ import type { ReasoningSeal } from '../reasoning-seal.ts'
 import { anthropicErrorBody } from './errors.ts'
 import { MessageBuilder, newMessageId, type StreamEvent } from './render.ts'
 import { AnthropicError, AnthropicMessage, CountTokensRequest, MessagesRequest } from './schema.ts'
-import { anthropicParam, toChatRequest } from './to-chat.ts'
+import { toChatRequest } from './to-chat.ts'
 
 export interface MessagesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -65,17 +65,13 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
     const hostedSearch = translated.webSearch !== undefined && search !== undefined
     const builder = new MessageBuilder({ id: newMessageId(), model: body.model, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay, hostedSearch })
-    let started
-    try {
-      started = await pipeline.start(request, reply, translated.chat, {
-        clientSampling: translated.clientSampling,
-        id: builder.id,
-        // The model asks for searches itself; chatd runs them between rounds of the one reply.
-        ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, { ...translated.webSearch, scope: String(accountId) }) } : {}),
-      })
-    } catch (err) {
-      throw anthropicParam(err, translated)
-    }
+    const started = await pipeline.start(request, reply, translated.chat, {
+      clientSampling: translated.clientSampling,
+      id: builder.id,
+      fields: translated.fields,
+      // The model asks for searches itself; chatd runs them between rounds of the one reply.
+      ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, { ...translated.webSearch, scope: String(accountId) }) } : {}),
+    })
     if (started === undefined) return reply // the client left before generation started
     const { events, stop, model } = started
     builder.model = model.id
@@ -104,13 +100,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     // Generates nothing, but translating and counting a long body is work: one request of the minute.
     await pipeline.countRequest(request, reply)
     const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
-    let model
-    try {
-      checkInputLimits(translated.chat, inputLimits)
-      model = resolveModel(pipeline.models, request.body.model)
-    } catch (err) {
-      throw anthropicParam(err, translated)
-    }
+    const model = pipeline.checkInput(translated.chat, translated.fields)
     // Bounded by the input limits just checked: one pass over the text, no tokenizer.
     const texts = translated.chat.messages.map(m => ({
       content: (typeof m.content === 'string' ? m.content : '') + (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),

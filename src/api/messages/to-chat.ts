@@ -5,10 +5,11 @@
 // tool_calls. Thinking sent back is verified (its signature is chatd's sealed
 // text for this account) and adds nothing to the prompt either way: earlier
 // thinking is stripped from every prompt. Each refusal is a 400 naming the
-// Anthropic field at fault; the pipeline's own refusals are renamed to it by
-// `anthropicParam`.
+// Anthropic field at fault; the pipeline names its own refusals' fields from
+// the table `messagesFields` gives it.
 
 import { ApiError, invalidParam } from '../../errors.ts'
+import type { FieldTable } from '../pipeline/fields.ts'
 import type { InputLimits } from '../pipeline/input-limits.ts'
 import { codePoints } from '../pipeline/input-limits.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
@@ -22,17 +23,15 @@ import { isWebSearch, webSearchPlan, type WebSearchPlan } from './web-search.ts'
 type ChatMessage = ChatCompletionRequest['messages'][number]
 type ChatTool = NonNullable<ChatCompletionRequest['tools']>[number]
 
-/** What the door needs besides the chat body: how to render thinking, and how to name the pipeline's refusals. */
+/** What the door needs besides the chat body: how to render thinking, and how the pipeline names its fields. */
 export interface Translated {
   chat: ChatCompletionRequest
   /** Which sampling fields the client set (a relay sends only those). */
   clientSampling: { temperature: boolean; topP: boolean; topK: boolean }
   /** omitted: thinking blocks carry '' (their signature still seals the thinking). */
   thinkingDisplay: 'summarized' | 'omitted'
-  /** For each chat message, the index of the Anthropic message it came from (-1: the system prompt). */
-  messageOrigin: number[]
-  /** For each chat tool, the index of the Anthropic tool it came from. */
-  toolOrigin: number[]
+  /** The Messages body's names for the pipeline's fields (errors name these). */
+  fields: FieldTable
   /** The model is offered the hosted web_search function: chatd runs its calls (hosted-search.ts). */
   webSearch?: WebSearchPlan
 }
@@ -232,8 +231,7 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     chat,
     clientSampling: { temperature: body.temperature !== undefined, topP: body.top_p !== undefined, topK: body.top_k !== undefined },
     thinkingDisplay: body.thinking?.display === 'omitted' ? 'omitted' : 'summarized',
-    messageOrigin,
-    toolOrigin,
+    fields: messagesFields(messageOrigin, toolOrigin),
     ...(webSearch ? { webSearch } : {}),
   }
 }
@@ -347,22 +345,23 @@ function reasoningOf (body: MessagesRequest): Pick<ChatCompletionRequest, 'reaso
 }
 
 /**
- * The pipeline names chat fields (messages[k] of the translated conversation, tools[k].function…,
- * stop, max_tokens): the same refusal, naming the field of the Messages request instead.
+ * The Messages body's names for the pipeline's fields: message k is the Anthropic message it came
+ * from (its content: one Anthropic message may make several), or `system`; tool k the Anthropic
+ * tool, whose parameters are its input_schema.
  */
-export function anthropicParam (err: unknown, t: Pick<Translated, 'messageOrigin' | 'toolOrigin'>): unknown {
-  if (!(err instanceof ApiError) || err.param === null) return err
-  const rename = (text: string): string => text
-    .replace(/messages\[(\d+)\](\.tool_calls|\.content|\.role|\.tool_call_id)?/g, (_m, k: string) => {
-      const origin = t.messageOrigin[Number(k)]
-      return origin === undefined ? `messages[${k}]` : origin < 0 ? 'system' : `messages[${origin}].content`
-    })
-    .replace(/tools\[(\d+)\]\.function\.parameters/g, (_m, k: string) => `tools[${t.toolOrigin[Number(k)] ?? k}].input_schema`)
-    .replace(/tools\[(\d+)\]\.function\.name/g, (_m, k: string) => `tools[${t.toolOrigin[Number(k)] ?? k}].name`)
-    .replace(/^(max_completion_tokens)$/, 'max_tokens')
-    .replace(/^stop$/, 'stop_sequences')
-    .replace(/^response_format(.*)$/, 'output_config.format')
-  const param = rename(err.param)
-  if (param === err.param) return err
-  return new ApiError(err.code, rename(err.message), { param, headers: err.headers, ...(err.operatorMessage !== undefined ? { operatorMessage: err.operatorMessage } : {}) })
+function messagesFields (messageOrigin: number[], toolOrigin: number[]): FieldTable {
+  return {
+    renamed: {
+      stop: 'stop_sequences',
+      response_format: 'output_config.format',
+      'response_format.json_schema': 'output_config.format',
+      parallel_tool_calls: 'tool_choice.disable_parallel_tool_use',
+      reasoning_effort: 'thinking',
+    },
+    message: at => {
+      const origin = messageOrigin[at.index]
+      return origin === undefined ? `messages[${at.index}]` : origin < 0 ? 'system' : `messages[${origin}].content`
+    },
+    tool: at => `tools[${toolOrigin[at.index] ?? at.index}]${at.part === 'parameters' ? '.input_schema' : at.part ? `.${at.part}` : ''}`,
+  }
 }

@@ -7,7 +7,7 @@ import { jsonFormatOf, type ChatMessage, type GenerateRequest, type ResponseForm
 import type { ToolCallFormat } from '../../engine/tools/format.ts'
 import { toolsBlock } from '../../engine/tools/prompting.ts'
 import { forcedCallTools } from '../../engine/tools/forced-call.ts'
-import { ApiError, invalidParam } from '../../errors.ts'
+import { invalidParam } from '../../errors.ts'
 import { wordcountBudget } from '../../prompt/budget.ts'
 import { controlInstruction } from '../../prompt/controls.ts'
 import { sourcesBlock } from '../../prompt/search-context.ts'
@@ -16,6 +16,7 @@ import type { SearchResult } from '../../search/provider.ts'
 import { searchQuery } from '../../search/query.ts'
 import type { WebSearch } from '../../search/web-search.ts'
 import { DEFAULTS, type ChatCompletionRequest } from '../chat/schema.ts'
+import { FieldError, fieldError, fields, type MessagePart } from './fields.ts'
 
 /** A web search done for one request: what was asked and what came back, in prompt order. */
 export interface SearchDone {
@@ -51,39 +52,41 @@ export function checkRequest (body: ChatCompletionRequest, opts: { searchConfigu
   checkTools(body, opts.promptsTools === true)
   controlInstruction(controlsOf(body))
   // 0 is the default, so it asks for nothing and stands without logprobs; more needs logprobs.
-  if (body.top_logprobs !== undefined && body.top_logprobs !== null && body.top_logprobs > 0 && body.logprobs !== true) {
-    throw invalidParam('top_logprobs', `top_logprobs ${body.top_logprobs} needs logprobs: true.`)
+  const topLogprobs = body.top_logprobs
+  if (topLogprobs !== undefined && topLogprobs !== null && topLogprobs > 0 && body.logprobs !== true) {
+    throw fieldError('top_logprobs', name => `${name('top_logprobs')} ${topLogprobs} needs ${name('logprobs')}: true.`)
   }
   responseFormatOf(body)
   if (body.googleSearchStatus && !opts.searchConfigured) {
-    throw new ApiError('search_unavailable', 'googleSearchStatus is true but no search provider is configured on this server.', { param: 'googleSearchStatus' })
+    throw new FieldError('search', name => `${name('search')} is true but no search provider is configured on this server.`, { code: 'search_unavailable' })
   }
 }
 
 /** logit_bias keys are token ids written in decimal (the schema checks the values of such keys only). */
 function checkLogitBias (body: ChatCompletionRequest): void {
   for (const key of Object.keys(body.logit_bias ?? {})) {
-    if (!/^(0|[1-9][0-9]{0,8})$/.test(key)) throw invalidParam('logit_bias', `logit_bias: ${JSON.stringify(key.slice(0, 20))} is not a token id (a non-negative integer written as a string).`)
+    if (!/^(0|[1-9][0-9]{0,8})$/.test(key)) throw fieldError('logit_bias', name => `${name('logit_bias')}: ${JSON.stringify(key.slice(0, 20))} is not a token id (a non-negative integer written as a string).`)
   }
 }
 
 /** Tool turns in the conversation: each field where the role allows it, each result after the calls it answers. */
 function checkToolMessages (body: ChatCompletionRequest): void {
   body.messages.forEach((m, i) => {
-    const at = `messages[${i}]`
+    const at = (part: MessagePart) => fields.message(i, part)
+    const refuse = (part: MessagePart, why: string) => fieldError(at(part), name => `${name(at(part))}${why}`)
     const calls = m.tool_calls ?? []
-    if (calls.length > 0 && m.role !== 'assistant') throw invalidParam(`${at}.tool_calls`, `${at}.tool_calls: only assistant messages carry tool calls.`)
+    if (calls.length > 0 && m.role !== 'assistant') throw refuse('tool_calls', ': only assistant messages carry tool calls.')
     if ((m.content === undefined || m.content === null) && calls.length === 0) {
-      throw invalidParam(`${at}.content`, `${at}.content may be null or absent only on an assistant message with tool_calls.`)
+      throw refuse('content', ' may be null or absent only on an assistant message with tool_calls.')
     }
     if (m.role === 'tool') {
       const before = body.messages[i - 1]
       if (before === undefined || !(before.role === 'tool' || (before.role === 'assistant' && (before.tool_calls?.length ?? 0) > 0))) {
-        throw invalidParam(`${at}.role`, `${at}.role: a tool message must follow the assistant message whose tool_calls it answers (or another tool message).`)
+        throw refuse('role', ': a tool message must follow the assistant message whose tool_calls it answers (or another tool message).')
       }
-      if (m.tool_call_id === undefined) throw invalidParam(`${at}.tool_call_id`, `${at}.tool_call_id: a tool message needs the id of the call it answers.`)
+      if (m.tool_call_id === undefined) throw refuse('tool_call_id', ': a tool message needs the id of the call it answers.')
     } else if (m.tool_call_id !== undefined) {
-      throw invalidParam(`${at}.tool_call_id`, `${at}.tool_call_id: only tool messages carry one.`)
+      throw refuse('tool_call_id', ': only tool messages carry one.')
     }
   })
 }
@@ -96,18 +99,20 @@ function checkToolMessages (body: ChatCompletionRequest): void {
 function checkTools (body: ChatCompletionRequest, promptsTools: boolean): void {
   const names = new Set<string>()
   ;(body.tools ?? []).forEach((tool, i) => {
-    if (names.has(tool.function.name)) throw invalidParam(`tools[${i}].function.name`, `tools[${i}].function.name: two tools are named '${tool.function.name}'.`)
+    const at = fields.tool(i, 'name')
+    if (names.has(tool.function.name)) throw fieldError(at, name => `${name(at)}: two tools are named '${tool.function.name}'.`)
     names.add(tool.function.name)
   })
   const choice = body.tool_choice
   if (choice === undefined || choice === null || choice === 'none' || choice === 'auto') return
-  if (names.size === 0) throw invalidParam('tool_choice', `tool_choice ${JSON.stringify(choice)} needs tools.`)
+  const chosen = JSON.stringify(choice)
+  if (names.size === 0) throw fieldError('tool_choice', name => `${name('tool_choice')} ${chosen} needs ${name('tools')}.`)
   if (typeof choice === 'object' && !names.has(choice.function.name)) {
-    throw invalidParam('tool_choice', `tool_choice names '${choice.function.name}', which is not among the tools.`)
+    throw fieldError('tool_choice', name => `${name('tool_choice')} names '${choice.function.name}', which is not among the ${name('tools')}.`)
   }
   // The engine writes the call by construction; a JSON response_format would constrain the same answer.
   if (promptsTools && body.response_format !== undefined && body.response_format !== null && body.response_format.type !== 'text') {
-    throw invalidParam('tool_choice', `tool_choice ${JSON.stringify(choice)} makes the answer a tool call, so it cannot also follow a JSON response_format on this model; send one or the other.`)
+    throw fieldError('tool_choice', name => `${name('tool_choice')} ${chosen} makes the answer a tool call, so it cannot also follow a JSON ${name('response_format')} on this model; send one or the other.`)
   }
 }
 
@@ -180,7 +185,7 @@ export function responseFormatOf (body: ChatCompletionRequest): ResponseFormat |
   if (format === undefined || format === null) return undefined
   if (format.type !== 'json_schema') return { type: format.type }
   if (format.json_schema === undefined) {
-    throw invalidParam('response_format.json_schema', 'response_format of type json_schema needs a json_schema object: {"name": …, "schema": {…}}.')
+    throw fieldError('response_format.json_schema', name => `${name('response_format')} of type json_schema needs a json_schema object: {"name": …, "schema": {…}}.`)
   }
   const { name, description, schema, strict } = format.json_schema
   return {

@@ -13,6 +13,7 @@
 import { invalidParam } from '../../errors.ts'
 import type { InputLimits } from '../../config.ts'
 import { TOOLS_MAX, type ChatCompletionRequest } from '../chat/schema.ts'
+import { fields } from './fields.ts'
 
 // The limits and their defaults are settings (config.ts).
 export { DEFAULT_INPUT_LIMITS, type InputLimits } from '../../config.ts'
@@ -25,14 +26,14 @@ export function checkInputLimits (body: ChatCompletionRequest, limits: InputLimi
   body.messages.forEach((message, i) => {
     const content = message.content ?? ''
     if (typeof content !== 'string' && content.length > limits.maxContentParts) {
-      throw invalidParam(`messages[${i}].content`, `Too many content parts: ${content.length}; at most ${limits.maxContentParts} per message are accepted (MAX_CONTENT_PARTS).`)
+      throw invalidParam(fields.message(i, 'content'), `Too many content parts: ${content.length}; at most ${limits.maxContentParts} per message are accepted (MAX_CONTENT_PARTS).`)
     }
     // A tool call's name and arguments reach the prompt as the message's text does.
     const calls = (message.tool_calls ?? []).reduce((n, call) => n + codePoints(call.function.name) + codePoints(call.function.arguments), 0)
     const chars = calls + (typeof content === 'string' ? codePoints(content) : content.reduce((n, part) => n + codePoints(part.text), 0))
     if (chars > limits.maxMessageChars) {
       const withCalls = calls > 0 ? ' (with its tool calls\' names and arguments)' : ''
-      throw invalidParam(calls > 0 ? `messages[${i}].tool_calls` : `messages[${i}].content`, `The message is ${chars} characters long${withCalls}; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
+      throw invalidParam(fields.message(i, calls > 0 ? 'tool_calls' : 'content'), `The message is ${chars} characters long${withCalls}; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
     }
   })
   checkToolLimits(body, limits)
@@ -53,7 +54,7 @@ function checkToolLimits (body: ChatCompletionRequest, limits: InputLimits): voi
   tools.forEach((tool, i) => {
     const depth = jsonDepth(tool.function.parameters)
     if (depth > TOOL_SCHEMA_DEPTH_MAX) {
-      throw invalidParam(`tools[${i}].function.parameters`, `The schema is nested ${depth} levels deep; at most ${TOOL_SCHEMA_DEPTH_MAX} are accepted.`)
+      throw invalidParam(fields.tool(i, 'parameters'), `The schema is nested ${depth} levels deep; at most ${TOOL_SCHEMA_DEPTH_MAX} are accepted.`)
     }
     chars += codePoints(JSON.stringify(tool.function))
   })

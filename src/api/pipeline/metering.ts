@@ -17,6 +17,7 @@ import type { PromptHistory } from '../../limits/prompt-history.ts'
 import { estimatePromptTokens, estimateTokensOfChars } from '../../limits/request-cost.ts'
 import type { UsageStatus } from '../../store/schema.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
+import { neutralNames, type FieldNames } from './fields.ts'
 
 /** What watches a request's usage row being written: `work` writes it. */
 export interface UsageWatch {
@@ -163,7 +164,9 @@ export async function admitCompletion (
   /** The account's previous prompts, for what its prefix cache likely holds. */
   history: PromptHistory,
   /** Told of the usage row as it is written (per-account metrics, the trace's span; observe.ts). */
-  watch?: UsageWatch
+  watch?: UsageWatch,
+  /** The door's names, for the limiter's messages (its errors' params are the neutral ones: fields.ts). */
+  names: FieldNames = neutralNames
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
@@ -187,7 +190,7 @@ export async function admitCompletion (
   const permit = await limits.limiter.admit(account, {
     model: model.id,
     maxTokens,
-    maxTokensParam: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
+    maxTokensName: names('max_tokens'),
     promptTokens,
     contextLength: model.backend.contextLength,
   })

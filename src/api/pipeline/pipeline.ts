@@ -24,7 +24,7 @@ import { cacheScope } from './cache-scope.ts'
 import { newCompletionId, newCompletionMeta, type CompletionMeta } from './completion-meta.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
-import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
+import { atField, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
 import { PromptHistory } from '../../limits/prompt-history.ts'
 import { admitCompletion, roundPromptEstimate, type ChatLimits } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
@@ -32,6 +32,7 @@ import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
 import type { ChatCompletionRequest } from '../chat/schema.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
+import { fieldNames, inDoorTerms, neutralNames, type FieldNames, type FieldTable } from './fields.ts'
 
 export interface PipelineOptions {
   models: ModelRegistry
@@ -60,6 +61,11 @@ export interface StartOptions {
   id?: string
   /** Tool calls the door runs itself: the reply goes on after them, in the same admission and usage row (rounds.ts). */
   continueAfterCalls?: ContinueAfterCalls
+  /**
+   * The door's names for the request's fields (fields.ts): every error start() throws, and every
+   * error the events throw, names the door's field. Absent: the neutral names.
+   */
+  fields?: FieldTable
 }
 
 export interface StartedCompletion {
@@ -131,6 +137,19 @@ export class CompletionPipeline {
   }
 
   /**
+   * The checks of a request's size and model, for a door's request that generates nothing (a token
+   * count): the input limits, then the model; refusals name the door's fields.
+   */
+  checkInput (body: ChatCompletionRequest, fields?: FieldTable): RegisteredModel {
+    try {
+      checkInputLimits(body, this.#opts.inputLimits)
+      return resolveModel(this.#opts.models, body.model)
+    } catch (err) {
+      throw inDoorTerms(err, fields ? fieldNames(fields) : neutralNames)
+    }
+  }
+
+  /**
    * Checks, admits and starts one completion. Throws an ApiError for every refusal (before or
    * after admission: after it, the usage row says how it ended). Resolves undefined when the client
    * left before generation started (nobody to answer).
@@ -139,15 +158,19 @@ export class CompletionPipeline {
     const startedAt = performance.now()
     // Metrics and the model span watch every request from here, refused ones too (observe.ts).
     const watch = new RequestWatch(request, reply, { metrics: this.#opts.metrics, models: this.#opts.models, tracing: this.#opts.tracing, startedAt })
+    // The one place errors are named in the door's terms: the refusals here, and the events' below.
+    const names = opts.fields ? fieldNames(opts.fields) : neutralNames
+    let started: StartedCompletion | undefined
     try {
-      return await this.#start(request, reply, body, opts, watch, startedAt)
+      started = await this.#start(request, reply, body, opts, names, watch, startedAt)
     } catch (err) {
       watch.refused(err, body.model)
-      throw err
+      throw inDoorTerms(err, names)
     }
+    return started && { ...started, events: namedErrors(started.events, names) }
   }
 
-  async #start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
+  async #start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions, names: FieldNames, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
     const { models, inputLimits, search, limits, drainDeadline } = this.#opts
     checkInputLimits(body, inputLimits)
     const model = resolveModel(models, body.model)
@@ -163,7 +186,7 @@ export class CompletionPipeline {
     const compiles = formats.length > 0
     checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
-    const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history, watch))
+    const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history, watch, names))
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
     let events: AsyncIterable<GenerateEvent>
@@ -181,7 +204,7 @@ export class CompletionPipeline {
           if (signal.aborted) return undefined // the client left while its schema compiled: the compile was stopped
           // A schema that failed cost the compile: its prompt's reservation stands for the minute.
           if (err instanceof FormatCompileError) meter.charge()
-          throw asFieldError(err, formats[err instanceof FormatCompileError ? err.index : 0]?.param ?? 'response_format')
+          throw atField(err, formats[err instanceof FormatCompileError ? err.index : 0]?.field ?? 'response_format')
         }
       }
       if (body.googleSearchStatus && search) {
@@ -230,5 +253,14 @@ export class CompletionPipeline {
     }
     const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results, completionId)
     return { model, events, meta, stop, watch }
+  }
+}
+
+/** The events, with whatever they throw named in the door's terms. */
+async function * namedErrors (events: AsyncIterable<GenerateEvent>, names: FieldNames): AsyncIterable<GenerateEvent> {
+  try {
+    yield * events
+  } catch (err) {
+    throw inDoorTerms(err, names)
   }
 }

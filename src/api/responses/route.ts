@@ -19,7 +19,7 @@ import { newId } from './ids.ts'
 import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
 import { ResponseObject, ResponsesRequest } from './schema.ts'
 import type { ResponseStorePort } from './store-port.ts'
-import { inResponsesTerms, toChatRequest } from './to-chat.ts'
+import { toChatRequest } from './to-chat.ts'
 
 export interface ResponsesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -86,16 +86,12 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
       ...(body.include?.includes('reasoning.encrypted_content') ? { seal: (thinking: string) => reasoningSeal.seal(accountId, thinking) } : {}),
     })
     const search = pipeline.webSearch
-    let started: StartedCompletion | undefined
-    try {
-      started = await pipeline.start(request, reply, translation.chat, {
-        id,
-        clientSampling: translation.clientSampling,
-        ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
-      })
-    } catch (err) {
-      throw inResponsesTerms(err, translation.paramOf)
-    }
+    const started = await pipeline.start(request, reply, translation.chat, {
+      id,
+      clientSampling: translation.clientSampling,
+      fields: translation.fields,
+      ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
+    })
     if (started === undefined) return reply // the client left before generation started
     const store = body.store !== false && stored !== undefined
     const shell = responseShell(body, { id, createdAt, model: started.model.id, store })
@@ -108,15 +104,9 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
         request.log.error({ err, responseId: id }, 'storing the response failed')
       }
     }
-    const mapError = (err: unknown): unknown => inResponsesTerms(err, translation.paramOf)
 
     if (!body.stream) {
-      let finish: AnsweredFinish | undefined
-      try {
-        finish = await readWholeReply(request, started, event => assembler.delta(event))
-      } catch (err) {
-        throw mapError(err)
-      }
+      const finish = await readWholeReply(request, started, event => assembler.delta(event))
       if (finish === undefined) return reply // the client left: nobody to answer
       await assembler.finish(finish.reason)
       const response = finished(shell, assembler, finish)
@@ -130,7 +120,6 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
       assembler,
       setSink: write => { sink = write },
       save,
-      mapError,
       onError: code => metrics.errors.inc({ code }),
     })
   })
@@ -147,39 +136,34 @@ async function streamResponse (request: FastifyRequest, reply: FastifyReply, sta
   assembler: OutputAssembler
   setSink: (write: (event: StreamEvent) => Promise<void>) => void
   save: (response: Record<string, unknown>) => Promise<void>
-  mapError: (err: unknown) => unknown
   onError: (code: string) => void
 }): Promise<FastifyReply> {
   const { assembler, shell } = opts
-  try {
-    return await streamGeneration(request, reply, started.events, { keepAliveMs: opts.keepAliveMs, stop: started.stop }, sse => {
-      let sequence = 0
-      const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
-      opts.setSink(send)
-      return {
-        open: async slow => {
-          if (slow) await sse.comment('keep-alive')
-          await send({ type: 'response.created', response: shell })
-          await send({ type: 'response.in_progress', response: shell })
-        },
-        delta: event => assembler.delta(event),
-        finish: async event => {
-          await assembler.finish(event.reason)
-          const response = finished(shell, assembler, event)
-          await opts.save(response)
-          await send({ type: response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', response })
-        },
-        fail: async err => {
-          const apiError = failedWhileStreaming(request, opts.mapError(err), 'The response failed while streaming.')
-          opts.onError(apiError.code)
-          await send({
-            type: 'response.failed',
-            response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
-          })
-        },
-      }
-    })
-  } catch (err) {
-    throw opts.mapError(err) // a refusal before the first event: its own status and JSON body
-  }
+  return streamGeneration(request, reply, started.events, { keepAliveMs: opts.keepAliveMs, stop: started.stop }, sse => {
+    let sequence = 0
+    const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
+    opts.setSink(send)
+    return {
+      open: async slow => {
+        if (slow) await sse.comment('keep-alive')
+        await send({ type: 'response.created', response: shell })
+        await send({ type: 'response.in_progress', response: shell })
+      },
+      delta: event => assembler.delta(event),
+      finish: async event => {
+        await assembler.finish(event.reason)
+        const response = finished(shell, assembler, event)
+        await opts.save(response)
+        await send({ type: response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', response })
+      },
+      fail: async err => {
+        const apiError = failedWhileStreaming(request, err, 'The response failed while streaming.')
+        opts.onError(apiError.code)
+        await send({
+          type: 'response.failed',
+          response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
+        })
+      },
+    }
+  })
 }

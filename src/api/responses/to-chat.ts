@@ -2,12 +2,13 @@
 // (pipeline.ts): `instructions` first as a system message, then the stored
 // conversation a previous_response_id continues, then this turn's items;
 // function_call items become an assistant message's tool_calls, their outputs
-// tool messages. It also keeps where each chat message and tool came from, so a
-// refusal about `messages[4].content` names `input[6].content` instead.
+// tool messages. It also keeps where each chat message and tool came from: the
+// pipeline's refusal about `messages[4].content` names `input[6].content`.
 
 import type { ChatCompletionRequest } from '../chat/schema.ts'
 import type { ClientSampling } from '../pipeline/pipeline.ts'
-import { ApiError, invalidParam } from '../../errors.ts'
+import { invalidParam } from '../../errors.ts'
+import type { FieldTable } from '../pipeline/fields.ts'
 import { checkInputItems, messageText, normalisedItem, outputText, type InputItem } from './input-items.ts'
 import type { ResponsesRequest } from './schema.ts'
 import { chatFunctionName, planTools, type ToolPlan } from './tools.ts'
@@ -26,8 +27,8 @@ export interface Translation {
   tools: ToolPlan
   /** This turn's input items with an id each, as the store keeps them. */
   inputItems: Array<Record<string, unknown>>
-  /** The chat body's field name -> the Responses body's. */
-  paramOf: (chatParam: string) => string
+  /** The Responses body's names for the pipeline's fields (errors name these). */
+  fields: FieldTable
 }
 
 export interface TranslationContext {
@@ -112,7 +113,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
     clientSampling: { temperature: body.temperature != null, topP: body.top_p != null, topK: false },
     tools,
     inputItems,
-    paramOf: chatParam => responsesParam(chatParam, sources, tools),
+    fields: responsesFields(sources, tools),
   }
 }
 
@@ -154,42 +155,33 @@ function appendItems (messages: ChatMessage[], sources: MessageSource[], items: 
 }
 
 /**
- * The Responses field a chat body's field came from: `messages[i]` is the item (or instructions)
- * that made message i, its `tool_calls[k]` the function_call item of call k, its content a tool
- * message's `output`; `tools[i]` the function or namespace entry.
+ * The Responses body's names for the pipeline's fields: message i is the item (or instructions)
+ * that made it, its tool call k the function_call item of call k, and a tool message's call id
+ * that item's `call_id`; tool i the function or namespace entry it came from.
  */
-function responsesParam (chatParam: string, sources: MessageSource[], tools: ToolPlan): string {
-  const message = /^messages\[(\d+)\](.*)$/.exec(chatParam)
-  if (message) {
-    const source = sources[Number(message[1])]
-    if (source === undefined) return 'input'
-    const rest = message[2]
-    const call = /^\.tool_calls\[(\d+)\](.*)$/.exec(rest)
-    if (call) {
-      const item = source.calls[Number(call[1])] ?? source.item
-      return item + call[2].replace(/^\.function/, '').replace(/^\.id/, '.call_id')
-    }
-    if (source.item === 'instructions' || source.item === 'input' || source.item === 'previous_response_id') return source.item
-    if (rest === '.tool_calls') return source.calls[0] ?? source.item
-    if (rest === '.tool_call_id') return `${source.item}.call_id`
-    if (rest === '.role') return source.item
-    return source.item + rest
+function responsesFields (sources: MessageSource[], tools: ToolPlan): FieldTable {
+  return {
+    renamed: {
+      messages: 'input',
+      max_tokens: 'max_output_tokens',
+      reasoning_effort: 'reasoning.effort',
+      response_format: 'text.format',
+      'response_format.json_schema': 'text.format',
+    },
+    message: at => {
+      const source = sources[at.index]
+      if (source === undefined) return 'input'
+      if (at.call !== undefined) {
+        const item = source.calls[at.call] ?? source.item
+        return at.callPart === undefined ? item : `${item}.${at.callPart === 'id' ? 'call_id' : at.callPart}`
+      }
+      // A field that made one message whole: it is the field at fault, whatever part of the message.
+      if (source.item === 'instructions' || source.item === 'input' || source.item === 'previous_response_id') return source.item
+      if (at.part === 'tool_calls') return source.calls[0] ?? source.item
+      if (at.part === 'tool_call_id') return `${source.item}.call_id`
+      if (at.part === 'content') return `${source.item}.content`
+      return source.item
+    },
+    tool: at => `${tools.sources[at.index] ?? 'tools'}${at.part ? `.${at.part}` : ''}`,
   }
-  if (chatParam === 'messages') return 'input'
-  const tool = /^tools\[(\d+)\](?:\.function)?(.*)$/.exec(chatParam)
-  if (tool) return (tools.sources[Number(tool[1])] ?? 'tools') + tool[2]
-  if (chatParam.startsWith('response_format')) return 'text.format' + chatParam.slice('response_format'.length).replace(/^\.json_schema/, '')
-  if (chatParam === 'max_completion_tokens' || chatParam === 'max_tokens') return 'max_output_tokens'
-  if (chatParam === 'reasoning_effort') return 'reasoning.effort'
-  return chatParam
-}
-
-/** The same error, its param (and the param in its message) named as in the Responses body. */
-export function inResponsesTerms (err: unknown, paramOf: (chatParam: string) => string): unknown {
-  if (!(err instanceof ApiError) || err.param === null) return err
-  const param = paramOf(err.param)
-  if (param === err.param) return err
-  const message = err.message.replaceAll(err.param, param)
-  const operatorMessage = err.operatorMessage?.replaceAll(err.param, param)
-  return new ApiError(err.code, message, { param, headers: err.headers, ...(operatorMessage !== undefined ? { operatorMessage } : {}) })
 }
