@@ -9,14 +9,13 @@
 // model so rather than failing the reply; the client leaving or the shutdown's
 // deadline stops it (the request's stop signal).
 
-import type { ChatMessage, ToolCall } from '../engine/backend.ts'
+import type { ChatMessage, ToolCall, ToolDefinition } from '../engine/backend.ts'
 import { ApiError } from '../errors.ts'
 import { sourcesBlock } from '../prompt/search-context.ts'
 import type { SearchResult } from '../search/provider.ts'
 import { searchQuery } from '../search/query.ts'
 import type { WebSearch } from '../search/web-search.ts'
 import type { ContinueAfterCalls } from './pipeline/rounds.ts'
-import type { ChatCompletionRequest } from './chat/schema.ts'
 
 /** Searches one reply may run, whatever the client asks. */
 export const SEARCHES_MAX = 3
@@ -25,7 +24,7 @@ export const SEARCHES_MAX = 3
 export const WEB_SEARCH_FUNCTION = 'web_search'
 
 /** The function's definition (a fresh object: the pipeline may normalise what it is given). */
-export const webSearchFunction = (): NonNullable<ChatCompletionRequest['tools']>[number] => ({
+export const webSearchFunction = (): ToolDefinition => ({
   type: 'function',
   function: {
     name: WEB_SEARCH_FUNCTION,

@@ -76,3 +76,21 @@ t.test('the limiter names the door\'s cap in its message and its param', async t
   const chat = await app.inject({ method: 'POST', url: CHAT, headers: auth, payload: { model: 'scripted', messages: [{ role: 'user', content: 'x' }], max_completion_tokens: 51 } })
   t.match(chat.json().error, { param: 'max_completion_tokens', message: /^max_completion_tokens is 51;/ })
 })
+
+t.test('a door\'s translation meets the bounds of the chat body, and the refusal names the door\'s field', async t => {
+  const backend = new ScriptedBackend()
+  const { app, auth } = await buildTestApp(t, { backends: [backend] })
+  // 129 calls in one assistant turn: over TOOL_CALLS_MAX, which the chat body's schema holds to.
+  const calls = Array.from({ length: 129 }, (_, i) => ({ type: 'function_call', call_id: `c${i}`, name: 'f', arguments: '{}' }))
+  const responses = await app.inject({ method: 'POST', url: RESPONSES, headers: auth, payload: { model: 'scripted', input: [{ role: 'user', content: 'x' }, ...calls] } })
+  t.equal(responses.statusCode, 400, responses.body)
+  t.match(responses.json().error, { code: 'invalid_parameter', param: 'input[1]', message: /^Invalid value for 'input\[1\]': .*128/ }, 'the first item of the turn')
+  const uses = Array.from({ length: 129 }, (_, i) => ({ type: 'tool_use', id: `toolu_${i}`, name: 'f', input: {} }))
+  const messages = await app.inject({ method: 'POST', url: MESSAGES, headers: auth, payload: { model: 'scripted', max_tokens: 10, messages: [{ role: 'user', content: 'x' }, { role: 'assistant', content: uses }] } })
+  t.equal(messages.statusCode, 400, messages.body)
+  t.match(messages.json().error.message, /^Invalid value for 'messages\[1\]\.content': .*128/)
+  t.equal(backend.lastRequest, undefined, 'nothing reached the backend')
+  // At the bound, both are served.
+  const fine = await app.inject({ method: 'POST', url: RESPONSES, headers: auth, payload: { model: 'scripted', input: [{ role: 'user', content: 'x' }, ...calls.slice(1), { type: 'function_call_output', call_id: 'c1', output: 'ok' }] } })
+  t.equal(fine.statusCode, 200, fine.body)
+})

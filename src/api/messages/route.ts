@@ -22,6 +22,7 @@ import { anthropicErrorBody } from './errors.ts'
 import { MessageBuilder, newMessageId, type StreamEvent } from './render.ts'
 import { AnthropicError, AnthropicMessage, CountTokensRequest, MessagesRequest } from './schema.ts'
 import { toChatRequest } from './to-chat.ts'
+import { toCompletionRequest } from '../chat/to-request.ts'
 
 export interface MessagesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -65,8 +66,8 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
     const hostedSearch = translated.webSearch !== undefined && search !== undefined
     const builder = new MessageBuilder({ id: newMessageId(), model: body.model, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay, hostedSearch })
-    const started = await pipeline.start(request, reply, translated.chat, {
-      clientSampling: translated.clientSampling,
+    const completion = toCompletionRequest(translated.chat, { sent: translated.clientSampling, limits: inputLimits }).request
+    const started = await pipeline.start(request, reply, completion, {
       id: builder.id,
       fields: translated.fields,
       // The model asks for searches itself; chatd runs them between rounds of the one reply.
@@ -100,7 +101,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     // Generates nothing, but translating and counting a long body is work: one request of the minute.
     await pipeline.countRequest(request, reply)
     const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
-    const model = pipeline.checkInput(translated.chat, translated.fields)
+    const model = pipeline.checkInput(toCompletionRequest(translated.chat, { limits: inputLimits }).request, translated.fields)
     // Bounded by the input limits just checked: one pass over the text, no tokenizer.
     const texts = translated.chat.messages.map(m => ({
       content: (typeof m.content === 'string' ? m.content : '') + (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),

@@ -6,7 +6,7 @@
 // fields often, and refusing one would fail the client that sent it.
 
 import { Type, type Static } from 'typebox'
-import { TOOLS_MAX } from '../chat/schema.ts'
+import { TOOLS_MAX } from '../pipeline/request.ts'
 
 /** Anthropic's tool names: letters, digits, _ and -, at most 128 (MCP tools' names run long). */
 export const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,128}$/

@@ -4,14 +4,13 @@
 // the same static schema check before the request is admitted, and is compiled after it, paid for
 // and for the account's scope, on the same path; a fault names the field it came from (the engine's
 // errors about a format name no field: `atField` puts the field in front).
-import type { ResponseFormat, ToolChoice, ToolDefinition } from '../../engine/backend.ts'
+import type { ResponseFormat } from '../../engine/backend.ts'
 import { jsonFormatOf } from '../../engine/backend.ts'
 import { checkResponseFormat } from '../../engine/schema-check.ts'
 import { argumentsFormat, forcedCallTools } from '../../engine/tools/forced-call.ts'
 import { ApiError } from '../../errors.ts'
 import { FieldError, fields } from './fields.ts'
-import { responseFormatOf } from './generate-request.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
+import type { CompletionRequest } from './request.ts'
 
 type JsonFormat = Exclude<ResponseFormat, { type: 'text' }>
 
@@ -22,12 +21,12 @@ export interface GrammarFormat {
 }
 
 /** The formats to check and compile, in order; empty when the request constrains nothing. */
-export function grammarFormats (body: ChatCompletionRequest, promptsTools: boolean): GrammarFormat[] {
-  const json = jsonFormatOf(responseFormatOf(body))
+export function grammarFormats (req: CompletionRequest, promptsTools: boolean): GrammarFormat[] {
+  const json = jsonFormatOf(req.responseFormat)
   if (json) return [{ format: json, field: 'response_format' }]
   if (!promptsTools) return []
-  const tools = (body.tools ?? []) as ToolDefinition[]
-  const forced = forcedCallTools(tools, (body.tool_choice ?? undefined) as ToolChoice | undefined) ?? []
+  const tools = req.tools ?? []
+  const forced = forcedCallTools(tools, req.toolChoice) ?? []
   return forced.map(tool => ({ format: argumentsFormat(tool), field: fields.tool(tools.indexOf(tool), 'parameters') }))
 }
 

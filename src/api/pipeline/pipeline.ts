@@ -1,9 +1,11 @@
 // The one way a completion starts, whichever door it came in by (chat
 // completions, the Responses API, the Messages API: docs/design.md "three wire
-// formats, one house"). A front door translates its body into a
-// ChatCompletionRequest and calls `start`; what comes back is the stream of
-// GenerateEvents to render in its own shape. Everything between lives here
-// once: size limits -> model lookup -> request checks (a JSON
+// formats, one house"). A front door translates its body into chatd's own
+// CompletionRequest (request.ts) and calls `start` with its table of field
+// names (fields.ts); what comes back is the stream of GenerateEvents to render
+// in its own shape, every error named in the door's terms. Everything between
+// lives here once: size limits -> the request's bounds -> model lookup ->
+// request checks (a JSON
 // response_format's schema, or a forced tool call's tools' schemas, included)
 // -> tier limits (metering.ts) -> the schemas' compile (local models) -> web
 // search (googleSearchStatus) -> prompt shaping -> backend.generate(request,
@@ -30,9 +32,9 @@ import { admitCompletion, roundPromptEstimate, type ChatLimits } from './meterin
 import { withNextTurn } from './next-turn.ts'
 import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
 import { fieldNames, inDoorTerms, neutralNames, type FieldNames, type FieldTable } from './fields.ts'
+import { checkCompletionRequest, type CompletionRequest } from './request.ts'
 
 export interface PipelineOptions {
   models: ModelRegistry
@@ -51,12 +53,7 @@ export interface PipelineOptions {
   tracing?: Tracing
 }
 
-/** The sampling fields a body carried as the client sent it (before the schema's defaults). */
-export type ClientSampling = NonNullable<GenerateRequest['clientSampling']>
-
 export interface StartOptions {
-  /** Which sampling fields the client set itself: a relay sends only those. */
-  clientSampling?: ClientSampling
   /** The id the response will carry (and the usage row); a chat completion id when absent. */
   id?: string
   /** Tool calls the door runs itself: the reply goes on after them, in the same admission and usage row (rounds.ts). */
@@ -136,13 +133,19 @@ export class CompletionPipeline {
     return this.#opts.models
   }
 
+  /** MAX_MESSAGES, MAX_MESSAGE_CHARS and MAX_CONTENT_PARTS: a door counts its own parts or blocks before it joins them. */
+  get inputLimits (): InputLimits {
+    return this.#opts.inputLimits
+  }
+
   /**
    * The checks of a request's size and model, for a door's request that generates nothing (a token
    * count): the input limits, then the model; refusals name the door's fields.
    */
-  checkInput (body: ChatCompletionRequest, fields?: FieldTable): RegisteredModel {
+  checkInput (body: CompletionRequest, fields?: FieldTable): RegisteredModel {
     try {
       checkInputLimits(body, this.#opts.inputLimits)
+      checkCompletionRequest(body)
       return resolveModel(this.#opts.models, body.model)
     } catch (err) {
       throw inDoorTerms(err, fields ? fieldNames(fields) : neutralNames)
@@ -154,7 +157,7 @@ export class CompletionPipeline {
    * after admission: after it, the usage row says how it ended). Resolves undefined when the client
    * left before generation started (nobody to answer).
    */
-  async start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions = {}): Promise<StartedCompletion | undefined> {
+  async start (request: FastifyRequest, reply: FastifyReply, body: CompletionRequest, opts: StartOptions = {}): Promise<StartedCompletion | undefined> {
     const startedAt = performance.now()
     // Metrics and the model span watch every request from here, refused ones too (observe.ts).
     const watch = new RequestWatch(request, reply, { metrics: this.#opts.metrics, models: this.#opts.models, tracing: this.#opts.tracing, startedAt })
@@ -170,9 +173,10 @@ export class CompletionPipeline {
     return started && { ...started, events: namedErrors(started.events, names) }
   }
 
-  async #start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions, names: FieldNames, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
+  async #start (request: FastifyRequest, reply: FastifyReply, body: CompletionRequest, opts: StartOptions, names: FieldNames, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
     const { models, inputLimits, search, limits, drainDeadline } = this.#opts
     checkInputLimits(body, inputLimits)
+    checkCompletionRequest(body) // the bounds the chat body has, on every door's translation
     const model = resolveModel(models, body.model)
     const completionId = opts.id ?? newCompletionId()
     watch.model(model, body, completionId)
@@ -207,7 +211,7 @@ export class CompletionPipeline {
           throw atField(err, formats[err instanceof FormatCompileError ? err.index : 0]?.field ?? 'response_format')
         }
       }
-      if (body.googleSearchStatus && search) {
+      if (body.search === true && search) {
         try {
           searched = await watch.phase('search', () => searchFor(body, search, signal, scope))
         } catch (err) {
@@ -222,12 +226,11 @@ export class CompletionPipeline {
         systemPrompt: model.systemPrompt,
         search: searched,
         toolFormat,
-        clientSampling: opts.clientSampling,
       })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       if (meter.maxTotalTokens !== undefined) generateRequest.maxTotalTokens = meter.maxTotalTokens
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
-      generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
+      generateRequest.cacheScope = cacheScope(request.account!.id, body.cacheSalt) // admitCompletion refused a request without one
       if (compiles) generateRequest.grammarScope = scope // whose compiled grammars the request may use
       const release = this.#admission.acquire(model.id)
       try {

@@ -13,6 +13,7 @@ import { hostedSearchRounds } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../pipeline/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
+import { toCompletionRequest } from '../chat/to-request.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
 import { readWholeReply, type AnsweredFinish } from '../pipeline/whole-reply.ts'
 import { newId } from './ids.ts'
@@ -86,9 +87,9 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
       ...(body.include?.includes('reasoning.encrypted_content') ? { seal: (thinking: string) => reasoningSeal.seal(accountId, thinking) } : {}),
     })
     const search = pipeline.webSearch
-    const started = await pipeline.start(request, reply, translation.chat, {
+    const completion = toCompletionRequest(translation.chat, { sent: translation.clientSampling, limits: pipeline.inputLimits }).request
+    const started = await pipeline.start(request, reply, completion, {
       id,
-      clientSampling: translation.clientSampling,
       fields: translation.fields,
       ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
     })

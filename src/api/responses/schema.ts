@@ -7,7 +7,7 @@
 // every branch.
 
 import { Type, type Static, type TSchema } from 'typebox'
-import { TOOL_CALL_ID_MAX, TOOL_CALLS_MAX, TOP_LOGPROBS_MAX } from '../chat/schema.ts'
+import { TOOL_CALL_ID_MAX, TOOL_CALLS_MAX, TOP_LOGPROBS_MAX } from '../pipeline/request.ts'
 
 /** The most input items one request may carry (MAX_MESSAGES bounds the conversation they become). */
 export const INPUT_ITEMS_MAX = 4096

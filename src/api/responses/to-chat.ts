@@ -6,7 +6,7 @@
 // pipeline's refusal about `messages[4].content` names `input[6].content`.
 
 import type { ChatCompletionRequest } from '../chat/schema.ts'
-import type { ClientSampling } from '../pipeline/pipeline.ts'
+import type { SentSampling } from '../chat/to-request.ts'
 import { invalidParam } from '../../errors.ts'
 import type { FieldTable } from '../pipeline/fields.ts'
 import { checkInputItems, messageText, normalisedItem, outputText, type InputItem } from './input-items.ts'
@@ -23,7 +23,7 @@ interface MessageSource {
 
 export interface Translation {
   chat: ChatCompletionRequest
-  clientSampling: ClientSampling
+  clientSampling: SentSampling
   tools: ToolPlan
   /** This turn's input items with an id each, as the store keeps them. */
   inputItems: Array<Record<string, unknown>>
