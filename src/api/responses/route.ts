@@ -1,7 +1,7 @@
 // POST /api/v1/responses: OpenAI's Responses API, the wire format of the Codex
 // CLI and the Agents SDK. A door onto the one completion pipeline (pipeline.ts:
 // limits, usage rows, admission, shaping and generation live there): the body
-// becomes a chat body (to-chat.ts), and the events come back as the `response`
+// becomes chatd's completion request (to-request.ts), and the events come back as the `response`
 // object or its typed stream (output.ts). Finished responses are kept for
 // previous_response_id unless `store` is false (store-port.ts).
 
@@ -13,14 +13,13 @@ import { hostedSearchRounds } from '../hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../pipeline/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
-import { toCompletionRequest } from '../chat/to-request.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
 import { readWholeReply, type AnsweredFinish } from '../pipeline/whole-reply.ts'
 import { newId } from './ids.ts'
 import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
 import { ResponseObject, ResponsesRequest } from './schema.ts'
 import type { ResponseStorePort } from './store-port.ts'
-import { toChatRequest } from './to-chat.ts'
+import { toCompletionRequest } from './to-request.ts'
 
 export interface ResponsesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -77,7 +76,7 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
         throw new ApiError('not_found', `No response with id '${body.previous_response_id.slice(0, 256)}' was found.`, { param: 'previous_response_id' })
       }
     }
-    const translation = toChatRequest(body, { chain, searchConfigured: pipeline.searchConfigured })
+    const translation = toCompletionRequest(body, { chain, searchConfigured: pipeline.searchConfigured })
     const id = newId('resp')
     const createdAt = Math.floor(Date.now() / 1000)
     let sink: ((event: StreamEvent) => Promise<void>) | undefined
@@ -87,8 +86,7 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
       ...(body.include?.includes('reasoning.encrypted_content') ? { seal: (thinking: string) => reasoningSeal.seal(accountId, thinking) } : {}),
     })
     const search = pipeline.webSearch
-    const completion = toCompletionRequest(translation.chat, { sent: translation.clientSampling, limits: pipeline.inputLimits }).request
-    const started = await pipeline.start(request, reply, completion, {
+    const started = await pipeline.start(request, reply, translation.request, {
       id,
       fields: translation.fields,
       ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),

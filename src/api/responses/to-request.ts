@@ -1,29 +1,25 @@
-// A Responses request as the one chat body the completion pipeline takes
-// (pipeline.ts): `instructions` first as a system message, then the stored
-// conversation a previous_response_id continues, then this turn's items;
-// function_call items become an assistant message's tool_calls, their outputs
-// tool messages. It also keeps where each chat message and tool came from: the
-// pipeline's refusal about `messages[4].content` names `input[6].content`.
+// A Responses request as chatd's completion request (../pipeline/request.ts):
+// `instructions` first as a system message, then the stored conversation a
+// previous_response_id continues, then this turn's items; function_call items
+// become an assistant message's tool calls, their outputs tool messages. It
+// also keeps where each message and tool came from, the table the pipeline
+// names its refusals from: `messages[4].content` is `input[6].content` here.
 
-import type { ChatCompletionRequest } from '../chat/schema.ts'
-import type { SentSampling } from '../chat/to-request.ts'
 import { invalidParam } from '../../errors.ts'
 import type { FieldTable } from '../pipeline/fields.ts'
+import type { CompletionMessage, CompletionRequest } from '../pipeline/request.ts'
 import { checkInputItems, messageText, normalisedItem, outputText, type InputItem } from './input-items.ts'
 import type { ResponsesRequest } from './schema.ts'
-import { chatFunctionName, planTools, type ToolPlan } from './tools.ts'
+import { offeredName, planTools, type ToolPlan } from './tools.ts'
 
-type ChatMessage = ChatCompletionRequest['messages'][number]
-
-/** Where a chat message came from: the item (or field) that made it, and each of its tool calls'. */
+/** Where a message came from: the item (or field) that made it, and each of its tool calls'. */
 interface MessageSource {
   item: string
   calls: string[]
 }
 
 export interface Translation {
-  chat: ChatCompletionRequest
-  clientSampling: SentSampling
+  request: CompletionRequest
   tools: ToolPlan
   /** This turn's input items with an id each, as the store keeps them. */
   inputItems: Array<Record<string, unknown>>
@@ -37,11 +33,11 @@ export interface TranslationContext {
   searchConfigured: boolean
 }
 
-const REASONING_EFFORT: Record<string, ChatCompletionRequest['reasoning_effort']> = {
+const REASONING_EFFORT: Record<string, CompletionRequest['reasoningEffort']> = {
   none: 'none', minimal: 'minimal', low: 'low', medium: 'medium', high: 'high', xhigh: 'high', max: 'high',
 }
 
-export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext): Translation {
+export function toCompletionRequest (body: ResponsesRequest, ctx: TranslationContext): Translation {
   if (body.background === true) {
     throw invalidParam('background', 'Background mode is not supported by this server; send background: false (or leave it out).')
   }
@@ -51,7 +47,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
     }
   }
   const tools = planTools(body, { searchConfigured: ctx.searchConfigured })
-  const messages: ChatMessage[] = []
+  const messages: CompletionMessage[] = []
   const sources: MessageSource[] = []
   if (typeof body.instructions === 'string' && body.instructions !== '') {
     messages.push({ role: 'system', content: body.instructions })
@@ -77,28 +73,28 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
   const format = body.text?.format
   const parallel = body.parallel_tool_calls === false ? false : body.parallel_tool_calls ?? undefined
   const effort = body.reasoning?.effort
-  const chat: ChatCompletionRequest = {
+  const request: CompletionRequest = {
     model: body.model,
     messages,
-    temperature: body.temperature ?? 1,
-    top_p: body.top_p ?? 1,
-    top_k: 0,
-    ...(body.seed !== undefined && body.seed !== null ? { seed: body.seed } : {}),
-    ...(body.max_output_tokens ? { max_completion_tokens: body.max_output_tokens } : {}),
-    ...(effort ? { reasoning_effort: REASONING_EFFORT[effort] } : {}),
+    stream: body.stream === true,
+    ...(body.temperature != null ? { temperature: body.temperature } : {}),
+    ...(body.top_p != null ? { topP: body.top_p } : {}),
+    ...(body.seed != null ? { seed: body.seed } : {}),
+    ...(body.max_output_tokens ? { maxTokens: body.max_output_tokens } : {}),
+    ...(effort ? { reasoningEffort: REASONING_EFFORT[effort] } : {}),
     ...(tools.tools.length > 0 ? { tools: tools.tools } : {}),
-    ...(tools.toolChoice !== undefined ? { tool_choice: tools.toolChoice } : {}),
-    ...(parallel !== undefined ? { parallel_tool_calls: parallel } : {}),
+    ...(tools.toolChoice !== undefined ? { toolChoice: tools.toolChoice } : {}),
+    ...(parallel !== undefined ? { parallelToolCalls: parallel } : {}),
     ...(format && format.type !== 'text'
       ? {
-          response_format: format.type === 'json_object'
+          responseFormat: format.type === 'json_object'
             ? { type: 'json_object' as const }
             : {
                 type: 'json_schema' as const,
                 json_schema: {
                   name: format.name ?? 'response',
                   ...(format.description !== undefined ? { description: format.description } : {}),
-                  ...(format.schema !== undefined ? { schema: format.schema } : {}),
+                  ...(format.schema !== undefined ? { schema: format.schema as Record<string, unknown> } : {}),
                   ...(typeof format.strict === 'boolean' ? { strict: format.strict } : {}),
                 },
               },
@@ -109,8 +105,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
     // from reusing the cache of the instructions every thread starts with.
   }
   return {
-    chat,
-    clientSampling: { temperature: body.temperature != null, topP: body.top_p != null, topK: false },
+    request,
     tools,
     inputItems,
     fields: responsesFields(sources, tools),
@@ -118,7 +113,7 @@ export function toChatRequest (body: ResponsesRequest, ctx: TranslationContext):
 }
 
 /** Adds the items to the conversation: calls join the assistant message before them, outputs become tool messages. */
-function appendItems (messages: ChatMessage[], sources: MessageSource[], items: InputItem[], at: (i: number) => string): void {
+function appendItems (messages: CompletionMessage[], sources: MessageSource[], items: InputItem[], at: (i: number) => string): void {
   items.forEach((item, i) => {
     const where = at(i)
     switch (item.kind) {
@@ -127,19 +122,19 @@ function appendItems (messages: ChatMessage[], sources: MessageSource[], items: 
         sources.push({ item: where, calls: [] })
         return
       case 'function_call': {
-        const call = { id: item.call_id, type: 'function' as const, function: { name: chatFunctionName(item.name, item.namespace), arguments: item.arguments } }
+        const call = { id: item.call_id, type: 'function' as const, function: { name: offeredName(item.name, item.namespace), arguments: item.arguments } }
         const last = messages.at(-1)
         if (last?.role === 'assistant') {
-          (last.tool_calls ??= []).push(call)
+          (last.toolCalls ??= []).push(call)
           sources.at(-1)!.calls.push(where)
         } else {
-          messages.push({ role: 'assistant', content: null, tool_calls: [call] })
+          messages.push({ role: 'assistant', content: '', toolCalls: [call] })
           sources.push({ item: where, calls: [where] })
         }
         return
       }
       case 'function_call_output':
-        messages.push({ role: 'tool', tool_call_id: item.call_id, content: outputText(item, where) })
+        messages.push({ role: 'tool', toolCallId: item.call_id, content: outputText(item, where) })
         sources.push({ item: where, calls: [] })
         break
       case 'reasoning':
