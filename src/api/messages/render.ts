@@ -23,7 +23,7 @@ function serverToolUseId (): string {
   return 'srvtoolu_' + randomBytes(12).toString('base64url')
 }
 
-/** A tool call's id as Anthropic's clients expect it (toolu_…); sent back, it is the chat call's id as is. */
+/** A tool call's id as Anthropic's clients expect it (toolu_…); sent back, it is the call's id as is. */
 export function toolUseId (id: string): string {
   return id.startsWith('toolu_') ? id : `toolu_${id}`
 }

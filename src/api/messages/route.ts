@@ -1,6 +1,6 @@
 // POST /api/v1/messages and /api/v1/messages/count_tokens: Anthropic's Messages
 // API, as Claude Code and Anthropic's SDKs call it. The body is translated into
-// a chat completion request (to-chat.ts) and run by the one completion pipeline
+// chatd's completion request (to-request.ts) and run by the one completion pipeline
 // (keys, tiers, limits, usage rows and refusal meters as every door); the
 // events are rendered as one message or as Anthropic's event stream
 // (render.ts). Errors on these routes leave in Anthropic's shape (errors.ts);
@@ -21,8 +21,7 @@ import type { ReasoningSeal } from '../reasoning-seal.ts'
 import { anthropicErrorBody } from './errors.ts'
 import { MessageBuilder, newMessageId, type StreamEvent } from './render.ts'
 import { AnthropicError, AnthropicMessage, CountTokensRequest, MessagesRequest } from './schema.ts'
-import { toChatRequest } from './to-chat.ts'
-import { toCompletionRequest } from '../chat/to-request.ts'
+import { toCompletionRequest } from './to-request.ts'
 
 export interface MessagesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -63,11 +62,10 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     // Translation (signatures opened, blocks joined) is work before the request's size is known:
     // never for a key past its limits.
     await pipeline.precheck(request, body.model)
-    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
+    const translated = toCompletionRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
     const hostedSearch = translated.webSearch !== undefined && search !== undefined
     const builder = new MessageBuilder({ id: newMessageId(), model: body.model, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay, hostedSearch })
-    const completion = toCompletionRequest(translated.chat, { sent: translated.clientSampling, limits: inputLimits }).request
-    const started = await pipeline.start(request, reply, completion, {
+    const started = await pipeline.start(request, reply, translated.request, {
       id: builder.id,
       fields: translated.fields,
       // The model asks for searches itself; chatd runs them between rounds of the one reply.
@@ -100,13 +98,13 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
   }, async (request, reply) => {
     // Generates nothing, but translating and counting a long body is work: one request of the minute.
     await pipeline.countRequest(request, reply)
-    const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
-    const model = pipeline.checkInput(toCompletionRequest(translated.chat, { limits: inputLimits }).request, translated.fields)
+    const translated = toCompletionRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
+    const model = pipeline.checkInput(translated.request, translated.fields)
     // Bounded by the input limits just checked: one pass over the text, no tokenizer.
-    const texts = translated.chat.messages.map(m => ({
-      content: (typeof m.content === 'string' ? m.content : '') + (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
+    const texts = translated.request.messages.map(m => ({
+      content: m.content + (m.toolCalls ?? []).map(c => c.function.name + c.function.arguments).join(''),
     }))
-    if (translated.chat.tools) texts.push({ content: JSON.stringify(translated.chat.tools) })
+    if (translated.request.tools) texts.push({ content: JSON.stringify(translated.request.tools) })
     return { input_tokens: estimatePromptTokens(texts, model.backend.charsPerToken) }
   })
 }
