@@ -6,11 +6,11 @@
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { GenerateEvent } from '../../engine/backend.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { chunkMaker, CompletionCollector, completionBody, hasLogprobs } from './completion.ts'
 import type { CompletionMeta } from '../pipeline/completion-meta.ts'
+import type { CompletionEvent } from '../pipeline/events.ts'
 import type { CompletionPipeline } from '../pipeline/pipeline.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
 import { toCompletionRequest, type SentSampling } from './to-request.ts'
@@ -91,7 +91,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
 async function streamCompletion (
   request: FastifyRequest,
   reply: FastifyReply,
-  events: AsyncIterable<GenerateEvent>,
+  events: AsyncIterable<CompletionEvent>,
   meta: CompletionMeta,
   opts: { includeUsage: boolean; logprobs: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal; timings?: () => ResponseTimings | undefined }
 ): Promise<FastifyReply> {

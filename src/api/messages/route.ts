@@ -8,9 +8,9 @@
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { GenerateEvent } from '../../engine/backend.ts'
 import { estimatePromptTokens } from '../../limits/request-cost.ts'
-import { hostedSearchRounds } from '../hosted-search.ts'
+import type { CompletionEvent } from '../pipeline/events.ts'
+import { hostedSearchRounds } from '../pipeline/hosted-search.ts'
 import type { InputLimits } from '../pipeline/input-limits.ts'
 import type { CompletionPipeline } from '../pipeline/pipeline.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
@@ -69,15 +69,15 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
       id: builder.id,
       fields: translated.fields,
       // The model asks for searches itself; chatd runs them between rounds of the one reply.
-      ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, { ...translated.webSearch, scope: String(accountId) }) } : {}),
+      ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, { ...translated.webSearch, scope: String(accountId) }) } : {}),
     })
     if (started === undefined) return reply // the client left before generation started
     const { events, stop, model } = started
     builder.model = model.id
 
     if (body.stream !== true) {
-      await builder.attach(async () => {}) // the searches' blocks are kept in the message only
-      const finish = await readWholeReply(request, started, event => { builder.delta(event) })
+      // The searches' blocks are kept in the message, as the deltas' are.
+      const finish = await readWholeReply(request, started, event => { builder.delta(event) }, event => { builder.search(event) })
       if (finish === undefined) return reply // the client left: nobody to answer
       builder.finish(finish.reason, finish.usage, finish.stopSequence)
       return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage, finish.stopSequence))
@@ -118,7 +118,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
 async function streamMessage (
   request: FastifyRequest,
   reply: FastifyReply,
-  events: AsyncIterable<GenerateEvent>,
+  events: AsyncIterable<CompletionEvent>,
   builder: MessageBuilder,
   opts: { keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
@@ -129,9 +129,9 @@ async function streamMessage (
     return {
       open: async () => {
         await send([builder.start(), { type: 'ping' }])
-        await builder.attach(send) // the searches' blocks, as the rounds run them
       },
       delta: event => send(builder.delta(event)),
+      search: event => send(builder.search(event)),
       finish: event => send(builder.finish(event.reason, event.usage, event.stopSequence)),
       fail: async err => {
         const apiError = failedWhileStreaming(request, err, 'The reply failed while streaming.')

@@ -16,6 +16,7 @@ import type { Limiter, Permit } from '../../limits/limiter.ts'
 import type { PromptHistory } from '../../limits/prompt-history.ts'
 import { estimatePromptTokens, estimateTokensOfChars } from '../../limits/request-cost.ts'
 import type { UsageStatus } from '../../store/schema.ts'
+import type { CompletionEvent } from './events.ts'
 import { neutralNames, type FieldNames } from './fields.ts'
 import type { CompletionRequest } from './request.ts'
 
@@ -87,20 +88,20 @@ export class RequestMeter {
   }
 
   /** Passes the generation's events through and ends the meter when they stop. */
-  wrap (events: AsyncIterable<GenerateEvent>): AsyncIterable<GenerateEvent> {
+  wrap (events: AsyncIterable<CompletionEvent>): AsyncIterable<CompletionEvent> {
     // Set now, not on the first read, so a close in between cannot end the request as never started.
     this.#generating = true
     return this.#watch(events)
   }
 
-  async * #watch (events: AsyncIterable<GenerateEvent>): AsyncIterable<GenerateEvent> {
+  async * #watch (events: AsyncIterable<CompletionEvent>): AsyncIterable<CompletionEvent> {
     let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
     let produced = false
     let failure: unknown
     try {
       for await (const event of events) {
         if (event.type === 'finish') finish = event
-        else if (event.content || event.reasoning || event.toolCalls) produced = true
+        else if (event.type === 'delta' && (event.content || event.reasoning || event.toolCalls)) produced = true
         yield event
       }
     } catch (err) {

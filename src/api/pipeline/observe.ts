@@ -25,6 +25,7 @@ import type { Metrics } from '../metrics/metrics.ts'
 import type { FinishedReason } from '../metrics/serving.ts'
 import { endFailed, endFailedWith } from '../tracing/hooks.ts'
 import { CONTENT_LIMIT, type Tracing } from '../tracing/tracing.ts'
+import type { CompletionEvent } from './events.ts'
 import { DEFAULTS, type CompletionRequest } from './request.ts'
 import { responseTimings, serverTiming, timingsRequested, type ResponseTimings } from './timings.ts'
 
@@ -150,6 +151,25 @@ export class RequestWatch {
     return result
   }
 
+  /** A generator's run in a child span named `name` (a hosted search round, whose events go out as it runs), when traced. */
+  async * phaseOf<T, R> (name: string, work: AsyncGenerator<T, R>): AsyncGenerator<T, R> {
+    if (!this.#tracing || !this.#context) return yield * work
+    const span = this.#tracing.tracer.startSpan(name, {}, this.#context)
+    let ended = false
+    try {
+      const result = yield * work
+      span.end()
+      ended = true
+      return result
+    } catch (err) {
+      endFailed(span, err)
+      ended = true
+      throw err
+    } finally {
+      if (!ended) span.end() // the reply's reader stopped in the middle (the client left)
+    }
+  }
+
   /** The request was refused before its generation started (by its limits, its checks, a full queue). */
   refused (err: unknown, requested: string): void {
     const model = this.#model?.id ?? this.#models.get(requested)?.id
@@ -209,7 +229,7 @@ export class RequestWatch {
   }
 
   /** The generation's events, counted (see the top of the file); `release` gives the admission permit back. */
-  async * events (events: AsyncIterable<GenerateEvent>, release?: () => void): AsyncIterable<GenerateEvent> {
+  async * events (events: AsyncIterable<CompletionEvent>, release?: () => void): AsyncIterable<CompletionEvent> {
     const metrics = this.#metrics
     const model = this.#model!.id
     const labels = { model }
@@ -239,7 +259,7 @@ export class RequestWatch {
             this.#lastOutputAt = now
             if (this.#tracing?.captureContent && this.#output.length < CONTENT_LIMIT) this.#output += event.content ?? ''
           }
-        } else {
+        } else if (event.type === 'finish') {
           finished = true
           this.#finished(event.reason, event.usage)
         }

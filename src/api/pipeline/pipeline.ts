@@ -33,6 +33,7 @@ import { withNextTurn } from './next-turn.ts'
 import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
+import type { CompletionEvent } from './events.ts'
 import { fieldNames, inDoorTerms, neutralNames, type FieldNames, type FieldTable } from './fields.ts'
 import { checkCompletionRequest, type CompletionRequest } from './request.ts'
 
@@ -67,8 +68,8 @@ export interface StartOptions {
 
 export interface StartedCompletion {
   model: RegisteredModel
-  /** The generation's events, metered, observed and holding the admission permit until they end. */
-  events: AsyncIterable<GenerateEvent>
+  /** The generation's events (a hosted search's among them), metered, observed and holding the admission permit until they end. */
+  events: AsyncIterable<CompletionEvent>
   meta: CompletionMeta
   stop: StopSignal
   /** The request's metrics and trace (observe.ts): its timings, once the generation has finished. */
@@ -193,7 +194,7 @@ export class CompletionPipeline {
     const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history, watch, names))
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
-    let events: AsyncIterable<GenerateEvent>
+    let events: AsyncIterable<CompletionEvent>
     let searched: SearchDone | undefined
     let generateRequest: GenerateRequest
     const scope = String(request.account?.id ?? '')
@@ -236,16 +237,13 @@ export class CompletionPipeline {
       try {
         const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(watch.call(request, call => model.backend.generate(call, signal)), model.reasoning)
         const rounds = opts.continueAfterCalls
-        const shaped = rounds
-          ? withRounds(generateRequest, generate, (calls, signal) => watch.phase('search round', () => rounds(calls, signal)), signal,
+        // A searched reply's next turn searches again, and a reply in rounds ends on another
+        // conversation than the request's: neither start is worth computing ahead.
+        const shaped: AsyncIterable<CompletionEvent> = rounds
+          ? withRounds(generateRequest, generate, (calls, signal) => watch.phaseOf('search round', rounds(calls, signal)), signal,
             request => meter.reserveMore(roundPromptEstimate(request, model.backend.charsPerToken)))
-          : generate(generateRequest)
-        events = meter.wrap(watch.events(
-          // A searched reply's next turn searches again, and a reply in rounds ends on another
-          // conversation than the request's: neither start is worth computing ahead.
-          searched || opts.continueAfterCalls ? shaped : withNextTurn(shaped, model.backend, generateRequest),
-          release
-        ))
+          : searched ? generate(generateRequest) : withNextTurn(generate(generateRequest), model.backend, generateRequest)
+        events = meter.wrap(watch.events(shaped, release))
       } catch (err) {
         release() // a backend whose generate() throws synchronously never starts the observer
         throw err
@@ -260,7 +258,7 @@ export class CompletionPipeline {
 }
 
 /** The events, with whatever they throw named in the door's terms. */
-async function * namedErrors (events: AsyncIterable<GenerateEvent>, names: FieldNames): AsyncIterable<GenerateEvent> {
+async function * namedErrors (events: AsyncIterable<CompletionEvent>, names: FieldNames): AsyncIterable<CompletionEvent> {
   try {
     yield * events
   } catch (err) {

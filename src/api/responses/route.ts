@@ -9,7 +9,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.ts'
 import { errorResponses } from '../error-schema.ts'
-import { hostedSearchRounds } from '../hosted-search.ts'
+import { hostedSearchRounds } from '../pipeline/hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../pipeline/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
@@ -79,9 +79,9 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     const translation = toCompletionRequest(body, { chain, searchConfigured: pipeline.searchConfigured })
     const id = newId('resp')
     const createdAt = Math.floor(Date.now() / 1000)
-    let sink: ((event: StreamEvent) => Promise<void>) | undefined
-    const assembler = new OutputAssembler({
-      emit: async event => { await sink?.(event) },
+    /** The output's assembler: `emit` receives its stream events (none for a whole response). */
+    const assemble = (emit?: (event: StreamEvent) => Promise<void>): OutputAssembler => new OutputAssembler({
+      ...(emit ? { emit } : {}),
       targets: translation.tools.targets,
       ...(body.include?.includes('reasoning.encrypted_content') ? { seal: (thinking: string) => reasoningSeal.seal(accountId, thinking) } : {}),
     })
@@ -89,7 +89,8 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     const started = await pipeline.start(request, reply, translation.request, {
       id,
       fields: translation.fields,
-      ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
+      // The model asks for searches itself; chatd runs them between rounds of the one reply.
+      ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
     })
     if (started === undefined) return reply // the client left before generation started
     const store = body.store !== false && stored !== undefined
@@ -105,7 +106,8 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     }
 
     if (!body.stream) {
-      const finish = await readWholeReply(request, started, event => assembler.delta(event))
+      const assembler = assemble()
+      const finish = await readWholeReply(request, started, event => assembler.delta(event), event => assembler.search(event))
       if (finish === undefined) return reply // the client left: nobody to answer
       await assembler.finish(finish.reason)
       const response = finished(shell, assembler, finish)
@@ -116,8 +118,7 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     return streamResponse(request, reply, started, {
       keepAliveMs: sseKeepAliveMs,
       shell,
-      assembler,
-      setSink: write => { sink = write },
+      assemble,
       save,
       onError: code => metrics.errors.inc({ code }),
     })
@@ -132,16 +133,15 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
 async function streamResponse (request: FastifyRequest, reply: FastifyReply, started: StartedCompletion, opts: {
   keepAliveMs: number
   shell: Record<string, unknown>
-  assembler: OutputAssembler
-  setSink: (write: (event: StreamEvent) => Promise<void>) => void
+  assemble: (emit: (event: StreamEvent) => Promise<void>) => OutputAssembler
   save: (response: Record<string, unknown>) => Promise<void>
   onError: (code: string) => void
 }): Promise<FastifyReply> {
-  const { assembler, shell } = opts
+  const { shell } = opts
   return streamGeneration(request, reply, started.events, { keepAliveMs: opts.keepAliveMs, stop: started.stop }, sse => {
     let sequence = 0
     const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
-    opts.setSink(send)
+    const assembler = opts.assemble(send)
     return {
       open: async slow => {
         if (slow) await sse.comment('keep-alive')
@@ -149,6 +149,7 @@ async function streamResponse (request: FastifyRequest, reply: FastifyReply, sta
         await send({ type: 'response.in_progress', response: shell })
       },
       delta: event => assembler.delta(event),
+      search: event => assembler.search(event),
       finish: async event => {
         await assembler.finish(event.reason)
         const response = finished(shell, assembler, event)

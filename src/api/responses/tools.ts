@@ -4,7 +4,7 @@
 // function, under the name `<namespace>__<name>`, and their calls come back as
 // the Responses API returns them: `name` the function's own, `namespace` the
 // group's. The hosted `web_search` tool becomes a `web_search` function that
-// chatd itself runs (../hosted-search.ts), when a search provider is
+// chatd itself runs (../pipeline/hosted-search.ts), when a search provider is
 // configured; without one, and for every other hosted tool (file search, code
 // interpreter, computer use, image generation, remote MCP, custom tools), the
 // tool is ignored, unless tool_choice forces it: then 400 naming it.
@@ -12,7 +12,7 @@
 import { Compile } from 'typebox/compile'
 import { ApiError, invalidParam } from '../../errors.ts'
 import type { ToolChoice, ToolDefinition } from '../../engine/backend.ts'
-import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
+import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../pipeline/hosted-search.ts'
 import { FunctionTool, NamespaceTool, type ResponsesRequest } from './schema.ts'
 
 const WEB_SEARCH_TYPES = new Set(['web_search', 'web_search_preview', 'web_search_2025_08_26', 'web_search_preview_2025_03_11'])
