@@ -14,8 +14,7 @@ import { codePoints } from '../pipeline/input-limits.ts'
 import type { CompletionMessage, CompletionRequest } from '../pipeline/request.ts'
 import type { ToolDefinition } from '../../engine/backend.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
-import { searchFailed, searchNotRun, WEB_SEARCH_FUNCTION, webSearchFunction } from '../pipeline/hosted-search.ts'
-import { sourcesBlock } from '../../prompt/search-context.ts'
+import { REPLAYED_RESULTS_MAX, replayedCall, replayedResult, searchFailed, searchNotRun, WEB_SEARCH_FUNCTION, webSearchFunction } from '../pipeline/hosted-search.ts'
 import type { SearchResult } from '../../search/provider.ts'
 import { TOOL_NAME_PATTERN, type ContentBlock, type MessagesRequest } from './schema.ts'
 import { isWebSearch, webSearchPlan, type WebSearchPlan } from './web-search.ts'
@@ -174,7 +173,7 @@ export function toCompletionRequest (body: MessagesRequest, ctx: TranslateContex
           searches.delete(block.tool_use_id as string)
           // The turn as the model wrote it: its text so far ending in the call, then the call's
           // result as the model read it (the results' text opens only if chatd sealed it for this account).
-          const call = { id: block.tool_use_id as string, type: 'function' as const, function: { name: WEB_SEARCH_FUNCTION, arguments: JSON.stringify({ query }) } }
+          const call = replayedCall(block.tool_use_id as string, query)
           const result = searchResultText(query, block.content, ctx)
           const before = texts.splice(0).join('\n\n')
           chars += codePoints(before) + codePoints(call.function.arguments) + codePoints(result)
@@ -230,9 +229,6 @@ export function toCompletionRequest (body: MessagesRequest, ctx: TranslateContex
   }
 }
 
-/** Results replayed from one web_search_tool_result block, at most (a provider returns ten). */
-const REPLAYED_RESULTS_MAX = 20
-
 /** A server tool id worth replaying: the shape chatd writes them in, and bounded. */
 function isReplayableId (id: unknown): id is string {
   return typeof id === 'string' && /^[A-Za-z0-9_-]{1,128}$/.test(id)
@@ -246,13 +242,13 @@ function searchResultText (query: string, content: unknown, ctx: TranslateContex
   }
   const results: SearchResult[] = content
     .filter((r): r is Record<string, unknown> => typeof r === 'object' && r !== null && (r as { type?: unknown }).type === 'web_search_result')
-    .slice(0, REPLAYED_RESULTS_MAX)
+    .slice(0, REPLAYED_RESULTS_MAX) // before any is opened
     .map(r => ({
       title: typeof r.title === 'string' ? r.title : '',
       url: typeof r.url === 'string' ? r.url : '',
       snippet: ctx.seal.open(ctx.accountId, r.encrypted_content, 'web_search_result') ?? '',
     }))
-  return sourcesBlock(query, results)
+  return replayedResult(query, results)
 }
 
 /**

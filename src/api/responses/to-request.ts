@@ -8,14 +8,18 @@
 import { invalidParam } from '../../errors.ts'
 import type { FieldTable } from '../pipeline/fields.ts'
 import type { CompletionMessage, CompletionRequest } from '../pipeline/request.ts'
-import { checkInputItems, messageText, normalisedItem, outputText, type InputItem } from './input-items.ts'
+import { checkInputItems, messageText, normalisedItem, outputText, searchSources, type InputItem } from './input-items.ts'
 import type { ResponsesRequest } from './schema.ts'
 import { offeredName, planTools, type ToolPlan } from './tools.ts'
+import type { ToolCall } from '../../engine/backend.ts'
+import { replayedCall, replayedResult } from '../pipeline/hosted-search.ts'
 
 /** Where a message came from: the item (or field) that made it, and each of its tool calls'. */
 interface MessageSource {
   item: string
   calls: string[]
+  /** The item made the message whole (a replayed search's result): any part of it is the item. */
+  whole?: boolean
 }
 
 export interface Translation {
@@ -142,11 +146,36 @@ function appendItems (messages: CompletionMessage[], sources: MessageSource[], i
         // (prompt shaping drops the thinking of earlier turns, prompt/shape.ts, which is what the model
         // was trained to see), so a sealed value sent back has nothing to do here.
         break
-      case 'web_search_call':
-        // A search chatd ran on an earlier turn: its results reached that turn's answer, which follows.
+      case 'web_search_call': {
+        // A search run on an earlier turn reaches the model again as the call it made and the result
+        // it read: the sources' links (the item carries no snippets), or that it failed. An item
+        // that says neither (no sources kept) adds nothing, rather than a result the model never read.
+        const replay = replayedSearch(item, where)
+        if (replay === undefined) break
+        const last = messages.at(-1)
+        if (last?.role === 'assistant') {
+          (last.toolCalls ??= []).push(replay.call)
+          sources.at(-1)!.calls.push(where)
+        } else {
+          messages.push({ role: 'assistant', content: '', toolCalls: [replay.call] })
+          sources.push({ item: where, calls: [where] })
+        }
+        messages.push({ role: 'tool', toolCallId: replay.call.id, content: replay.result })
+        sources.push({ item: where, calls: [], whole: true })
         break
+      }
     }
   })
+}
+
+/** The call and the result an earlier search item replays as; undefined when it has neither a query and sources nor a failure to tell. */
+function replayedSearch (item: Extract<InputItem, { kind: 'web_search_call' }>, where: string): { call: ToolCall; result: string } | undefined {
+  const query = item.action?.type === 'search' ? item.action.query : undefined
+  if (query === undefined || query === '') return undefined
+  const failed = item.status === 'failed'
+  const results = failed ? undefined : searchSources(item.action)
+  if (!failed && results === undefined) return undefined
+  return { call: replayedCall(item.id ?? `ws_${where}`, query), result: replayedResult(query, results) }
 }
 
 /**
@@ -171,7 +200,7 @@ function responsesFields (sources: MessageSource[], tools: ToolPlan): FieldTable
         return at.callPart === undefined ? item : `${item}.${at.callPart === 'id' ? 'call_id' : at.callPart}`
       }
       // A field that made one message whole: it is the field at fault, whatever part of the message.
-      if (source.item === 'instructions' || source.item === 'input' || source.item === 'previous_response_id') return source.item
+      if (source.whole === true || source.item === 'instructions' || source.item === 'input' || source.item === 'previous_response_id') return source.item
       if (at.part === 'tool_calls') return source.calls[0] ?? source.item
       if (at.part === 'tool_call_id') return `${source.item}.call_id`
       if (at.part === 'content') return `${source.item}.content`
