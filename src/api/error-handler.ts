@@ -6,7 +6,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError, type ErrorCode } from '../errors.ts'
 import { redactSecretLooking } from '../logging.ts'
-import { CACHE_SALT_MAX, WORDCOUNT_MAX } from './chat/schema.ts'
+import { CACHE_SALT_MAX, WORDCOUNT_MAX } from './pipeline/request.ts'
 import { anthropicErrorBody, anthropicStatus } from './messages/errors.ts'
 import { isRedisUnavailable, limitsUnavailableError } from '../limits/unavailable.ts'
 import { databaseUnavailableError, isDatabaseUnavailable } from '../store/unavailable.ts'

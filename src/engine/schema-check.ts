@@ -24,7 +24,7 @@ const LIST = ['anyOf', 'oneOf', 'allOf', 'prefixItems']
 const MAP = ['properties', 'patternProperties', '$defs', 'definitions', 'dependentSchemas']
 
 function refuse (reason: string): ApiError {
-  return new ApiError('invalid_parameter', `response_format: ${reason}`, { param: 'response_format' })
+  return new ApiError('invalid_parameter', reason, { param: 'response_format' })
 }
 
 const isObject = (value: unknown): value is Record<string, Json> => typeof value === 'object' && value !== null && !Array.isArray(value)

@@ -17,10 +17,14 @@ import { limitsUnavailableError } from './unavailable.ts'
 
 export interface CompletionAsk {
   model: string
-  /** max_tokens / max_completion_tokens as sent; undefined when absent. */
+  /** The reply's token cap as sent; undefined when absent. */
   maxTokens?: number
-  /** Which of the two fields carried it, for the error's `param`. */
-  maxTokensParam?: string
+  /**
+   * What the client's door calls that cap (max_tokens, max_completion_tokens, max_output_tokens),
+   * for the messages; the errors' `param` is the neutral `max_tokens` (or `messages` for the prompt),
+   * which the door renames.
+   */
+  maxTokensName?: string
   /** The prompt's estimated tokens (request-cost.ts). */
   promptTokens: number
   /** The model's context window, when known. */
@@ -147,14 +151,15 @@ export class Limiter {
       throw new ApiError('model_not_allowed', `The ${tier.name} tier may not use the model '${ask.model}'.`, { param: 'model' })
     }
     const cap = tier.maxTokensPerRequest
-    const param = ask.maxTokensParam ?? 'max_tokens'
+    const param = 'max_tokens'
+    const name = ask.maxTokensName ?? param
     if (ask.maxTokens !== undefined && cap !== null && ask.maxTokens > cap) {
-      throw new ApiError('invalid_parameter', `${param} is ${ask.maxTokens}; the ${tier.name} tier allows at most ${cap} tokens per request.`, { param })
+      throw new ApiError('invalid_parameter', `${name} is ${ask.maxTokens}; the ${tier.name} tier allows at most ${cap} tokens per request.`, { param })
     }
     const tpm = tier.tokensPerMinute
     if (tpm !== null && ask.maxTokens !== undefined && ask.promptTokens + ask.maxTokens > tpm) {
       throw new ApiError('invalid_parameter',
-        `This request reserves ${ask.promptTokens + ask.maxTokens} tokens (about ${ask.promptTokens} of prompt plus ${ask.maxTokens} of ${param}), more than the ${tier.name} tier's ${tpm} tokens per minute; lower ${param} or shorten the prompt.`,
+        `This request reserves ${ask.promptTokens + ask.maxTokens} tokens (about ${ask.promptTokens} of prompt plus ${ask.maxTokens} of ${name}), more than the ${tier.name} tier's ${tpm} tokens per minute; lower ${name} or shorten the prompt.`,
         { param: ask.promptTokens < tpm ? param : 'messages' })
     }
     if (tpm !== null && ask.maxTokens === undefined && ask.promptTokens >= tpm) {
@@ -186,7 +191,7 @@ export class Limiter {
       }
       const what = result.limit === 'requests'
         ? `${tier.requestsPerMinute} requests per minute`
-        : `${tier.tokensPerMinute} tokens per minute (this request reserves ${reserve}${ask.maxTokens === undefined ? `: its prompt and room for a reply of up to ${reply} tokens, as it sets no ${param}` : ''})`
+        : `${tier.tokensPerMinute} tokens per minute (this request reserves ${reserve}${ask.maxTokens === undefined ? `: its prompt and room for a reply of up to ${reply} tokens, as it sets no ${name}` : ''})`
       throw new ApiError('rate_limit_exceeded', `Rate limit of the ${tier.name} tier reached: ${what}. Retry after ${refusalHeaders['retry-after']} s.`, { headers: refusalHeaders })
     }
 

@@ -10,7 +10,7 @@ export const MAX_QUERY_CHARS = 300
 export function searchQuery (messages: ChatMessage[]): string {
   const last = messages.findLast(m => m.role === 'user')
   const text = (last?.content ?? '').replace(/\s+/g, ' ').trim()
-  if (text === '') throw invalidParam('messages', 'googleSearchStatus needs a user message with text to search for.')
+  if (text === '') throw invalidParam('messages', 'A web search needs a user message with text to search for.')
   if (text.length <= MAX_QUERY_CHARS) return text
   const cut = text.slice(0, MAX_QUERY_CHARS + 1)
   const space = cut.lastIndexOf(' ')

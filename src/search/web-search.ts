@@ -70,10 +70,10 @@ export class WebSearch {
     } catch (err) {
       if (signal.aborted) throw signal.reason
       if (timeout.aborted) {
-        throw new ApiError('search_failed', `Web search failed: ${this.provider.name} did not answer within ${this.#timeoutMs} ms.`, { param: 'googleSearchStatus' })
+        throw new ApiError('search_failed', `Web search failed: ${this.provider.name} did not answer within ${this.#timeoutMs} ms.`, { param: 'search' })
       }
       const why = err instanceof SearchProviderError ? err.message : `${this.provider.name} failed`
-      throw new ApiError('search_failed', `Web search failed: ${why}.`, { param: 'googleSearchStatus' })
+      throw new ApiError('search_failed', `Web search failed: ${why}.`, { param: 'search' })
     }
 
     if (this.#cacheTtlMs > 0) {

@@ -7,7 +7,7 @@ import t from 'tap'
 import { DEFAULT_INPUT_LIMITS } from '../../src/api/pipeline/input-limits.ts'
 import { anthropicUsage, MessageBuilder, toolInput } from '../../src/api/messages/render.ts'
 import type { MessagesRequest } from '../../src/api/messages/schema.ts'
-import { toChatRequest } from '../../src/api/messages/to-chat.ts'
+import { toCompletionRequest } from '../../src/api/messages/to-request.ts'
 import { ReasoningSeal } from '../../src/api/reasoning-seal.ts'
 
 const seal = new ReasoningSeal('test secret')
@@ -44,9 +44,9 @@ t.test('thinking sent back: never an error, never in the prompt, never opened', 
   }
   const counting = new CountingSeal('test secret')
   for (const accountId of [7, 8]) {
-    const translated = toChatRequest(body, { accountId, seal: counting, limits: DEFAULT_INPUT_LIMITS })
-    t.notMatch(JSON.stringify(translated.chat.messages), /thoughts|made up/, 'no thinking reaches the prompt')
-    t.same(translated.chat.messages.map(m => m.content), ['q', 'answer', 'next'])
+    const translated = toCompletionRequest(body, { accountId, seal: counting, limits: DEFAULT_INPUT_LIMITS })
+    t.notMatch(JSON.stringify(translated.request.messages), /thoughts|made up/, 'no thinking reaches the prompt')
+    t.same(translated.request.messages.map(m => m.content), ['q', 'answer', 'next'])
   }
   t.equal(counting.opened, 0, 'no signature was opened')
 })

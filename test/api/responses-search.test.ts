@@ -138,3 +138,55 @@ t.test('each later round sends the conversation again, so it must fit the tier\'
   const usage = await app.inject({ url: '/api/v1/usage', headers: auth })
   t.ok(usage.json().used.tokens_this_minute <= 1000, `the minute's tokens stay within the tier (${usage.json().used.tokens_this_minute})`)
 })
+
+t.test('an earlier turn\'s search reaches the model again: by previous_response_id, and sent back as items', async t => {
+  const later: GenerateEvent[] = [{ type: 'delta', content: 'In rivers, as I said.' }, { type: 'finish', reason: 'stop', usage: usage(50, 5) }]
+  const { app, auth, backend } = await searchApp(t, [searchCall('where do otters live'), answer, later])
+  const first = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input: 'Where do otters live?', tools } })
+  t.equal(first.statusCode, 200, first.body)
+  const next = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', previous_response_id: first.json().id, input: 'Sure?' } })
+  t.equal(next.statusCode, 200, next.body)
+  const searchId = first.json().output[0].id
+  const replayed = backend.requests[2].messages
+  t.match(replayed.slice(-4), [
+    { role: 'assistant', content: '', toolCalls: [{ id: searchId, function: { name: 'web_search', arguments: '{"query":"where do otters live"}' } }] },
+    { role: 'tool', toolCallId: searchId, content: /^Web search results for "where do otters live".*\n\n\[1\] \nhttps:\/\/example\.org\/otters$/s },
+    { role: 'assistant', content: 'Otters live in rivers [1].' },
+    { role: 'user', content: 'Sure?' },
+  ], 'the call, the result as links, the answer that followed')
+
+  // Sent back as items (store: false, as Codex does): the same; a failed search tells the model it failed.
+  const items = [
+    { role: 'user', content: 'Where do otters live?' },
+    { type: 'web_search_call', id: 'ws_1', status: 'completed', action: { type: 'search', query: 'otters', sources: [{ type: 'url', url: 'https://example.org/a' }, { type: 'url', url: 42 }] } },
+    { type: 'web_search_call', id: 'ws_2', status: 'failed', action: { type: 'search', query: 'otters again' } },
+    { type: 'web_search_call', id: 'ws_3', status: 'completed', action: { type: 'search', query: 'no sources kept' } },
+    { role: 'assistant', content: 'In rivers.' },
+    { role: 'user', content: 'Sure?' },
+  ]
+  const sent = await searchApp(t, [later])
+  const res = await sent.app.inject({ method: 'POST', url: URL, headers: sent.auth, payload: { model: 'scripted', input: items, store: false } })
+  t.equal(res.statusCode, 200, res.body)
+  t.match(sent.backend.requests[0].messages.slice(-6), [
+    { role: 'assistant', content: '', toolCalls: [{ id: 'ws_1' }] },
+    { role: 'tool', toolCallId: 'ws_1', content: /\[1\] \nhttps:\/\/example\.org\/a$/ },
+    { role: 'assistant', content: '', toolCalls: [{ id: 'ws_2' }] },
+    { role: 'tool', toolCallId: 'ws_2', content: /^Web search failed\./ },
+    { role: 'assistant', content: 'In rivers.' },
+    { role: 'user', content: 'Sure?' },
+  ], 'a source without a link is left out; an item with no sources adds nothing')
+  t.notMatch(JSON.stringify(sent.backend.requests[0].messages), /no sources kept/)
+})
+
+t.test('a search item sent back with thousands of sources: at most 20 links replayed and stored', async t => {
+  const later: GenerateEvent[] = [{ type: 'delta', content: 'Yes.' }, { type: 'finish', reason: 'stop', usage: usage(50, 5) }]
+  const { app, auth, backend, store } = await searchApp(t, [later])
+  const sources = Array.from({ length: 2000 }, (_, i) => ({ type: 'url', url: `https://example.org/${i}` }))
+  const input = [{ role: 'user', content: 'x' }, { type: 'web_search_call', id: 'ws_many', status: 'completed', action: { type: 'search', query: 'many', sources } }, { role: 'user', content: 'y' }]
+  const res = await app.inject({ method: 'POST', url: URL, headers: auth, payload: { model: 'scripted', input } })
+  t.equal(res.statusCode, 200, res.body)
+  const result = backend.requests[0].messages.find(m => m.role === 'tool')
+  t.equal(result?.content.match(/https:\/\/example\.org\/\d+/g)?.length, 20, 'the model reads 20 links')
+  const kept = [...store.records.values()][0].input[1] as { action: { sources: unknown[] } }
+  t.equal(kept.action.sources.length, 20, 'and 20 are stored')
+})

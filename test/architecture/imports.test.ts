@@ -86,6 +86,8 @@ const RULES: Array<[string, string[], string]> = [
   ['responses/', ['api/', 'dashboard/', 'accounts/', 'limits/', 'prompt/', 'engine/', 'pull/'], 'stored responses sit on the store, under the doors that use them'],
   ['config.ts', ['api/', 'dashboard/', 'app.ts', 'server.ts'], 'settings are read by everything and read nothing above them'],
   ['api/', ['dashboard/', 'server.ts', 'cli.ts', 'pull/'], 'the API does not reach into the dashboard or the process entry points'],
+  ['api/pipeline/', ['api/chat/', 'api/responses/', 'api/messages/'],
+    'the pipeline takes chatd\'s own request (api/pipeline/request.ts) and names fields neutrally; the doors translate into it, never the reverse'],
   ['pull/', ['api/', 'dashboard/', 'app.ts', 'server.ts'], 'pull serves the engine (the server wraps the onnx factory with it); the registry never imports pull'],
   ['engine/registry.ts', ['pull/'], 'models.json is read by engine/models-file.ts for both, so the registry needs nothing from pull'],
   ['convert/', ['api/', 'dashboard/', 'accounts/', 'limits/', 'prompt/', 'search/', 'store/', 'pull/', 'engine/registry.ts', 'engine/onnx/scheduler/engine.ts'],

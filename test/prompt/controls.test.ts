@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs'
 import t from 'tap'
 import { toGenerateRequest } from '../../src/api/pipeline/generate-request.ts'
-import type { ChatCompletionRequest } from '../../src/api/chat/schema.ts'
+import type { CompletionRequest } from '../../src/api/pipeline/request.ts'
 import { TOKENS_PER_WORD, wordcountBudget } from '../../src/prompt/budget.ts'
 import { controlInstruction } from '../../src/prompt/controls.ts'
 import { resolveLanguage } from '../../src/prompt/languages.ts'
@@ -142,7 +142,7 @@ t.test('through the endpoint: instruction, budget, max_tokens wins', async t => 
 })
 
 t.test('a reasoning model\'s thinking budget is added to the wordcount budget', async t => {
-  const body = { model: 'm', messages: [{ role: 'user', content: 'Why?' }], wordcount: 20 } as ChatCompletionRequest
+  const body = { model: 'm', messages: [{ role: 'user', content: 'Why?' }], wordcount: 20 } as CompletionRequest
   t.equal(toGenerateRequest(body, { thinkingBudget: 1024 }).maxTokens, 1064)
   t.equal(toGenerateRequest(body).maxTokens, 40)
 })

@@ -1,17 +1,19 @@
 // POST /api/v1/chat/completions: the chat-completions door. Fastify validates
-// the body against the schema; pipeline.ts does everything from size limits to
-// the backend's events (shared with the Responses and Messages doors); this
-// file renders those events as one chat.completion or as SSE chunks.
+// the body against the schema; to-request.ts makes it chatd's completion
+// request; pipeline.ts does everything from size limits to the backend's events
+// (shared with the Responses and Messages doors); this file renders those
+// events as one chat.completion or as SSE chunks.
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { GenerateEvent } from '../../engine/backend.ts'
 import { errorResponses } from '../error-schema.ts'
 import type { Metrics } from '../metrics/metrics.ts'
 import { chunkMaker, CompletionCollector, completionBody, hasLogprobs } from './completion.ts'
 import type { CompletionMeta } from '../pipeline/completion-meta.ts'
+import type { CompletionEvent } from '../pipeline/events.ts'
 import type { CompletionPipeline } from '../pipeline/pipeline.ts'
 import { ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, nullMeansAbsent } from './schema.ts'
+import { toCompletionRequest, type SentSampling } from './to-request.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
 import { readWholeReply } from '../pipeline/whole-reply.ts'
 import type { StopSignal } from '../pipeline/stop-signal.ts'
@@ -26,7 +28,7 @@ export interface ChatRouteOptions {
 export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app, { pipeline, sseKeepAliveMs }) => {
   const metrics = pipeline.metrics
   /** Which sampling fields each body carried as the client sent it. */
-  const clientSampling = new WeakMap<object, { temperature: boolean; topP: boolean; topK: boolean }>()
+  const clientSampling = new WeakMap<object, SentSampling>()
 
   app.post('/chat/completions', {
     schema: {
@@ -57,7 +59,8 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
     },
   }, async (request, reply) => {
     const body = request.body
-    const started = await pipeline.start(request, reply, body, { clientSampling: clientSampling.get(body) })
+    const translated = toCompletionRequest(body, { sent: clientSampling.get(body), limits: pipeline.inputLimits })
+    const started = await pipeline.start(request, reply, translated.request, { fields: translated.fields })
     if (started === undefined) return reply // the client left before generation started
     const { events, meta, stop } = started
 
@@ -88,7 +91,7 @@ export const chatRoute: FastifyPluginAsyncTypebox<ChatRouteOptions> = async (app
 async function streamCompletion (
   request: FastifyRequest,
   reply: FastifyReply,
-  events: AsyncIterable<GenerateEvent>,
+  events: AsyncIterable<CompletionEvent>,
   meta: CompletionMeta,
   opts: { includeUsage: boolean; logprobs: boolean; keepAliveMs: number; metrics: Metrics; stop: StopSignal; timings?: () => ResponseTimings | undefined }
 ): Promise<FastifyReply> {

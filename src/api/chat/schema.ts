@@ -4,32 +4,15 @@
 // /docs is generated from them. Unknown fields are ignored, not rejected.
 
 import { Type, type Static } from 'typebox'
+import { CACHE_SALT_MAX, DEFAULTS, LOGIT_BIAS_MAX, TOOL_CALL_ID_MAX, TOOL_CALLS_MAX, TOOLS_MAX, TOP_LOGPROBS_MAX, WORDCOUNT_MAX } from '../pipeline/request.ts'
 
-/** The spec's defaults (service-interface.md 2.1): the schema documents and applies them, the code falls back to them. */
-export const DEFAULTS = {
-  language: 'English',
-  tone: 'Default',
-  wordcount: 'Default',
-  googleSearchStatus: false,
-  stream: false,
-  temperature: 1,
-  top_p: 1,
-  top_k: 0,
-} as const
-
-/** The largest wordcount (the spec's range is 1 to 100000). */
-export const WORDCOUNT_MAX = 100000
+// The bounds every door's request has (the pipeline checks them on each), as this body spells them.
+export { CACHE_SALT_MAX, DEFAULTS, LOGIT_BIAS_MAX, TOOL_CALL_ID_MAX, TOOL_CALLS_MAX, TOOLS_MAX, TOP_LOGPROBS_MAX, WORDCOUNT_MAX }
 
 const Role = Type.Enum(['user', 'assistant', 'system', 'developer', 'tool'], { description: 'Who wrote the message. developer is taken as system; tool carries a tool call\'s result (with tool_call_id).' })
 
 /** Tool and function names, as OpenAI allows them. */
 const ToolName = Type.String({ minLength: 1, maxLength: 64, pattern: '^[A-Za-z0-9_-]+$', description: 'Letters, digits, _ and -, at most 64.' })
-
-/** The most tool calls one assistant message may carry, and tools one request may declare. */
-export const TOOL_CALLS_MAX = 128
-export const TOOLS_MAX = 128
-/** Tool call ids: OpenAI's are about 30 characters; frameworks make their own. */
-export const TOOL_CALL_ID_MAX = 256
 
 const ToolCallId = Type.String({ minLength: 1, maxLength: TOOL_CALL_ID_MAX })
 
@@ -73,12 +56,6 @@ const ToolChoice = Type.Union([
   Type.Object({ type: Type.Literal('function'), function: Type.Object({ name: ToolName }) }),
 ], { description: 'auto (default with tools): the model may call a tool; none: it does not; required: it must call one; {"type":"function","function":{"name"}}: it must call that tool.' })
 
-/** The most entries `logit_bias` may have. */
-export const LOGIT_BIAS_MAX = 300
-
-/** The most alternatives `top_logprobs` may ask for. */
-export const TOP_LOGPROBS_MAX = 20
-
 /**
  * `response_format`: one object whose `type` picks the form; `json_schema` is checked against
  * the type in generate-request.ts, so an error names the field at fault rather than a union.
@@ -92,9 +69,6 @@ const ResponseFormat = Type.Object({
     strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()], { description: 'true: properties the schema does not name are not generated.' })),
   })),
 })
-
-/** The longest `cache_salt`. */
-export const CACHE_SALT_MAX = 256
 
 /** Short, free-form names such as "English" or "Formal"; long enough for any real name, short enough to keep out prompt stuffing. */
 const ShortName = (def: string, description: string) => Type.Optional(Type.String({ minLength: 1, maxLength: 64, default: def, description }))

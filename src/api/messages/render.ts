@@ -4,14 +4,15 @@
 // stream's deltas add up to the whole message. Thinking blocks carry the
 // thinking sealed for the account as their `signature` (reasoning-seal.ts):
 // chatd can read it back, nobody else can, and another account's does not open.
-// The hosted web search (hosted-search.ts) shows each search it runs as a
-// server_tool_use block and its web_search_tool_result, between the rounds'
-// text; the model's calls to the search function are never shown as tool_use.
+// Each hosted web search the reply runs (a `search` event of the stream,
+// ../pipeline/events.ts) is a server_tool_use block and its
+// web_search_tool_result, between the rounds' text; the model's calls to the
+// search function are never shown as tool_use.
 
 import { randomBytes } from 'node:crypto'
-import type { FinishReason, GenerateEvent, ToolCall, ToolCallDelta, Usage } from '../../engine/backend.ts'
-import type { SearchResult } from '../../search/provider.ts'
-import { WEB_SEARCH_FUNCTION, type SearchRefusal, type SearchView } from '../hosted-search.ts'
+import type { FinishReason, GenerateEvent, ToolCallDelta, Usage } from '../../engine/backend.ts'
+import type { SearchEvent } from '../pipeline/events.ts'
+import { WEB_SEARCH_FUNCTION } from '../pipeline/hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { AnthropicMessage, AnthropicUsage, ResponseBlock, StopReason } from './schema.ts'
 
@@ -23,7 +24,7 @@ function serverToolUseId (): string {
   return 'srvtoolu_' + randomBytes(12).toString('base64url')
 }
 
-/** A tool call's id as Anthropic's clients expect it (toolu_…); sent back, it is the chat call's id as is. */
+/** A tool call's id as Anthropic's clients expect it (toolu_…); sent back, it is the call's id as is. */
 export function toolUseId (id: string): string {
   return id.startsWith('toolu_') ? id : `toolu_${id}`
 }
@@ -81,7 +82,7 @@ type OpenBlock =
  * block opens when its kind changes (thinking, text, or a tool call of another index); a tool
  * call's block opens once its name is known, with the arguments so far as its first delta.
  */
-export class MessageBuilder implements SearchView {
+export class MessageBuilder {
   readonly #ctx: RenderContext
   readonly blocks: ResponseBlock[] = []
   #open: OpenBlock | undefined
@@ -92,9 +93,8 @@ export class MessageBuilder implements SearchView {
   readonly #searchCalls = new Set<number>()
   #searchCallsSeen = false
   #searches = 0
-  /** Where the search blocks go as they happen (the stream); held until one is attached. */
-  #sink: ((events: StreamEvent[]) => Promise<void>) | undefined
-  #held: StreamEvent[] = []
+  /** Each search's server_tool_use id, by the model's call id: its result answers it. */
+  readonly #searchIds = new Map<string, string>()
 
   constructor (ctx: RenderContext) {
     this.#ctx = ctx
@@ -113,19 +113,6 @@ export class MessageBuilder implements SearchView {
     this.#ctx.model = id
   }
 
-  /** Sends the search blocks shown so far, and from now on each as it happens. */
-  async attach (sink: (events: StreamEvent[]) => Promise<void>): Promise<void> {
-    this.#sink = sink
-    const held = this.#held
-    this.#held = []
-    if (held.length > 0) await sink(held)
-  }
-
-  async #emit (events: StreamEvent[]): Promise<void> {
-    if (this.#sink !== undefined) await this.#sink(events)
-    else this.#held.push(...events)
-  }
-
   /** A block shown whole: its start and stop (a server_tool_use's input as one input_json_delta, as Anthropic streams it). */
   #whole (block: ResponseBlock, out: StreamEvent[]): void {
     const index = this.blocks.length
@@ -139,42 +126,39 @@ export class MessageBuilder implements SearchView {
     out.push({ type: 'content_block_stop', index })
   }
 
-  /** A round ended in search calls: its open block closes, and the next round's calls number from 0. */
-  async endRound (): Promise<void> {
-    const out: StreamEvent[] = []
+  /** The round that asked for searches ended: its open block closes, and the next round's calls number from 0. */
+  #endRound (out: StreamEvent[]): void {
     this.#flushPending(out)
     this.#close(out)
     this.#searchCalls.clear()
-    await this.#emit(out)
   }
 
-  /** A search chatd runs: its server_tool_use block now, its web_search_tool_result when it is done. */
-  async webSearch (query: string): Promise<(results: SearchResult[] | undefined) => Promise<void>> {
-    const id = serverToolUseId()
+  /**
+   * The stream events for a hosted search: its server_tool_use block as it starts, its
+   * web_search_tool_result when it is done (or failed); one not run, both at once, its result an
+   * error saying why.
+   */
+  search (event: SearchEvent): StreamEvent[] {
     const out: StreamEvent[] = []
-    this.#close(out)
-    this.#whole({ type: 'server_tool_use', id, name: 'web_search', input: { query } }, out)
-    await this.#emit(out)
-    return async results => {
-      if (results !== undefined) this.#searches++
-      const content = results === undefined
-        ? { type: 'web_search_tool_result_error' as const, error_code: 'unavailable' as const }
-        // The result's text goes sealed, as Anthropic's does: sent back on a later turn, it reaches the model again.
-        : results.map(r => ({ type: 'web_search_result' as const, url: r.url, title: r.title, page_age: null, encrypted_content: this.#ctx.seal.seal(this.#ctx.accountId, r.snippet, 'web_search_result') }))
-      const done: StreamEvent[] = []
-      this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content }, done)
-      await this.#emit(done)
+    if (event.status === 'searching' || event.status === 'refused') {
+      this.#endRound(out)
+      const id = serverToolUseId()
+      const input = event.status === 'searching' ? { query: event.query } : toolInput(event.call.function.arguments)
+      this.#whole({ type: 'server_tool_use', id, name: 'web_search', input }, out)
+      if (event.status === 'searching') this.#searchIds.set(event.call.id, id)
+      else this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content: { type: 'web_search_tool_result_error', error_code: event.why } }, out)
+      return out
     }
-  }
-
-  /** A search call not run: its server_tool_use block and an error result saying why. */
-  async refused (call: ToolCall, why: SearchRefusal): Promise<void> {
-    const id = serverToolUseId()
-    const out: StreamEvent[] = []
-    this.#close(out)
-    this.#whole({ type: 'server_tool_use', id, name: 'web_search', input: toolInput(call.function.arguments) }, out)
-    this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content: { type: 'web_search_tool_result_error', error_code: why } }, out)
-    await this.#emit(out)
+    const id = this.#searchIds.get(event.call.id)
+    if (id === undefined) return out
+    this.#searchIds.delete(event.call.id)
+    if (event.status === 'done') this.#searches++
+    const content = event.status === 'failed'
+      ? { type: 'web_search_tool_result_error' as const, error_code: 'unavailable' as const }
+      // The result's text goes sealed, as Anthropic's does: sent back on a later turn, it reaches the model again.
+      : event.results.map(r => ({ type: 'web_search_result' as const, url: r.url, title: r.title, page_age: null, encrypted_content: this.#ctx.seal.seal(this.#ctx.accountId, r.snippet, 'web_search_result') }))
+    this.#whole({ type: 'web_search_tool_result', tool_use_id: id, content }, out)
+    return out
   }
 
   /** A reply whose last round asked only for searches chatd did not run ends as a turn, not for the client's tools. */

@@ -1,6 +1,6 @@
 // POST /api/v1/messages and /api/v1/messages/count_tokens: Anthropic's Messages
 // API, as Claude Code and Anthropic's SDKs call it. The body is translated into
-// a chat completion request (to-chat.ts) and run by the one completion pipeline
+// chatd's completion request (to-request.ts) and run by the one completion pipeline
 // (keys, tiers, limits, usage rows and refusal meters as every door); the
 // events are rendered as one message or as Anthropic's event stream
 // (render.ts). Errors on these routes leave in Anthropic's shape (errors.ts);
@@ -8,11 +8,11 @@
 
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { GenerateEvent } from '../../engine/backend.ts'
 import { estimatePromptTokens } from '../../limits/request-cost.ts'
-import { hostedSearchRounds } from '../hosted-search.ts'
-import { checkInputLimits, type InputLimits } from '../pipeline/input-limits.ts'
-import { resolveModel, type CompletionPipeline } from '../pipeline/pipeline.ts'
+import type { CompletionEvent } from '../pipeline/events.ts'
+import { hostedSearchRounds } from '../pipeline/hosted-search.ts'
+import type { InputLimits } from '../pipeline/input-limits.ts'
+import type { CompletionPipeline } from '../pipeline/pipeline.ts'
 import { failedWhileStreaming, streamGeneration } from '../pipeline/sse.ts'
 import { readWholeReply } from '../pipeline/whole-reply.ts'
 import type { StopSignal } from '../pipeline/stop-signal.ts'
@@ -21,7 +21,7 @@ import type { ReasoningSeal } from '../reasoning-seal.ts'
 import { anthropicErrorBody } from './errors.ts'
 import { MessageBuilder, newMessageId, type StreamEvent } from './render.ts'
 import { AnthropicError, AnthropicMessage, CountTokensRequest, MessagesRequest } from './schema.ts'
-import { anthropicParam, toChatRequest } from './to-chat.ts'
+import { toCompletionRequest } from './to-request.ts'
 
 export interface MessagesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -62,27 +62,22 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
     // Translation (signatures opened, blocks joined) is work before the request's size is known:
     // never for a key past its limits.
     await pipeline.precheck(request, body.model)
-    const translated = toChatRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
+    const translated = toCompletionRequest(body, { accountId, seal: reasoningSeal, limits: inputLimits, searchConfigured: search !== undefined })
     const hostedSearch = translated.webSearch !== undefined && search !== undefined
     const builder = new MessageBuilder({ id: newMessageId(), model: body.model, accountId, seal: reasoningSeal, thinkingDisplay: translated.thinkingDisplay, hostedSearch })
-    let started
-    try {
-      started = await pipeline.start(request, reply, translated.chat, {
-        clientSampling: translated.clientSampling,
-        id: builder.id,
-        // The model asks for searches itself; chatd runs them between rounds of the one reply.
-        ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, builder, { ...translated.webSearch, scope: String(accountId) }) } : {}),
-      })
-    } catch (err) {
-      throw anthropicParam(err, translated)
-    }
+    const started = await pipeline.start(request, reply, translated.request, {
+      id: builder.id,
+      fields: translated.fields,
+      // The model asks for searches itself; chatd runs them between rounds of the one reply.
+      ...(hostedSearch ? { continueAfterCalls: hostedSearchRounds(search, { ...translated.webSearch, scope: String(accountId) }) } : {}),
+    })
     if (started === undefined) return reply // the client left before generation started
     const { events, stop, model } = started
     builder.model = model.id
 
     if (body.stream !== true) {
-      await builder.attach(async () => {}) // the searches' blocks are kept in the message only
-      const finish = await readWholeReply(request, started, event => { builder.delta(event) })
+      // The searches' blocks are kept in the message, as the deltas' are.
+      const finish = await readWholeReply(request, started, event => { builder.delta(event) }, event => { builder.search(event) })
       if (finish === undefined) return reply // the client left: nobody to answer
       builder.finish(finish.reason, finish.usage, finish.stopSequence)
       return reply.type('application/json; charset=utf-8').send(builder.message(finish.reason, finish.usage, finish.stopSequence))
@@ -103,19 +98,13 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
   }, async (request, reply) => {
     // Generates nothing, but translating and counting a long body is work: one request of the minute.
     await pipeline.countRequest(request, reply)
-    const translated = toChatRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
-    let model
-    try {
-      checkInputLimits(translated.chat, inputLimits)
-      model = resolveModel(pipeline.models, request.body.model)
-    } catch (err) {
-      throw anthropicParam(err, translated)
-    }
+    const translated = toCompletionRequest({ ...request.body, max_tokens: 1 }, { accountId: request.account!.id, seal: reasoningSeal, limits: inputLimits })
+    const model = pipeline.checkInput(translated.request, translated.fields)
     // Bounded by the input limits just checked: one pass over the text, no tokenizer.
-    const texts = translated.chat.messages.map(m => ({
-      content: (typeof m.content === 'string' ? m.content : '') + (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''),
+    const texts = translated.request.messages.map(m => ({
+      content: m.content + (m.toolCalls ?? []).map(c => c.function.name + c.function.arguments).join(''),
     }))
-    if (translated.chat.tools) texts.push({ content: JSON.stringify(translated.chat.tools) })
+    if (translated.request.tools) texts.push({ content: JSON.stringify(translated.request.tools) })
     return { input_tokens: estimatePromptTokens(texts, model.backend.charsPerToken) }
   })
 }
@@ -129,7 +118,7 @@ export const messagesRoute: FastifyPluginAsyncTypebox<MessagesRouteOptions> = as
 async function streamMessage (
   request: FastifyRequest,
   reply: FastifyReply,
-  events: AsyncIterable<GenerateEvent>,
+  events: AsyncIterable<CompletionEvent>,
   builder: MessageBuilder,
   opts: { keepAliveMs: number; metrics: Metrics; stop: StopSignal }
 ): Promise<FastifyReply> {
@@ -140,9 +129,9 @@ async function streamMessage (
     return {
       open: async () => {
         await send([builder.start(), { type: 'ping' }])
-        await builder.attach(send) // the searches' blocks, as the rounds run them
       },
       delta: event => send(builder.delta(event)),
+      search: event => send(builder.search(event)),
       finish: event => send(builder.finish(event.reason, event.usage, event.stopSequence)),
       fail: async err => {
         const apiError = failedWhileStreaming(request, err, 'The reply failed while streaming.')

@@ -1,12 +1,12 @@
 // Schemas of POST /api/v1/messages (Anthropic's Messages API): the request as
 // Fastify validates it, and the message it answers. Content blocks are checked
-// loosely here (an object with a `type`) and one by one in to-chat.ts, so a
+// loosely here (an object with a `type`) and one by one in to-request.ts, so a
 // refusal names the block at fault instead of listing every branch of a union.
 // Unknown fields are accepted and ignored at every level: Anthropic's betas add
 // fields often, and refusing one would fail the client that sent it.
 
 import { Type, type Static } from 'typebox'
-import { TOOLS_MAX } from '../chat/schema.ts'
+import { TOOLS_MAX } from '../pipeline/request.ts'
 
 /** Anthropic's tool names: letters, digits, _ and -, at most 128 (MCP tools' names run long). */
 export const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
@@ -17,7 +17,7 @@ export const ID_MAX = 256
 /** metadata.user_id: unused, and bounded; Claude Code sends a JSON text of about 150 characters there. */
 export const USER_ID_MAX = 4096
 
-/** One content block, as sent; its fields are checked by type in to-chat.ts. */
+/** One content block, as sent; its fields are checked by type in to-request.ts. */
 export const ContentBlock = Type.Object({
   type: Type.String({ minLength: 1, maxLength: 64, description: 'text, image, document, tool_use, tool_result, thinking, redacted_thinking, …' }),
 }, { additionalProperties: true, description: 'A content block; see docs/api.md for what each type does here.' })

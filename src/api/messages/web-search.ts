@@ -8,7 +8,7 @@
 
 import { invalidParam } from '../../errors.ts'
 import type { SearchResult } from '../../search/provider.ts'
-import { SEARCHES_MAX } from '../hosted-search.ts'
+import { SEARCHES_MAX } from '../pipeline/hosted-search.ts'
 
 /** Domains a filter may list. */
 export const DOMAINS_MAX = 100

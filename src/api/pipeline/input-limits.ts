@@ -1,7 +1,9 @@
-// Size limits on a chat request's conversation, beyond the body size
-// (BODY_LIMIT, 413): how many messages, how long one message, how many content
-// parts one message may have. Each refusal is a 400 invalid_parameter naming the
-// field and the setting that allows more, checked before any other work.
+// Size limits on a request's conversation, beyond the body size (BODY_LIMIT,
+// 413): how many messages, how long one message, how long the tools'
+// definitions. Each refusal is a 400 invalid_parameter naming the field and the
+// setting that allows more, checked before any other work. How many parts or
+// blocks one message may have (MAX_CONTENT_PARTS) is each door's to check: the
+// door joins them into the message's one text.
 //
 // BODY_LIMIT alone bounds the bytes, not the work: a 1 MiB body holds ~36,000
 // empty messages (each one a pass through prompt shaping and the template) or
@@ -12,40 +14,37 @@
 
 import { invalidParam } from '../../errors.ts'
 import type { InputLimits } from '../../config.ts'
-import { TOOLS_MAX, type ChatCompletionRequest } from '../chat/schema.ts'
+import { fields } from './fields.ts'
+import { TOOLS_MAX, type CompletionRequest } from './request.ts'
 
 // The limits and their defaults are settings (config.ts).
 export { DEFAULT_INPUT_LIMITS, type InputLimits } from '../../config.ts'
 
 /** Throws 400 invalid_parameter for the first field over its limit. */
-export function checkInputLimits (body: ChatCompletionRequest, limits: InputLimits): void {
-  if (body.messages.length > limits.maxMessages) {
-    throw invalidParam('messages', `Too many messages: ${body.messages.length}; at most ${limits.maxMessages} are accepted (MAX_MESSAGES).`)
+export function checkInputLimits (req: CompletionRequest, limits: InputLimits): void {
+  if (req.messages.length > limits.maxMessages) {
+    throw invalidParam('messages', `Too many messages: ${req.messages.length}; at most ${limits.maxMessages} are accepted (MAX_MESSAGES).`)
   }
-  body.messages.forEach((message, i) => {
-    const content = message.content ?? ''
-    if (typeof content !== 'string' && content.length > limits.maxContentParts) {
-      throw invalidParam(`messages[${i}].content`, `Too many content parts: ${content.length}; at most ${limits.maxContentParts} per message are accepted (MAX_CONTENT_PARTS).`)
-    }
+  req.messages.forEach((message, i) => {
     // A tool call's name and arguments reach the prompt as the message's text does.
-    const calls = (message.tool_calls ?? []).reduce((n, call) => n + codePoints(call.function.name) + codePoints(call.function.arguments), 0)
-    const chars = calls + (typeof content === 'string' ? codePoints(content) : content.reduce((n, part) => n + codePoints(part.text), 0))
+    const calls = (message.toolCalls ?? []).reduce((n, call) => n + codePoints(call.function.name) + codePoints(call.function.arguments), 0)
+    const chars = calls + codePoints(message.content)
     if (chars > limits.maxMessageChars) {
       const withCalls = calls > 0 ? ' (with its tool calls\' names and arguments)' : ''
-      throw invalidParam(calls > 0 ? `messages[${i}].tool_calls` : `messages[${i}].content`, `The message is ${chars} characters long${withCalls}; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
+      throw invalidParam(fields.message(i, calls > 0 ? 'tool_calls' : 'content'), `The message is ${chars} characters long${withCalls}; at most ${limits.maxMessageChars} are accepted (MAX_MESSAGE_CHARS).`)
     }
   })
-  checkToolLimits(body, limits)
+  checkToolLimits(req, limits)
 }
 
 /** JSON Schemas nested deeper than this are refused: no real tool needs it, and compiling or rendering it is work. */
 export const TOOL_SCHEMA_DEPTH_MAX = 16
 
 /** The tools' definitions reach the prompt (or the upstream) whole: together they count as one message. */
-function checkToolLimits (body: ChatCompletionRequest, limits: InputLimits): void {
-  const tools = body.tools ?? []
-  // The chat schema bounds its own array; a door's translation (a Responses namespace's functions
-  // each become a tool) is checked here, where every door's body passes.
+function checkToolLimits (req: CompletionRequest, limits: InputLimits): void {
+  const tools = req.tools ?? []
+  // Before the request's schema (request.ts) bounds the array: a Responses namespace's functions
+  // each become a tool, and this message counts them so.
   if (tools.length > TOOLS_MAX) {
     throw invalidParam('tools', `Too many tools: ${tools.length} functions (a namespace's each counted); at most ${TOOLS_MAX} are accepted.`)
   }
@@ -53,7 +52,7 @@ function checkToolLimits (body: ChatCompletionRequest, limits: InputLimits): voi
   tools.forEach((tool, i) => {
     const depth = jsonDepth(tool.function.parameters)
     if (depth > TOOL_SCHEMA_DEPTH_MAX) {
-      throw invalidParam(`tools[${i}].function.parameters`, `The schema is nested ${depth} levels deep; at most ${TOOL_SCHEMA_DEPTH_MAX} are accepted.`)
+      throw invalidParam(fields.tool(i, 'parameters'), `The schema is nested ${depth} levels deep; at most ${TOOL_SCHEMA_DEPTH_MAX} are accepted.`)
     }
     chars += codePoints(JSON.stringify(tool.function))
   })

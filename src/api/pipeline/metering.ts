@@ -16,7 +16,9 @@ import type { Limiter, Permit } from '../../limits/limiter.ts'
 import type { PromptHistory } from '../../limits/prompt-history.ts'
 import { estimatePromptTokens, estimateTokensOfChars } from '../../limits/request-cost.ts'
 import type { UsageStatus } from '../../store/schema.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
+import type { CompletionEvent } from './events.ts'
+import { neutralNames, type FieldNames } from './fields.ts'
+import type { CompletionRequest } from './request.ts'
 
 /** What watches a request's usage row being written: `work` writes it. */
 export interface UsageWatch {
@@ -86,20 +88,20 @@ export class RequestMeter {
   }
 
   /** Passes the generation's events through and ends the meter when they stop. */
-  wrap (events: AsyncIterable<GenerateEvent>): AsyncIterable<GenerateEvent> {
+  wrap (events: AsyncIterable<CompletionEvent>): AsyncIterable<CompletionEvent> {
     // Set now, not on the first read, so a close in between cannot end the request as never started.
     this.#generating = true
     return this.#watch(events)
   }
 
-  async * #watch (events: AsyncIterable<GenerateEvent>): AsyncIterable<GenerateEvent> {
+  async * #watch (events: AsyncIterable<CompletionEvent>): AsyncIterable<CompletionEvent> {
     let finish: Extract<GenerateEvent, { type: 'finish' }> | undefined
     let produced = false
     let failure: unknown
     try {
       for await (const event of events) {
         if (event.type === 'finish') finish = event
-        else if (event.content || event.reasoning || event.toolCalls) produced = true
+        else if (event.type === 'delta' && (event.content || event.reasoning || event.toolCalls)) produced = true
         yield event
       }
     } catch (err) {
@@ -155,7 +157,7 @@ export async function admitCompletion (
   request: FastifyRequest,
   reply: FastifyReply,
   limits: ChatLimits,
-  body: ChatCompletionRequest,
+  body: CompletionRequest,
   model: RegisteredModel,
   startedAt: number,
   /** The completion's id, stored on its usage row. */
@@ -163,7 +165,9 @@ export async function admitCompletion (
   /** The account's previous prompts, for what its prefix cache likely holds. */
   history: PromptHistory,
   /** Told of the usage row as it is written (per-account metrics, the trace's span; observe.ts). */
-  watch?: UsageWatch
+  watch?: UsageWatch,
+  /** The door's names, for the limiter's messages (its errors' params are the neutral ones: fields.ts). */
+  names: FieldNames = neutralNames
 ): Promise<RequestMeter> {
   const account = request.account
   if (!account) throw new ApiError('missing_api_key', 'Missing API key.')
@@ -174,20 +178,18 @@ export async function admitCompletion (
   // In prompt order (the tools' block comes first), so the account's previous request tells which
   // leading parts its prefix cache likely holds (prompt-history.ts); those count at the tier's
   // cached_prompt_tokens_weight, as the settlement will count the ones really served from it.
-  const parts = body.messages.map(m =>
-    (typeof m.content === 'string' || m.content == null ? m.content ?? '' : m.content.map(p => p.text).join('')) +
-      (m.tool_calls ?? []).map(c => c.function.name + c.function.arguments).join(''))
-  const toolsInPrompt = body.tool_choice !== 'none' || model.backend.toolCallFormat?.() === undefined
+  const parts = body.messages.map(m => m.content + (m.toolCalls ?? []).map(c => c.function.name + c.function.arguments).join(''))
+  const toolsInPrompt = body.toolChoice !== 'none' || model.backend.toolCallFormat?.() === undefined
   if (body.tools && body.tools.length > 0 && toolsInPrompt) parts.unshift(JSON.stringify(body.tools))
   const tier = limits.limiter.tierOf(account)
-  const { cachedChars, remember } = history.guess(`${account.id}\u0000${model.id}\u0000${body.cache_salt ?? ''}`, parts)
+  const { cachedChars, remember } = history.guess(`${account.id}\u0000${model.id}\u0000${body.cacheSalt ?? ''}`, parts)
   const chars = parts.reduce((n, part) => n + part.length, 0)
-  const maxTokens = body.max_completion_tokens ?? body.max_tokens ?? undefined
+  const maxTokens = body.maxTokens
   const promptTokens = estimateTokensOfChars(chars - cachedChars * (1 - tier.cachedPromptTokensWeight), model.backend.charsPerToken)
   const permit = await limits.limiter.admit(account, {
     model: model.id,
     maxTokens,
-    maxTokensParam: body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
+    maxTokensName: names('max_tokens'),
     promptTokens,
     contextLength: model.backend.contextLength,
   })

@@ -25,7 +25,8 @@ import type { Metrics } from '../metrics/metrics.ts'
 import type { FinishedReason } from '../metrics/serving.ts'
 import { endFailed, endFailedWith } from '../tracing/hooks.ts'
 import { CONTENT_LIMIT, type Tracing } from '../tracing/tracing.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
+import type { CompletionEvent } from './events.ts'
+import { DEFAULTS, type CompletionRequest } from './request.ts'
 import { responseTimings, serverTiming, timingsRequested, type ResponseTimings } from './timings.ts'
 
 export interface WatchOptions {
@@ -109,11 +110,11 @@ export class RequestWatch {
   }
 
   /** The model is known: the model span starts (with tracing on and the request traced). */
-  model (model: RegisteredModel, body: ChatCompletionRequest, completionId: string): void {
+  model (model: RegisteredModel, body: CompletionRequest, completionId: string): void {
     this.#model = model
     const parent = this.#request.trace
     if (!this.#tracing || !parent) return
-    const maxTokens = body.max_completion_tokens ?? body.max_tokens
+    const maxTokens = body.maxTokens
     this.#span = this.#tracing.tracer.startSpan(`${GEN_AI_OPERATION} ${model.id}`, {
       kind: SpanKind.INTERNAL,
       attributes: {
@@ -122,11 +123,12 @@ export class RequestWatch {
         'gen_ai.request.model': body.model,
         'gen_ai.response.id': completionId,
         ...(typeof maxTokens === 'number' ? { 'gen_ai.request.max_tokens': maxTokens } : {}),
-        ...(typeof body.temperature === 'number' ? { 'gen_ai.request.temperature': body.temperature } : {}),
-        ...(typeof body.top_p === 'number' ? { 'gen_ai.request.top_p': body.top_p } : {}),
+        // The sampling the model runs with: the client's, or the defaults.
+        'gen_ai.request.temperature': body.temperature ?? DEFAULTS.temperature,
+        'gen_ai.request.top_p': body.topP ?? DEFAULTS.top_p,
         ...(typeof body.seed === 'number' ? { 'gen_ai.request.seed': body.seed } : {}),
-        ...(typeof body.frequency_penalty === 'number' ? { 'gen_ai.request.frequency_penalty': body.frequency_penalty } : {}),
-        ...(typeof body.presence_penalty === 'number' ? { 'gen_ai.request.presence_penalty': body.presence_penalty } : {}),
+        ...(typeof body.frequencyPenalty === 'number' ? { 'gen_ai.request.frequency_penalty': body.frequencyPenalty } : {}),
+        ...(typeof body.presencePenalty === 'number' ? { 'gen_ai.request.presence_penalty': body.presencePenalty } : {}),
         'gen_ai.request.stream': body.stream === true,
         ...(this.#request.account ? { 'chatd.account.id': this.#request.account.id } : {}),
       },
@@ -147,6 +149,25 @@ export class RequestWatch {
     }
     span.end()
     return result
+  }
+
+  /** A generator's run in a child span named `name` (a hosted search round, whose events go out as it runs), when traced. */
+  async * phaseOf<T, R> (name: string, work: AsyncGenerator<T, R>): AsyncGenerator<T, R> {
+    if (!this.#tracing || !this.#context) return yield * work
+    const span = this.#tracing.tracer.startSpan(name, {}, this.#context)
+    let ended = false
+    try {
+      const result = yield * work
+      span.end()
+      ended = true
+      return result
+    } catch (err) {
+      endFailed(span, err)
+      ended = true
+      throw err
+    } finally {
+      if (!ended) span.end() // the reply's reader stopped in the middle (the client left)
+    }
   }
 
   /** The request was refused before its generation started (by its limits, its checks, a full queue). */
@@ -208,7 +229,7 @@ export class RequestWatch {
   }
 
   /** The generation's events, counted (see the top of the file); `release` gives the admission permit back. */
-  async * events (events: AsyncIterable<GenerateEvent>, release?: () => void): AsyncIterable<GenerateEvent> {
+  async * events (events: AsyncIterable<CompletionEvent>, release?: () => void): AsyncIterable<CompletionEvent> {
     const metrics = this.#metrics
     const model = this.#model!.id
     const labels = { model }
@@ -238,7 +259,7 @@ export class RequestWatch {
             this.#lastOutputAt = now
             if (this.#tracing?.captureContent && this.#output.length < CONTENT_LIMIT) this.#output += event.content ?? ''
           }
-        } else {
+        } else if (event.type === 'finish') {
           finished = true
           this.#finished(event.reason, event.usage)
         }

@@ -1,9 +1,11 @@
 // The one way a completion starts, whichever door it came in by (chat
 // completions, the Responses API, the Messages API: docs/design.md "three wire
-// formats, one house"). A front door translates its body into a
-// ChatCompletionRequest and calls `start`; what comes back is the stream of
-// GenerateEvents to render in its own shape. Everything between lives here
-// once: size limits -> model lookup -> request checks (a JSON
+// formats, one house"). A front door translates its body into chatd's own
+// CompletionRequest (request.ts) and calls `start` with its table of field
+// names (fields.ts); what comes back is the stream of GenerateEvents to render
+// in its own shape, every error named in the door's terms. Everything between
+// lives here once: size limits -> the request's bounds -> model lookup ->
+// request checks (a JSON
 // response_format's schema, or a forced tool call's tools' schemas, included)
 // -> tier limits (metering.ts) -> the schemas' compile (local models) -> web
 // search (googleSearchStatus) -> prompt shaping -> backend.generate(request,
@@ -24,14 +26,16 @@ import { cacheScope } from './cache-scope.ts'
 import { newCompletionId, newCompletionMeta, type CompletionMeta } from './completion-meta.ts'
 import { checkInputLimits, type InputLimits } from './input-limits.ts'
 import { checkRequest, searchFor, toGenerateRequest, type SearchDone } from './generate-request.ts'
-import { asFieldError, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
+import { atField, checkGrammarFormats, grammarFormats } from './grammar-formats.ts'
 import { PromptHistory } from '../../limits/prompt-history.ts'
 import { admitCompletion, roundPromptEstimate, type ChatLimits } from './metering.ts'
 import { withNextTurn } from './next-turn.ts'
 import { RequestWatch } from './observe.ts'
 import { withRounds, type ContinueAfterCalls } from './rounds.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
 import { stopSignal, type StopSignal } from './stop-signal.ts'
+import type { CompletionEvent } from './events.ts'
+import { fieldNames, inDoorTerms, neutralNames, type FieldNames, type FieldTable } from './fields.ts'
+import { checkCompletionRequest, type CompletionRequest } from './request.ts'
 
 export interface PipelineOptions {
   models: ModelRegistry
@@ -50,22 +54,22 @@ export interface PipelineOptions {
   tracing?: Tracing
 }
 
-/** The sampling fields a body carried as the client sent it (before the schema's defaults). */
-export type ClientSampling = NonNullable<GenerateRequest['clientSampling']>
-
 export interface StartOptions {
-  /** Which sampling fields the client set itself: a relay sends only those. */
-  clientSampling?: ClientSampling
   /** The id the response will carry (and the usage row); a chat completion id when absent. */
   id?: string
   /** Tool calls the door runs itself: the reply goes on after them, in the same admission and usage row (rounds.ts). */
   continueAfterCalls?: ContinueAfterCalls
+  /**
+   * The door's names for the request's fields (fields.ts): every error start() throws, and every
+   * error the events throw, names the door's field. Absent: the neutral names.
+   */
+  fields?: FieldTable
 }
 
 export interface StartedCompletion {
   model: RegisteredModel
-  /** The generation's events, metered, observed and holding the admission permit until they end. */
-  events: AsyncIterable<GenerateEvent>
+  /** The generation's events (a hosted search's among them), metered, observed and holding the admission permit until they end. */
+  events: AsyncIterable<CompletionEvent>
   meta: CompletionMeta
   stop: StopSignal
   /** The request's metrics and trace (observe.ts): its timings, once the generation has finished. */
@@ -130,26 +134,50 @@ export class CompletionPipeline {
     return this.#opts.models
   }
 
+  /** MAX_MESSAGES, MAX_MESSAGE_CHARS and MAX_CONTENT_PARTS: a door counts its own parts or blocks before it joins them. */
+  get inputLimits (): InputLimits {
+    return this.#opts.inputLimits
+  }
+
+  /**
+   * The checks of a request's size and model, for a door's request that generates nothing (a token
+   * count): the input limits, then the model; refusals name the door's fields.
+   */
+  checkInput (body: CompletionRequest, fields?: FieldTable): RegisteredModel {
+    try {
+      checkInputLimits(body, this.#opts.inputLimits)
+      checkCompletionRequest(body)
+      return resolveModel(this.#opts.models, body.model)
+    } catch (err) {
+      throw inDoorTerms(err, fields ? fieldNames(fields) : neutralNames)
+    }
+  }
+
   /**
    * Checks, admits and starts one completion. Throws an ApiError for every refusal (before or
    * after admission: after it, the usage row says how it ended). Resolves undefined when the client
    * left before generation started (nobody to answer).
    */
-  async start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions = {}): Promise<StartedCompletion | undefined> {
+  async start (request: FastifyRequest, reply: FastifyReply, body: CompletionRequest, opts: StartOptions = {}): Promise<StartedCompletion | undefined> {
     const startedAt = performance.now()
     // Metrics and the model span watch every request from here, refused ones too (observe.ts).
     const watch = new RequestWatch(request, reply, { metrics: this.#opts.metrics, models: this.#opts.models, tracing: this.#opts.tracing, startedAt })
+    // The one place errors are named in the door's terms: the refusals here, and the events' below.
+    const names = opts.fields ? fieldNames(opts.fields) : neutralNames
+    let started: StartedCompletion | undefined
     try {
-      return await this.#start(request, reply, body, opts, watch, startedAt)
+      started = await this.#start(request, reply, body, opts, names, watch, startedAt)
     } catch (err) {
       watch.refused(err, body.model)
-      throw err
+      throw inDoorTerms(err, names)
     }
+    return started && { ...started, events: namedErrors(started.events, names) }
   }
 
-  async #start (request: FastifyRequest, reply: FastifyReply, body: ChatCompletionRequest, opts: StartOptions, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
+  async #start (request: FastifyRequest, reply: FastifyReply, body: CompletionRequest, opts: StartOptions, names: FieldNames, watch: RequestWatch, startedAt: number): Promise<StartedCompletion | undefined> {
     const { models, inputLimits, search, limits, drainDeadline } = this.#opts
     checkInputLimits(body, inputLimits)
+    checkCompletionRequest(body) // the bounds the chat body has, on every door's translation
     const model = resolveModel(models, body.model)
     const completionId = opts.id ?? newCompletionId()
     watch.model(model, body, completionId)
@@ -163,10 +191,10 @@ export class CompletionPipeline {
     const compiles = formats.length > 0
     checkGrammarFormats(formats)
     // From here on the request counts: every way it ends writes its usage row (metering.ts).
-    const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history, watch))
+    const meter = await watch.phase('limits', () => admitCompletion(request, reply, limits, body, model, startedAt, completionId, this.#history, watch, names))
     const stop = stopSignal(reply, drainDeadline)
     const signal = stop.signal
-    let events: AsyncIterable<GenerateEvent>
+    let events: AsyncIterable<CompletionEvent>
     let searched: SearchDone | undefined
     let generateRequest: GenerateRequest
     const scope = String(request.account?.id ?? '')
@@ -181,10 +209,10 @@ export class CompletionPipeline {
           if (signal.aborted) return undefined // the client left while its schema compiled: the compile was stopped
           // A schema that failed cost the compile: its prompt's reservation stands for the minute.
           if (err instanceof FormatCompileError) meter.charge()
-          throw asFieldError(err, formats[err instanceof FormatCompileError ? err.index : 0]?.param ?? 'response_format')
+          throw atField(err, formats[err instanceof FormatCompileError ? err.index : 0]?.field ?? 'response_format')
         }
       }
-      if (body.googleSearchStatus && search) {
+      if (body.search === true && search) {
         try {
           searched = await watch.phase('search', () => searchFor(body, search, signal, scope))
         } catch (err) {
@@ -199,27 +227,23 @@ export class CompletionPipeline {
         systemPrompt: model.systemPrompt,
         search: searched,
         toolFormat,
-        clientSampling: opts.clientSampling,
       })
       generateRequest.maxTokens = meter.maxTokens(generateRequest.maxTokens)
       if (meter.maxTotalTokens !== undefined) generateRequest.maxTotalTokens = meter.maxTotalTokens
       // The prefix cache is the account's own (and its cache_salt's): set here, from the authenticated account.
-      generateRequest.cacheScope = cacheScope(request.account!.id, body.cache_salt ?? undefined) // admitCompletion refused a request without one
+      generateRequest.cacheScope = cacheScope(request.account!.id, body.cacheSalt) // admitCompletion refused a request without one
       if (compiles) generateRequest.grammarScope = scope // whose compiled grammars the request may use
       const release = this.#admission.acquire(model.id)
       try {
         const generate = (request: GenerateRequest): AsyncIterable<GenerateEvent> => withReasoningMode(watch.call(request, call => model.backend.generate(call, signal)), model.reasoning)
         const rounds = opts.continueAfterCalls
-        const shaped = rounds
-          ? withRounds(generateRequest, generate, (calls, signal) => watch.phase('search round', () => rounds(calls, signal)), signal,
+        // A searched reply's next turn searches again, and a reply in rounds ends on another
+        // conversation than the request's: neither start is worth computing ahead.
+        const shaped: AsyncIterable<CompletionEvent> = rounds
+          ? withRounds(generateRequest, generate, (calls, signal) => watch.phaseOf('search round', rounds(calls, signal)), signal,
             request => meter.reserveMore(roundPromptEstimate(request, model.backend.charsPerToken)))
-          : generate(generateRequest)
-        events = meter.wrap(watch.events(
-          // A searched reply's next turn searches again, and a reply in rounds ends on another
-          // conversation than the request's: neither start is worth computing ahead.
-          searched || opts.continueAfterCalls ? shaped : withNextTurn(shaped, model.backend, generateRequest),
-          release
-        ))
+          : searched ? generate(generateRequest) : withNextTurn(generate(generateRequest), model.backend, generateRequest)
+        events = meter.wrap(watch.events(shaped, release))
       } catch (err) {
         release() // a backend whose generate() throws synchronously never starts the observer
         throw err
@@ -230,5 +254,14 @@ export class CompletionPipeline {
     }
     const meta = newCompletionMeta(model.id, model.fingerprint, searched?.results, completionId)
     return { model, events, meta, stop, watch }
+  }
+}
+
+/** The events, with whatever they throw named in the door's terms. */
+async function * namedErrors (events: AsyncIterable<CompletionEvent>, names: FieldNames): AsyncIterable<CompletionEvent> {
+  try {
+    yield * events
+  } catch (err) {
+    throw inDoorTerms(err, names)
   }
 }

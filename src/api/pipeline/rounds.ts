@@ -1,13 +1,15 @@
-// A reply that goes on after tool calls the server runs itself (the Responses
-// API's hosted web search): when a generation ends in calls, the door runs them
-// and hands back their results; the conversation grows by the calls and the
-// results and the model generates again, in the same admission and usage row.
+// A reply that goes on after tool calls the server runs itself (the hosted web
+// search): when a generation ends in calls, the door's hook runs them, its
+// events (each search) going out in the reply's stream, and hands back their
+// results; the conversation grows by the calls and the results and the model
+// generates again, in the same admission and usage row.
 // The rounds' usage is summed into the one finish event, and every round after
 // the first may use only the tokens the earlier ones left of max_tokens, and
 // runs only once its conversation, sent again, is reserved in the tier's minute.
 
 import type { ChatMessage, GenerateEvent, GenerateRequest, ToolCall, ToolChoice, Usage } from '../../engine/backend.ts'
 import { assembleToolCalls } from './completion-meta.ts'
+import type { CompletionEvent, SearchEvent } from './events.ts'
 
 /** What a door hands back after running a round's calls: their results, and the next round's tool_choice. */
 export interface CallResults {
@@ -15,8 +17,11 @@ export interface CallResults {
   toolChoice?: ToolChoice
 }
 
-/** Runs the calls of a round that ended in them; undefined: the door does not run these, the reply ends. */
-export type ContinueAfterCalls = (calls: ToolCall[], signal: AbortSignal) => Promise<CallResults | undefined>
+/**
+ * Runs the calls of a round that ended in them, yielding what the reply's stream shows of them;
+ * returns their results, or undefined: the door does not run these, the reply ends.
+ */
+export type ContinueAfterCalls = (calls: ToolCall[], signal: AbortSignal) => AsyncGenerator<SearchEvent, CallResults | undefined>
 
 function addUsage (a: Usage, b: Usage): Usage {
   const cached = (a.prompt_tokens_details?.cached_tokens ?? 0) + (b.prompt_tokens_details?.cached_tokens ?? 0)
@@ -41,7 +46,7 @@ export async function * withRounds (
   next: ContinueAfterCalls,
   signal: AbortSignal,
   reserve: (request: GenerateRequest) => Promise<boolean> = async () => true
-): AsyncIterable<GenerateEvent> {
+): AsyncIterable<CompletionEvent> {
   let request = first
   let usage: Usage | undefined
   for (;;) {
@@ -59,7 +64,7 @@ export async function * withRounds (
     }
     if (finish === undefined) return
     usage = usage === undefined ? finish.usage : addUsage(usage, finish.usage)
-    const ranOn = calls.length > 0 && finish.reason !== 'length' && finish.reason !== 'cancelled' ? await next(calls, signal) : undefined
+    const ranOn = calls.length > 0 && finish.reason !== 'length' && finish.reason !== 'cancelled' ? yield * next(calls, signal) : undefined
     const left = first.maxTokens === undefined ? undefined : first.maxTokens - usage.completion_tokens
     if (ranOn === undefined || (left !== undefined && left <= 0)) {
       yield { ...finish, reason: ranOn === undefined ? finish.reason : 'length', usage }

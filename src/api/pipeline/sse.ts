@@ -7,9 +7,9 @@
 
 import { PassThrough } from 'node:stream'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import type { GenerateEvent } from '../../engine/backend.ts'
 import { ApiError } from '../../errors.ts'
 import { drainDeadlineError } from '../drain-deadline.ts'
+import type { CompletionEvent, Delta, SearchEvent } from './events.ts'
 import type { StopSignal } from './stop-signal.ts'
 import type { AnsweredFinish } from './whole-reply.ts'
 
@@ -90,7 +90,9 @@ export class SseBody {
 export interface StreamWriters {
   /** The stream's opening frames, once the status line is out; `slow`: the first event is still awaited. */
   open (slow: boolean): Promise<void>
-  delta (event: Extract<GenerateEvent, { type: 'delta' }>): Promise<void>
+  delta (event: Delta): Promise<void>
+  /** A hosted search the reply runs (a door that offers none never gets one). */
+  search? (event: SearchEvent): Promise<void>
   /** The generation finished (not cancelled): the closing frames. */
   finish (event: AnsweredFinish): Promise<void>
   /** A failure after the status line: the stream's error frame (log it, count it, write it). */
@@ -107,7 +109,7 @@ export interface StreamWriters {
 export async function streamGeneration (
   request: FastifyRequest,
   reply: FastifyReply,
-  events: AsyncIterable<GenerateEvent>,
+  events: AsyncIterable<CompletionEvent>,
   opts: { keepAliveMs: number; keepAlive?: string; stop: StopSignal },
   writers: (sse: SseBody) => StreamWriters
 ): Promise<FastifyReply> {
@@ -126,6 +128,8 @@ export async function streamGeneration (
         const event = next.value
         if (event.type === 'delta') {
           await write.delta(event)
+        } else if (event.type === 'search') {
+          await write.search?.(event)
         } else {
           if (event.reason === 'cancelled') {
             if (opts.stop.byShutdown()) throw drainDeadlineError() // ends the stream with an error frame

@@ -8,6 +8,8 @@
 import { Compile } from 'typebox/compile'
 import { Value } from 'typebox/value'
 import { invalidParam } from '../../errors.ts'
+import type { SearchResult } from '../../search/provider.ts'
+import { REPLAYED_RESULTS_MAX } from '../pipeline/hosted-search.ts'
 import { newId, type IdPrefix } from './ids.ts'
 import { FunctionCallItem, FunctionCallOutputItem, MessageItem, ReasoningItem, WebSearchCallItem } from './schema.ts'
 
@@ -16,7 +18,7 @@ export type InputItem =
   | ({ kind: 'function_call' } & FunctionCallItem)
   | ({ kind: 'function_call_output' } & FunctionCallOutputItem)
   | ({ kind: 'reasoning' } & ReasoningItem)
-  | { kind: 'web_search_call' }
+  | ({ kind: 'web_search_call' } & WebSearchCallItem)
 
 const SCHEMAS = {
   message: MessageItem,
@@ -41,6 +43,9 @@ const ID_PREFIX: Record<keyof typeof CHECKS, IdPrefix> = {
   reasoning: 'rs',
   web_search_call: 'ws',
 }
+
+/** The longest source URL an earlier search's item keeps and replays. */
+export const SOURCE_URL_MAX = 2048
 
 const TEXT_PARTS = new Set(['input_text', 'output_text', 'text'])
 const NOT_TEXT_PARTS = new Set(['input_image', 'input_file', 'input_audio'])
@@ -112,15 +117,30 @@ export function checkInputItems (items: unknown[], at: (i: number) => string): I
  * The item as it is stored: the fields its schema names (a client's own fields are not kept: they
  * reach no prompt, and stored bytes should be what a request paid for), with an id when it came
  * without one. A reasoning item keeps only its id: its summary and sealed thinking add nothing to
- * later prompts (prompt shaping drops earlier thinking), so they are not stored either.
+ * later prompts (prompt shaping drops earlier thinking), so they are not stored either. A web
+ * search keeps the links of its sources that a later turn replays (`searchSources`).
  */
 export function normalisedItem (value: Record<string, unknown>): Record<string, unknown> {
   const fields = Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null))
   const kind = fields.type === undefined && 'role' in fields ? 'message' : fields.type as keyof typeof CHECKS
   const known = Object.hasOwn(SCHEMAS, kind) ? Value.Clean(SCHEMAS[kind], Value.Clone(fields)) as Record<string, unknown> : fields
+  const sources = kind === 'web_search_call' ? searchSources(fields.action) : undefined
+  if (sources !== undefined && typeof known.action === 'object' && known.action !== null) {
+    known.action = { ...known.action, sources: sources.map(s => ({ type: 'url', url: s.url })) }
+  }
   const item: Record<string, unknown> = kind === 'message'
     ? { type: 'message', ...known }
     : kind === 'reasoning' ? { type: 'reasoning', ...(typeof known.id === 'string' ? { id: known.id } : {}), summary: [] } : known
   if (typeof item.id !== 'string') item.id = newId(ID_PREFIX[kind] ?? 'msg')
   return item
+}
+
+/** The sources a web_search_call item lists, as results without their text; undefined when it lists none. */
+export function searchSources (action: unknown): SearchResult[] | undefined {
+  const sources = (action as { sources?: unknown } | undefined)?.sources
+  if (!Array.isArray(sources)) return undefined
+  return sources
+    .filter((s): s is { url: string } => typeof s === 'object' && s !== null && typeof (s as { url?: unknown }).url === 'string' && (s as { url: string }).url.length <= SOURCE_URL_MAX)
+    .slice(0, REPLAYED_RESULTS_MAX)
+    .map(s => ({ title: '', url: s.url, snippet: '' }))
 }

@@ -5,7 +5,7 @@
 // JSON response by construction.
 
 import type { FinishReason, GenerateEvent, Usage } from '../../engine/backend.ts'
-import type { SearchResult } from '../../search/provider.ts'
+import type { SearchEvent } from '../pipeline/events.ts'
 import { newId } from './ids.ts'
 import type { ResponsesRequest } from './schema.ts'
 import type { CallTarget } from './tools.ts'
@@ -102,6 +102,8 @@ export class OutputAssembler {
   /** This round's calls by their index in the generation (each round of a hosted search numbers from 0). */
   #calls = new Map<number, OpenCall>()
   #shownCalls = 0
+  /** The web_search_call items of the searches running, by the model's call id. */
+  readonly #searches = new Map<string, { item: OutputItem; outputIndex: number }>()
 
   constructor (opts: AssemblerOptions) {
     this.#opts = opts
@@ -230,28 +232,34 @@ export class OutputAssembler {
     this.#calls = new Map()
   }
 
-  /** A hosted search round ends: its items close, and the next round's calls number from 0 again. */
-  async endRound (): Promise<void> {
-    await this.#closeText('completed')
-    await this.#closeCalls('completed')
-  }
-
-  /** Shows a web search chatd runs; returns the function that closes it with how it went. */
-  async webSearch (query: string): Promise<(results: SearchResult[] | undefined) => Promise<void>> {
-    await this.#closeText('completed')
-    const item: OutputItem = { id: newId('ws'), type: 'web_search_call', status: 'in_progress', action: { type: 'search', query } }
-    const outputIndex = this.#add(item)
-    await this.#emit({ type: 'response.output_item.added', output_index: outputIndex, item: { ...item } })
-    await this.#emit({ type: 'response.web_search_call.in_progress', item_id: item.id, output_index: outputIndex })
-    await this.#emit({ type: 'response.web_search_call.searching', item_id: item.id, output_index: outputIndex })
-    return async results => {
-      item.status = results === undefined ? 'failed' : 'completed'
-      if (results !== undefined) {
-        item.action = { type: 'search', query, sources: results.map(r => ({ type: 'url', url: r.url })) }
-        await this.#emit({ type: 'response.web_search_call.completed', item_id: item.id, output_index: outputIndex })
-      }
-      await this.#emit({ type: 'response.output_item.done', output_index: outputIndex, item })
+  /**
+   * A hosted search: as it starts, the round that asked for it closes (its calls number from 0
+   * again in the next) and a web_search_call item opens; when it is done it closes, `completed`
+   * with its sources or `failed`. A search not run is not shown.
+   */
+  async search (event: SearchEvent): Promise<void> {
+    if (event.status === 'refused') return
+    if (event.status === 'searching') {
+      await this.#closeText('completed')
+      await this.#closeCalls('completed')
+      const item: OutputItem = { id: newId('ws'), type: 'web_search_call', status: 'in_progress', action: { type: 'search', query: event.query } }
+      const outputIndex = this.#add(item)
+      this.#searches.set(event.call.id, { item, outputIndex })
+      await this.#emit({ type: 'response.output_item.added', output_index: outputIndex, item: { ...item } })
+      await this.#emit({ type: 'response.web_search_call.in_progress', item_id: item.id, output_index: outputIndex })
+      await this.#emit({ type: 'response.web_search_call.searching', item_id: item.id, output_index: outputIndex })
+      return
     }
+    const open = this.#searches.get(event.call.id)
+    if (open === undefined) return
+    this.#searches.delete(event.call.id)
+    const { item, outputIndex } = open
+    item.status = event.status === 'done' ? 'completed' : 'failed'
+    if (event.status === 'done') {
+      item.action = { type: 'search', query: event.query, sources: event.results.map(r => ({ type: 'url', url: r.url })) }
+      await this.#emit({ type: 'response.web_search_call.completed', item_id: item.id, output_index: outputIndex })
+    }
+    await this.#emit({ type: 'response.output_item.done', output_index: outputIndex, item })
   }
 
   /** The generation finished: every open item closes (incomplete when it ran out of tokens). */

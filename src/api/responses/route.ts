@@ -1,7 +1,7 @@
 // POST /api/v1/responses: OpenAI's Responses API, the wire format of the Codex
 // CLI and the Agents SDK. A door onto the one completion pipeline (pipeline.ts:
 // limits, usage rows, admission, shaping and generation live there): the body
-// becomes a chat body (to-chat.ts), and the events come back as the `response`
+// becomes chatd's completion request (to-request.ts), and the events come back as the `response`
 // object or its typed stream (output.ts). Finished responses are kept for
 // previous_response_id unless `store` is false (store-port.ts).
 
@@ -9,7 +9,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ApiError } from '../../errors.ts'
 import { errorResponses } from '../error-schema.ts'
-import { hostedSearchRounds } from '../hosted-search.ts'
+import { hostedSearchRounds } from '../pipeline/hosted-search.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
 import type { CompletionPipeline, StartedCompletion } from '../pipeline/pipeline.ts'
 import { nullMeansAbsent } from '../chat/schema.ts'
@@ -19,7 +19,7 @@ import { newId } from './ids.ts'
 import { OutputAssembler, responseShell, responseUsage, type StreamEvent } from './output.ts'
 import { ResponseObject, ResponsesRequest } from './schema.ts'
 import type { ResponseStorePort } from './store-port.ts'
-import { inResponsesTerms, toChatRequest } from './to-chat.ts'
+import { toCompletionRequest } from './to-request.ts'
 
 export interface ResponsesRouteOptions {
   /** Checks, limits, metering and generation, shared with the other doors. */
@@ -76,26 +76,22 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
         throw new ApiError('not_found', `No response with id '${body.previous_response_id.slice(0, 256)}' was found.`, { param: 'previous_response_id' })
       }
     }
-    const translation = toChatRequest(body, { chain, searchConfigured: pipeline.searchConfigured })
+    const translation = toCompletionRequest(body, { chain, searchConfigured: pipeline.searchConfigured })
     const id = newId('resp')
     const createdAt = Math.floor(Date.now() / 1000)
-    let sink: ((event: StreamEvent) => Promise<void>) | undefined
-    const assembler = new OutputAssembler({
-      emit: async event => { await sink?.(event) },
+    /** The output's assembler: `emit` receives its stream events (none for a whole response). */
+    const assemble = (emit?: (event: StreamEvent) => Promise<void>): OutputAssembler => new OutputAssembler({
+      ...(emit ? { emit } : {}),
       targets: translation.tools.targets,
       ...(body.include?.includes('reasoning.encrypted_content') ? { seal: (thinking: string) => reasoningSeal.seal(accountId, thinking) } : {}),
     })
     const search = pipeline.webSearch
-    let started: StartedCompletion | undefined
-    try {
-      started = await pipeline.start(request, reply, translation.chat, {
-        id,
-        clientSampling: translation.clientSampling,
-        ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, assembler, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
-      })
-    } catch (err) {
-      throw inResponsesTerms(err, translation.paramOf)
-    }
+    const started = await pipeline.start(request, reply, translation.request, {
+      id,
+      fields: translation.fields,
+      // The model asks for searches itself; chatd runs them between rounds of the one reply.
+      ...(translation.tools.webSearch && search ? { continueAfterCalls: hostedSearchRounds(search, { scope: String(accountId), maxUses: body.max_tool_calls ?? undefined }) } : {}),
+    })
     if (started === undefined) return reply // the client left before generation started
     const store = body.store !== false && stored !== undefined
     const shell = responseShell(body, { id, createdAt, model: started.model.id, store })
@@ -108,15 +104,10 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
         request.log.error({ err, responseId: id }, 'storing the response failed')
       }
     }
-    const mapError = (err: unknown): unknown => inResponsesTerms(err, translation.paramOf)
 
     if (!body.stream) {
-      let finish: AnsweredFinish | undefined
-      try {
-        finish = await readWholeReply(request, started, event => assembler.delta(event))
-      } catch (err) {
-        throw mapError(err)
-      }
+      const assembler = assemble()
+      const finish = await readWholeReply(request, started, event => assembler.delta(event), event => assembler.search(event))
       if (finish === undefined) return reply // the client left: nobody to answer
       await assembler.finish(finish.reason)
       const response = finished(shell, assembler, finish)
@@ -127,10 +118,8 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     return streamResponse(request, reply, started, {
       keepAliveMs: sseKeepAliveMs,
       shell,
-      assembler,
-      setSink: write => { sink = write },
+      assemble,
       save,
-      mapError,
       onError: code => metrics.errors.inc({ code }),
     })
   })
@@ -144,42 +133,37 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
 async function streamResponse (request: FastifyRequest, reply: FastifyReply, started: StartedCompletion, opts: {
   keepAliveMs: number
   shell: Record<string, unknown>
-  assembler: OutputAssembler
-  setSink: (write: (event: StreamEvent) => Promise<void>) => void
+  assemble: (emit: (event: StreamEvent) => Promise<void>) => OutputAssembler
   save: (response: Record<string, unknown>) => Promise<void>
-  mapError: (err: unknown) => unknown
   onError: (code: string) => void
 }): Promise<FastifyReply> {
-  const { assembler, shell } = opts
-  try {
-    return await streamGeneration(request, reply, started.events, { keepAliveMs: opts.keepAliveMs, stop: started.stop }, sse => {
-      let sequence = 0
-      const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
-      opts.setSink(send)
-      return {
-        open: async slow => {
-          if (slow) await sse.comment('keep-alive')
-          await send({ type: 'response.created', response: shell })
-          await send({ type: 'response.in_progress', response: shell })
-        },
-        delta: event => assembler.delta(event),
-        finish: async event => {
-          await assembler.finish(event.reason)
-          const response = finished(shell, assembler, event)
-          await opts.save(response)
-          await send({ type: response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', response })
-        },
-        fail: async err => {
-          const apiError = failedWhileStreaming(request, opts.mapError(err), 'The response failed while streaming.')
-          opts.onError(apiError.code)
-          await send({
-            type: 'response.failed',
-            response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
-          })
-        },
-      }
-    })
-  } catch (err) {
-    throw opts.mapError(err) // a refusal before the first event: its own status and JSON body
-  }
+  const { shell } = opts
+  return streamGeneration(request, reply, started.events, { keepAliveMs: opts.keepAliveMs, stop: started.stop }, sse => {
+    let sequence = 0
+    const send = (event: StreamEvent): Promise<void> => sse.event(event.type, { ...event, sequence_number: sequence++ })
+    const assembler = opts.assemble(send)
+    return {
+      open: async slow => {
+        if (slow) await sse.comment('keep-alive')
+        await send({ type: 'response.created', response: shell })
+        await send({ type: 'response.in_progress', response: shell })
+      },
+      delta: event => assembler.delta(event),
+      search: event => assembler.search(event),
+      finish: async event => {
+        await assembler.finish(event.reason)
+        const response = finished(shell, assembler, event)
+        await opts.save(response)
+        await send({ type: response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', response })
+      },
+      fail: async err => {
+        const apiError = failedWhileStreaming(request, err, 'The response failed while streaming.')
+        opts.onError(apiError.code)
+        await send({
+          type: 'response.failed',
+          response: { ...shell, status: 'failed', error: { code: apiError.code, message: apiError.message }, output: assembler.output },
+        })
+      },
+    }
+  })
 }

@@ -7,7 +7,7 @@
 // every branch.
 
 import { Type, type Static, type TSchema } from 'typebox'
-import { TOOL_CALL_ID_MAX, TOOL_CALLS_MAX, TOP_LOGPROBS_MAX } from '../chat/schema.ts'
+import { TOOL_CALL_ID_MAX, TOOL_CALLS_MAX, TOP_LOGPROBS_MAX } from '../pipeline/request.ts'
 
 /** The most input items one request may carry (MAX_MESSAGES bounds the conversation they become). */
 export const INPUT_ITEMS_MAX = 4096
@@ -82,13 +82,17 @@ export const ReasoningItem = Type.Object({
 })
 export type ReasoningItem = Static<typeof ReasoningItem>
 
-/** A hosted search the server ran, sent back: accepted, adds nothing to the prompt. */
+/**
+ * A hosted search the server ran, sent back: its query and the links of its sources (kept
+ * leniently, at most REPLAYED_RESULTS_MAX: input-items.ts) reach the model again.
+ */
 export const WebSearchCallItem = Type.Object({
   type: Type.Literal('web_search_call'),
   id: Type.Optional(ItemId),
   status: Type.Optional(Status),
   action: Type.Optional(Type.Object({ type: Type.String({ maxLength: 64 }), query: Type.Optional(Type.String({ maxLength: 4096 })) })),
 })
+export type WebSearchCallItem = Static<typeof WebSearchCallItem>
 
 /** A function tool; `parameters` is the JSON Schema of its arguments. */
 export const FunctionTool = Type.Object({

@@ -1,35 +1,33 @@
-// The Responses `tools` and `tool_choice` as the chat body takes them. Function
+// The Responses `tools` and `tool_choice` as the completion request takes them
+// (../pipeline/request.ts: the engine's tool definitions and choice). Function
 // tools pass as they are; a namespace's functions are offered like any
 // function, under the name `<namespace>__<name>`, and their calls come back as
 // the Responses API returns them: `name` the function's own, `namespace` the
 // group's. The hosted `web_search` tool becomes a `web_search` function that
-// chatd itself runs (../hosted-search.ts), when a search provider is
+// chatd itself runs (../pipeline/hosted-search.ts), when a search provider is
 // configured; without one, and for every other hosted tool (file search, code
 // interpreter, computer use, image generation, remote MCP, custom tools), the
 // tool is ignored, unless tool_choice forces it: then 400 naming it.
 
 import { Compile } from 'typebox/compile'
 import { ApiError, invalidParam } from '../../errors.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
-import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
+import type { ToolChoice, ToolDefinition } from '../../engine/backend.ts'
+import { WEB_SEARCH_FUNCTION, webSearchFunction } from '../pipeline/hosted-search.ts'
 import { FunctionTool, NamespaceTool, type ResponsesRequest } from './schema.ts'
-
-type ChatTool = NonNullable<ChatCompletionRequest['tools']>[number]
-type ChatToolChoice = NonNullable<ChatCompletionRequest['tool_choice']>
 
 const WEB_SEARCH_TYPES = new Set(['web_search', 'web_search_preview', 'web_search_2025_08_26', 'web_search_preview_2025_03_11'])
 const NAMESPACE_SEPARATOR = '__'
 
-/** How a call to a chat function is returned: a client's function (maybe in a namespace), or chatd's web search. */
+/** How a call to an offered function is returned: a client's function (maybe in a namespace), or chatd's web search. */
 export type CallTarget = { name: string; namespace?: string } | { hosted: 'web_search' }
 
 export interface ToolPlan {
-  tools: ChatTool[]
-  /** For each chat tool, the Responses field it came from (`tools[2]`, `tools[3].tools[1]`): error params point there. */
+  tools: ToolDefinition[]
+  /** For each offered tool, the Responses field it came from (`tools[2]`, `tools[3].tools[1]`): error params point there. */
   sources: string[]
-  /** Chat function name -> what its calls are returned as. */
+  /** Offered function name -> what its calls are returned as. */
   targets: Map<string, CallTarget>
-  toolChoice?: ChatToolChoice
+  toolChoice?: ToolChoice
   /** chatd runs web_search calls itself. */
   webSearch: boolean
 }
@@ -37,8 +35,8 @@ export interface ToolPlan {
 const checkFunction = Compile(FunctionTool)
 const checkNamespace = Compile(NamespaceTool)
 
-/** The name a function has in the chat body: a namespace's functions carry the namespace before theirs. */
-export function chatFunctionName (name: string, namespace?: string): string {
+/** The name a function is offered to the model under: a namespace's functions carry the namespace before theirs. */
+export function offeredName (name: string, namespace?: string): string {
   return namespace === undefined ? name : `${namespace}${NAMESPACE_SEPARATOR}${name}`
 }
 
@@ -52,15 +50,15 @@ function assertShape (check: ReturnType<typeof Compile>, value: unknown, at: str
   throw invalidParam(param, `Invalid value for '${param}': ${first?.message ?? 'is invalid'}.`)
 }
 
-function functionTool (tool: unknown, at: string, namespace?: string): ChatTool {
+function functionTool (tool: unknown, at: string, namespace?: string): ToolDefinition {
   assertShape(checkFunction, tool, at)
   const fn = tool as FunctionTool
   return {
     type: 'function',
     function: {
-      name: chatFunctionName(fn.name, namespace),
+      name: offeredName(fn.name, namespace),
       ...(typeof fn.description === 'string' ? { description: fn.description } : {}),
-      ...(fn.parameters ? { parameters: fn.parameters } : {}),
+      ...(fn.parameters ? { parameters: fn.parameters as Record<string, unknown> } : {}),
       ...(typeof fn.strict === 'boolean' ? { strict: fn.strict } : {}),
     },
   }
@@ -77,19 +75,19 @@ export function planTools (body: ResponsesRequest, opts: { searchConfigured: boo
   ;(body.tools ?? []).forEach((tool, i) => {
     const at = `tools[${i}]`
     if (tool.type === 'function') {
-      const chat = functionTool(tool, at)
-      plan.tools.push(chat)
+      const offered = functionTool(tool, at)
+      plan.tools.push(offered)
       plan.sources.push(at)
-      plan.targets.set(chat.function.name, { name: chat.function.name })
+      plan.targets.set(offered.function.name, { name: offered.function.name })
     } else if (tool.type === 'namespace') {
       assertShape(checkNamespace, tool, at)
       const group = tool as unknown as { name: string; tools: Array<{ type: string }> }
       group.tools.forEach((inner, j) => {
         if (inner.type !== 'function') return // custom tools inside a namespace: not offered
-        const chat = functionTool(inner, `${at}.tools[${j}]`, group.name)
-        plan.tools.push(chat)
+        const offered = functionTool(inner, `${at}.tools[${j}]`, group.name)
+        plan.tools.push(offered)
         plan.sources.push(`${at}.tools[${j}]`)
-        plan.targets.set(chat.function.name, { name: (inner as FunctionTool).name, namespace: group.name })
+        plan.targets.set(offered.function.name, { name: (inner as FunctionTool).name, namespace: group.name })
       })
     } else if (isHostedSearch(tool.type)) {
       searchRequested = true
@@ -107,17 +105,17 @@ export function planTools (body: ResponsesRequest, opts: { searchConfigured: boo
   return plan
 }
 
-function toolChoiceOf (body: ResponsesRequest, plan: ToolPlan, searchConfigured: boolean): ChatToolChoice | undefined {
+function toolChoiceOf (body: ResponsesRequest, plan: ToolPlan, searchConfigured: boolean): ToolChoice | undefined {
   const choice = body.tool_choice
   if (choice === undefined || choice === null || typeof choice === 'string') return choice ?? undefined
   if (choice.type === 'function') {
     if (choice.name === undefined) throw invalidParam('tool_choice.name', 'tool_choice of type function needs the function\'s name.')
-    return { type: 'function', function: { name: chatFunctionName(choice.name, choice.namespace) } }
+    return { type: 'function', function: { name: offeredName(choice.name, choice.namespace) } }
   }
   if (choice.type === 'allowed_tools') {
     const allowed = new Set<string>()
     for (const [j, entry] of (choice.tools ?? []).entries()) {
-      if (entry.type === 'function' && entry.name !== undefined) allowed.add(chatFunctionName(entry.name, entry.namespace))
+      if (entry.type === 'function' && entry.name !== undefined) allowed.add(offeredName(entry.name, entry.namespace))
       else if (isHostedSearch(entry.type) && plan.webSearch) allowed.add(WEB_SEARCH_FUNCTION)
       else if (entry.type !== 'function') hostedRefusal(entry.type, `tool_choice.tools[${j}]`, searchConfigured, choice.mode === 'required')
     }

@@ -22,10 +22,10 @@ export function timedOut (phase: 'connect' | 'first byte' | 'idle', ms: number):
 /** A non-2xx answer. A context overflow is the client's problem and says so; the rest is the server's. */
 export function refused (status: number, contextOverflow: boolean, badParam?: RelayedParam): ApiError {
   if (contextOverflow) {
-    return new ApiError('context_length_exceeded', 'The conversation plus max_tokens is longer than the model\'s context window.', { param: 'messages' })
+    return new ApiError('context_length_exceeded', 'The conversation plus the room asked for the reply is longer than the model\'s context window.', { param: 'messages' })
   }
   if (badParam !== undefined) {
-    return new ApiError('invalid_parameter', `The model's server refused ${badParam} (HTTP ${status}): it cannot use what was given.`, { param: badParam })
+    return new ApiError('invalid_parameter', `The model's server refused the request's ${RELAYED_WHAT[badParam]} (HTTP ${status}): it cannot use what was given.`, { param: badParam })
   }
   const why = status === 401 || status === 403
     ? `refused chatd's credentials (HTTP ${status}); the operator should check the model's apiKey`
@@ -54,6 +54,9 @@ export function reportedError (): ApiError {
 /** Fields chatd passes on as the client gave them: a 400 about one of them is the client's to fix. */
 const RELAYED_PARAMS = ['response_format', 'logprobs', 'top_logprobs'] as const
 export type RelayedParam = typeof RELAYED_PARAMS[number]
+
+/** What each relayed field asks for, in words (each door names the field itself, in the error's param). */
+const RELAYED_WHAT: Record<RelayedParam, string> = { response_format: 'response format', logprobs: 'log-probabilities', top_logprobs: 'log-probabilities' }
 
 /** The relayed field an upstream's 400 body names in `error.param` (OpenAI's and chatd's error shape), if any. */
 export function relayedParamRefused (body: unknown): RelayedParam | undefined {

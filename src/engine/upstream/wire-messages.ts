@@ -64,7 +64,7 @@ function toolChoiceOf (choice: ToolChoice | undefined, parallel: boolean | undef
 export function messagesBody (request: GenerateRequest, model: WireModel): Json {
   if (request.logprobs) throw invalid('logprobs', 'it has no logprobs.')
   if (request.responseFormat?.type === 'json_object') {
-    throw invalid('response_format', 'it has no JSON mode; use response_format json_schema (sent as output_config.format).')
+    throw invalid('response_format', 'it has no JSON mode; ask for JSON matching a schema instead (sent as output_config.format).')
   }
   const sent = request.clientSampling ?? { temperature: true, topP: true, topK: true }
   if (sent.temperature && request.temperature > 1) throw invalid('temperature', 'temperature must be between 0 and 1 there.')

@@ -220,13 +220,13 @@ export class GrammarService extends EventEmitter {
     if (mine >= this.#limits.perScope) {
       this.counts.busy++
       throw new ApiError('rate_limit_exceeded',
-        `response_format: at most ${this.#limits.perScope} new schemas of an account are compiled at once; retry when one has finished.`,
+        `at most ${this.#limits.perScope} new schemas of an account are compiled at once; retry when one has finished.`,
         { param: 'response_format', headers: { 'retry-after': '1' } })
     }
     if (this.counts.inFlight >= this.#limits.total) {
       this.counts.busy++
       throw new ApiError('server_overloaded',
-        `response_format: ${this.#limits.total} schemas are being compiled already; retry shortly.`,
+        `${this.#limits.total} schemas are being compiled already; retry shortly.`,
         { param: 'response_format', headers: { 'retry-after': '1' } })
     }
     this.#inFlight.set(scope, mine + 1)
@@ -284,14 +284,14 @@ export class GrammarService extends EventEmitter {
             return
           }
           fail(new FormatCompileError(
-            `response_format: the JSON schema cannot be used for structured output: the grammar compiler failed on it (${err.message.slice(0, 200)}).`, at), 'failed')
+            `the JSON schema cannot be used for structured output: the grammar compiler failed on it (${err.message.slice(0, 200)}).`, at), 'failed')
         })
         void trial.ready.then(() => {
           compiling = true
           // Timed from here: the vocabulary's preparation is not the schemas' doing.
           timer = setTimeout(() => {
             fail(new FormatCompileError(
-              `response_format: the JSON schema${items.length > 1 ? 's of this request' : ''} did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS${items.length > 1 ? ', for all of them together' : ''}); simplify ${items.length > 1 ? 'them' : 'it'} (fewer nested alternatives, shorter repetitions${items.length > 1 ? ', fewer tools' : ''}).`, at), 'timedOut')
+              `the JSON schema${items.length > 1 ? 's of this request' : ''} did not compile within ${this.#limits.compileTimeoutMs} ms (GRAMMAR_COMPILE_TIMEOUT_MS${items.length > 1 ? ', for all of them together' : ''}); simplify ${items.length > 1 ? 'them' : 'it'} (fewer nested alternatives, shorter repetitions${items.length > 1 ? ', fewer tools' : ''}).`, at), 'timedOut')
           }, this.#limits.compileTimeoutMs)
           // WebAssembly memory grows while a schema compiles and never shrinks: a compile past the
           // bound is stopped (the worker's heap statistics answer even while it compiles).
@@ -300,7 +300,7 @@ export class GrammarService extends EventEmitter {
             trial.worker.getHeapStatistics().then(heap => {
               if (heap.external_memory <= bound) return
               fail(new FormatCompileError(
-                `response_format: compiling the JSON schema took more than ${Math.round(bound / 2 ** 20)} MiB of memory (GRAMMAR_WORKER_MEMORY_MB); simplify it.`, at), 'failed')
+                `compiling the JSON schema took more than ${Math.round(bound / 2 ** 20)} MiB of memory (GRAMMAR_WORKER_MEMORY_MB); simplify it.`, at), 'failed')
             }, () => {})
           }, MEMORY_WATCH_MS)
           trial.worker.postMessage({ type: 'compile', id: 0, items: items.map(({ key, format }) => ({ key, format })) } satisfies ToGrammarWorker)
@@ -381,7 +381,7 @@ export class GrammarService extends EventEmitter {
       if (!idle) {
         this.counts.busy++
         throw new ApiError('server_overloaded',
-          `response_format: all ${this.#limits.workers} grammar workers (GRAMMAR_WORKERS_MAX) serve running requests of other accounts; retry shortly.`,
+          `all ${this.#limits.workers} grammar workers (GRAMMAR_WORKERS_MAX) serve running requests of other accounts; retry shortly.`,
           { param: 'response_format', headers: { 'retry-after': '1' } })
       }
       this.#retire(idle)

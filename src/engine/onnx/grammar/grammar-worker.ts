@@ -34,7 +34,7 @@ async function compile (item: { key: string; format: JsonFormat }): Promise<void
   await first.prepare()
   const empty = !(first.mask as Int32Array).some(word => word !== 0)
   first.dispose()
-  if (empty) throw new ApiError('invalid_parameter', 'response_format: no JSON value satisfies the schema (its grammar allows no first token).', { param: 'response_format' })
+  if (empty) throw new ApiError('invalid_parameter', 'no JSON value satisfies the schema (its grammar allows no first token).', { param: 'response_format' })
 }
 
 /** Compiles the items in turn; the first that fails ends the message, naming its index. */

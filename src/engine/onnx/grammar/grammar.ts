@@ -67,7 +67,7 @@ export function schemaOf (format: JsonFormat): { schema: string; strict: boolean
 
 export function invalidSchema (reason: string | undefined): ApiError {
   return new ApiError('invalid_parameter',
-    `response_format: the JSON schema cannot be used for structured output${reason ? `: ${reason}` : ''}.`, { param: 'response_format' })
+    `the JSON schema cannot be used for structured output${reason ? `: ${reason}` : ''}.`, { param: 'response_format' })
 }
 
 /** What the grammar needs from the model: each id's bytes (empty for special tokens), the logits' width, the end-of-sequence ids. */

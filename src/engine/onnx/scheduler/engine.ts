@@ -242,14 +242,14 @@ export class LocalEngine {
   start (request: GenerateRequest, id: string = randomUUID()): string {
     const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
     for (const key of Object.keys(request.logitBias ?? {})) {
-      if (!(Number(key) < vocab)) throw new ApiError('invalid_parameter', `logit_bias: token id ${key} is not in this model's vocabulary (ids 0 to ${vocab - 1}).`, { param: 'logit_bias' })
+      if (!(Number(key) < vocab)) throw new ApiError('invalid_parameter', `Token id ${key} is not in this model's vocabulary (ids 0 to ${vocab - 1}).`, { param: 'logit_bias' })
     }
     const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
     const room = this.contextLength - promptIds.length
     if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
       const wanted = request.maxTokens ?? 1
       throw new ApiError('context_length_exceeded',
-        `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and max_tokens asks for ${wanted} more.`,
+        `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and the reply asks for up to ${wanted} more.`,
         { param: request.maxTokens !== undefined && room > 0 ? 'max_tokens' : 'messages' })
     }
     // The budget for prompt and reply together (the tier's minute): the reply stops where it ends.

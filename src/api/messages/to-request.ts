@@ -1,38 +1,31 @@
-// A Messages API request -> the ChatCompletionRequest the completion pipeline
-// takes. Anthropic's blocks become chat messages: a user turn's tool_result
-// blocks become tool messages (first, in order) and its other text a user
-// message after them; an assistant turn's tool_use blocks become its
-// tool_calls. Thinking sent back is verified (its signature is chatd's sealed
-// text for this account) and adds nothing to the prompt either way: earlier
-// thinking is stripped from every prompt. Each refusal is a 400 naming the
-// Anthropic field at fault; the pipeline's own refusals are renamed to it by
-// `anthropicParam`.
+// A Messages API request -> chatd's completion request
+// (../pipeline/request.ts). Anthropic's blocks become messages of one text
+// each: a user turn's tool_result blocks become tool messages (first, in
+// order) and its other text a user message after them; an assistant turn's
+// tool_use blocks become its tool calls. Thinking sent back adds nothing to the
+// prompt (earlier thinking is stripped from every prompt) and is never opened.
+// Each refusal is a 400 naming the Anthropic field at fault; the pipeline names
+// its own refusals' fields from the table `messagesFields` gives it.
 
 import { ApiError, invalidParam } from '../../errors.ts'
+import type { FieldTable } from '../pipeline/fields.ts'
 import type { InputLimits } from '../pipeline/input-limits.ts'
 import { codePoints } from '../pipeline/input-limits.ts'
-import type { ChatCompletionRequest } from '../chat/schema.ts'
+import type { CompletionMessage, CompletionRequest } from '../pipeline/request.ts'
+import type { ToolDefinition } from '../../engine/backend.ts'
 import type { ReasoningSeal } from '../reasoning-seal.ts'
-import { searchFailed, searchNotRun, WEB_SEARCH_FUNCTION, webSearchFunction } from '../hosted-search.ts'
-import { sourcesBlock } from '../../prompt/search-context.ts'
+import { REPLAYED_RESULTS_MAX, replayedCall, replayedResult, searchFailed, searchNotRun, WEB_SEARCH_FUNCTION, webSearchFunction } from '../pipeline/hosted-search.ts'
 import type { SearchResult } from '../../search/provider.ts'
 import { TOOL_NAME_PATTERN, type ContentBlock, type MessagesRequest } from './schema.ts'
 import { isWebSearch, webSearchPlan, type WebSearchPlan } from './web-search.ts'
 
-type ChatMessage = ChatCompletionRequest['messages'][number]
-type ChatTool = NonNullable<ChatCompletionRequest['tools']>[number]
-
-/** What the door needs besides the chat body: how to render thinking, and how to name the pipeline's refusals. */
+/** The request, and what the door needs besides: how to render thinking, and how the pipeline names its fields. */
 export interface Translated {
-  chat: ChatCompletionRequest
-  /** Which sampling fields the client set (a relay sends only those). */
-  clientSampling: { temperature: boolean; topP: boolean; topK: boolean }
+  request: CompletionRequest
   /** omitted: thinking blocks carry '' (their signature still seals the thinking). */
   thinkingDisplay: 'summarized' | 'omitted'
-  /** For each chat message, the index of the Anthropic message it came from (-1: the system prompt). */
-  messageOrigin: number[]
-  /** For each chat tool, the index of the Anthropic tool it came from. */
-  toolOrigin: number[]
+  /** The Messages body's names for the pipeline's fields (errors name these). */
+  fields: FieldTable
   /** The model is offered the hosted web_search function: chatd runs its calls (hosted-search.ts). */
   webSearch?: WebSearchPlan
 }
@@ -97,9 +90,9 @@ export interface TranslateContext {
   searchConfigured?: boolean
 }
 
-/** The chat body for `body`; throws a 400 naming the Anthropic field at fault. */
-export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Translated {
-  const messages: ChatMessage[] = []
+/** The completion request for `body`; throws a 400 naming the Anthropic field at fault. */
+export function toCompletionRequest (body: MessagesRequest, ctx: TranslateContext): Translated {
+  const messages: CompletionMessage[] = []
   const messageOrigin: number[] = []
 
   if (body.system !== undefined) {
@@ -115,7 +108,7 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
 
   body.messages.forEach((message, i) => {
     const at = `messages[${i}]`
-    const push = (m: ChatMessage): void => {
+    const push = (m: CompletionMessage): void => {
       messages.push(m)
       messageOrigin.push(i)
     }
@@ -129,8 +122,8 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
       throw invalidParam(`${at}.content`, `Too many content blocks: ${blocks.length}; at most ${ctx.limits.maxContentParts} per message are accepted (MAX_CONTENT_PARTS).`)
     }
     const texts: string[] = []
-    const results: ChatMessage[] = []
-    const calls: NonNullable<ChatMessage['tool_calls']> = []
+    const results: CompletionMessage[] = []
+    const calls: NonNullable<CompletionMessage['toolCalls']> = []
     /** This turn's searches (server_tool_use id → query) whose result has not come yet. */
     const searches = new Map<string, string>()
     let chars = 0
@@ -158,8 +151,8 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
             throw invalidParam(`${where}.tool_use_id`, `${where}.tool_use_id '${id.slice(0, 64)}' answers no tool_use block of the assistant message just before.`)
           }
           const text = toolResultText(block.content, where, ctx.limits)
-          // The chat format has no error flag on a tool message: the model reads it in the text.
-          results.push({ role: 'tool', tool_call_id: id, content: block.is_error === true ? `Error: ${text}` : text })
+          // A tool message has no error flag: the model reads it in the text.
+          results.push({ role: 'tool', toolCallId: id, content: block.is_error === true ? `Error: ${text}` : text })
           break
         }
         case 'thinking':
@@ -180,12 +173,12 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
           searches.delete(block.tool_use_id as string)
           // The turn as the model wrote it: its text so far ending in the call, then the call's
           // result as the model read it (the results' text opens only if chatd sealed it for this account).
-          const call = { id: block.tool_use_id as string, type: 'function' as const, function: { name: WEB_SEARCH_FUNCTION, arguments: JSON.stringify({ query }) } }
+          const call = replayedCall(block.tool_use_id as string, query)
           const result = searchResultText(query, block.content, ctx)
           const before = texts.splice(0).join('\n\n')
           chars += codePoints(before) + codePoints(call.function.arguments) + codePoints(result)
-          push({ role: 'assistant', content: before === '' ? null : before, tool_calls: [call] })
-          push({ role: 'tool', tool_call_id: call.id, content: result })
+          push({ role: 'assistant', content: before, toolCalls: [call] })
+          push({ role: 'tool', toolCallId: call.id, content: result })
           break
         }
         default: {
@@ -199,7 +192,7 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
         }
       }
     })
-    for (const r of results) chars += codePoints(r.content as string)
+    for (const r of results) chars += codePoints(r.content)
     for (const t of texts) chars += codePoints(t)
     for (const c of calls) chars += codePoints(c.function.name) + codePoints(c.function.arguments)
     if (chars > ctx.limits.maxMessageChars) {
@@ -207,39 +200,34 @@ export function toChatRequest (body: MessagesRequest, ctx: TranslateContext): Tr
     }
     results.forEach(push)
     const text = texts.join('\n\n')
-    if (calls.length > 0) push({ role: 'assistant', content: text === '' ? null : text, tool_calls: calls })
+    if (calls.length > 0) push({ role: 'assistant', content: text, toolCalls: calls })
     // A user turn of only tool results has no text of its own to add after them.
     else if (results.length === 0 || text !== '') push({ role: message.role, content: text })
     openCalls = new Set(calls.map(c => c.id))
   })
 
   const { tools, toolOrigin, webSearch } = toolsOf(body, ctx.searchConfigured === true)
-  const chat: ChatCompletionRequest = {
+  const request: CompletionRequest = {
     model: body.model,
     messages,
-    max_tokens: body.max_tokens,
+    maxTokens: body.max_tokens,
     stream: body.stream === true,
-    temperature: body.temperature ?? 1,
-    top_p: body.top_p ?? 1,
-    top_k: body.top_k ?? 0,
+    ...(body.temperature !== undefined ? { temperature: body.temperature } : {}),
+    ...(body.top_p !== undefined ? { topP: body.top_p } : {}),
+    ...(body.top_k !== undefined ? { topK: body.top_k } : {}),
     ...(body.stop_sequences && body.stop_sequences.length > 0 ? { stop: body.stop_sequences } : {}),
     ...(tools.length > 0 ? { tools } : {}),
     ...toolChoiceOf(body, tools, webSearch !== undefined),
     ...reasoningOf(body),
-    ...(body.output_config?.format ? { response_format: { type: 'json_schema', json_schema: { name: 'output', schema: body.output_config.format.schema, strict: true } } } : {}),
+    ...(body.output_config?.format ? { responseFormat: { type: 'json_schema', json_schema: { name: 'output', schema: body.output_config.format.schema as Record<string, unknown>, strict: true } } } : {}),
   }
   return {
-    chat,
-    clientSampling: { temperature: body.temperature !== undefined, topP: body.top_p !== undefined, topK: body.top_k !== undefined },
+    request,
     thinkingDisplay: body.thinking?.display === 'omitted' ? 'omitted' : 'summarized',
-    messageOrigin,
-    toolOrigin,
+    fields: messagesFields(messageOrigin, toolOrigin),
     ...(webSearch ? { webSearch } : {}),
   }
 }
-
-/** Results replayed from one web_search_tool_result block, at most (a provider returns ten). */
-const REPLAYED_RESULTS_MAX = 20
 
 /** A server tool id worth replaying: the shape chatd writes them in, and bounded. */
 function isReplayableId (id: unknown): id is string {
@@ -254,21 +242,21 @@ function searchResultText (query: string, content: unknown, ctx: TranslateContex
   }
   const results: SearchResult[] = content
     .filter((r): r is Record<string, unknown> => typeof r === 'object' && r !== null && (r as { type?: unknown }).type === 'web_search_result')
-    .slice(0, REPLAYED_RESULTS_MAX)
+    .slice(0, REPLAYED_RESULTS_MAX) // before any is opened
     .map(r => ({
       title: typeof r.title === 'string' ? r.title : '',
       url: typeof r.url === 'string' ? r.url : '',
       snippet: ctx.seal.open(ctx.accountId, r.encrypted_content, 'web_search_result') ?? '',
     }))
-  return sourcesBlock(query, results)
+  return replayedResult(query, results)
 }
 
 /**
- * Client tools as chat tools, and web_search (with a search provider) as the function chatd runs;
+ * Client tools as the engine's tool definitions, and web_search (with a search provider) as the function chatd runs;
  * the other server tools (bash_*, web_fetch_*, …) are not offered.
  */
-function toolsOf (body: MessagesRequest, searchConfigured: boolean): { tools: ChatTool[], toolOrigin: number[], webSearch?: WebSearchPlan } {
-  const tools: ChatTool[] = []
+function toolsOf (body: MessagesRequest, searchConfigured: boolean): { tools: ToolDefinition[], toolOrigin: number[], webSearch?: WebSearchPlan } {
+  const tools: ToolDefinition[] = []
   const toolOrigin: number[] = []
   let search: { plan: WebSearchPlan, index: number } | undefined
   ;(body.tools ?? []).forEach((tool, i) => {
@@ -303,11 +291,11 @@ function toolsOf (body: MessagesRequest, searchConfigured: boolean): { tools: Ch
   return { tools, toolOrigin, webSearch: search.plan }
 }
 
-function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchOffered: boolean): Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> {
+function toolChoiceOf (body: MessagesRequest, tools: ToolDefinition[], searchOffered: boolean): Pick<CompletionRequest, 'toolChoice' | 'parallelToolCalls'> {
   const choice = body.tool_choice
   if (choice === undefined) return {}
-  const fields: Pick<ChatCompletionRequest, 'tool_choice' | 'parallel_tool_calls'> = {}
-  if (choice.disable_parallel_tool_use === true) fields.parallel_tool_calls = false
+  const fields: Pick<CompletionRequest, 'toolChoice' | 'parallelToolCalls'> = {}
+  if (choice.disable_parallel_tool_use === true) fields.parallelToolCalls = false
   if (choice.type === 'tool') {
     if (choice.name === undefined) throw invalidParam('tool_choice.name', 'tool_choice of type tool needs the name of the tool.')
     if (!tools.some(t => t.function.name === choice.name)) {
@@ -318,7 +306,7 @@ function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchOffered: 
       if (server) throw invalidParam('tool_choice.name', `tool_choice forces '${choice.name}', a server tool (${server.type}) this server does not run.`)
       throw invalidParam('tool_choice.name', `tool_choice names '${choice.name}', which is not among the tools.`)
     }
-    fields.tool_choice = { type: 'function', function: { name: choice.name } }
+    fields.toolChoice = { type: 'function', function: { name: choice.name } }
   } else if (choice.type === 'any') {
     if (tools.length === 0) {
       const server = (body.tools ?? []).find(isServerTool)
@@ -326,43 +314,44 @@ function toolChoiceOf (body: MessagesRequest, tools: ChatTool[], searchOffered: 
         ? `tool_choice any would force a server tool (${server.type}) this server does not run; offer a client tool.`
         : 'tool_choice any needs tools.')
     }
-    fields.tool_choice = 'required'
+    fields.toolChoice = 'required'
   } else if (tools.length > 0) {
-    fields.tool_choice = choice.type
+    fields.toolChoice = choice.type
   }
   return fields
 }
 
-/** thinking and output_config.effort -> reasoning_effort (how long a reasoning model may think). */
-function reasoningOf (body: MessagesRequest): Pick<ChatCompletionRequest, 'reasoning_effort'> {
+/** thinking and output_config.effort -> the reasoning effort (how long a reasoning model may think). */
+function reasoningOf (body: MessagesRequest): Pick<CompletionRequest, 'reasoningEffort'> {
   const thinking = body.thinking
-  if (thinking?.type === 'disabled') return { reasoning_effort: 'none' }
+  if (thinking?.type === 'disabled') return { reasoningEffort: 'none' }
   if (thinking?.type === 'enabled' && thinking.budget_tokens !== undefined) {
     const budget = thinking.budget_tokens
-    return { reasoning_effort: budget <= 1024 ? 'low' : budget <= 4096 ? 'medium' : 'high' }
+    return { reasoningEffort: budget <= 1024 ? 'low' : budget <= 4096 ? 'medium' : 'high' }
   }
   const effort = body.output_config?.effort
   if (effort === undefined) return {}
-  return { reasoning_effort: effort === 'low' ? 'low' : effort === 'medium' ? 'medium' : 'high' }
+  return { reasoningEffort: effort === 'low' ? 'low' : effort === 'medium' ? 'medium' : 'high' }
 }
 
 /**
- * The pipeline names chat fields (messages[k] of the translated conversation, tools[k].function…,
- * stop, max_tokens): the same refusal, naming the field of the Messages request instead.
+ * The Messages body's names for the pipeline's fields: message k is the Anthropic message it came
+ * from (its content: one Anthropic message may make several), or `system`; tool k the Anthropic
+ * tool, whose parameters are its input_schema.
  */
-export function anthropicParam (err: unknown, t: Pick<Translated, 'messageOrigin' | 'toolOrigin'>): unknown {
-  if (!(err instanceof ApiError) || err.param === null) return err
-  const rename = (text: string): string => text
-    .replace(/messages\[(\d+)\](\.tool_calls|\.content|\.role|\.tool_call_id)?/g, (_m, k: string) => {
-      const origin = t.messageOrigin[Number(k)]
-      return origin === undefined ? `messages[${k}]` : origin < 0 ? 'system' : `messages[${origin}].content`
-    })
-    .replace(/tools\[(\d+)\]\.function\.parameters/g, (_m, k: string) => `tools[${t.toolOrigin[Number(k)] ?? k}].input_schema`)
-    .replace(/tools\[(\d+)\]\.function\.name/g, (_m, k: string) => `tools[${t.toolOrigin[Number(k)] ?? k}].name`)
-    .replace(/^(max_completion_tokens)$/, 'max_tokens')
-    .replace(/^stop$/, 'stop_sequences')
-    .replace(/^response_format(.*)$/, 'output_config.format')
-  const param = rename(err.param)
-  if (param === err.param) return err
-  return new ApiError(err.code, rename(err.message), { param, headers: err.headers, ...(err.operatorMessage !== undefined ? { operatorMessage: err.operatorMessage } : {}) })
+function messagesFields (messageOrigin: number[], toolOrigin: number[]): FieldTable {
+  return {
+    renamed: {
+      stop: 'stop_sequences',
+      response_format: 'output_config.format',
+      'response_format.json_schema': 'output_config.format',
+      parallel_tool_calls: 'tool_choice.disable_parallel_tool_use',
+      reasoning_effort: 'thinking',
+    },
+    message: at => {
+      const origin = messageOrigin[at.index]
+      return origin === undefined ? `messages[${at.index}]` : origin < 0 ? 'system' : `messages[${origin}].content`
+    },
+    tool: at => `tools[${toolOrigin[at.index] ?? at.index}]${at.part === 'parameters' ? '.input_schema' : at.part ? `.${at.part}` : ''}`,
+  }
 }
