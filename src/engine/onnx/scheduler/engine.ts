@@ -1,5 +1,6 @@
-// The local engine, in whichever thread hosts it: a loaded decoder, its
-// tokenizer and chat template, and the scheduler loop.
+// The local engine, in whichever thread hosts it: a loaded decoder and the
+// scheduler loop over the sequences its requests become (a request's way in,
+// its prompt and its checks and constraints, is intake.ts's).
 //
 // Scheduling (continuous batching): sequences that are generating share one
 // batched session.run per decode step; new requests' prompts are fed in
@@ -19,22 +20,15 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
-import { jsonFormatOf, wallClock, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type Usage } from '../../backend.ts'
+import { wallClock, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type Usage } from '../../backend.ts'
 import { ApiError } from '../../../errors.ts'
-import { encodeChatPrompt, type EncodedPrompt } from '../text/chat-prompt.ts'
+import type { EncodedPrompt } from '../text/chat-prompt.ts'
 import { ChatTemplate } from '../text/chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
 import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
-import { PromptTooLong } from '../text/quoted-encoding.ts'
-import { effortBudget } from '../sampling/reasoning-effort.ts'
 import { DecoderSession } from '../device/decoder-session.ts'
-import type { Constraint } from '../grammar/grammar.ts'
 import { GrammarClient } from '../grammar/grammar-client.ts'
-import { ToolCallConstraint } from '../grammar/tool-call-constraint.ts'
-import { ForcedText } from '../grammar/forced-text.ts'
-import { argumentsFormat, forcedCallTools } from '../../tools/forced-call.ts'
-import { toolFormatForTemplate } from '../../tools/format.ts'
 import { TokenTable } from '../text/token-bytes.ts'
 import { defaultKeptBytes, defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../cache/kv-cache.ts'
@@ -45,7 +39,8 @@ import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../
 import type { DeviceChoice } from '../device/providers.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
 import { EngineCounters, type EngineLoad, type StatsReport } from './engine-stats.ts'
-import { Sequence, type StepResult } from './sequence.ts'
+import { RequestIntake } from './intake.ts'
+import type { Sequence, StepResult } from './sequence.ts'
 import { loadTokenizer, type TextTokenizer } from '../text/tokenizer.ts'
 
 export interface EngineEvents {
@@ -126,8 +121,8 @@ export class LocalEngine {
   readonly prefixes: CacheManager | null
   /** Each token's bytes and text (logprobs, grammars); built on first use. */
   readonly tokens: TokenTable
-  /** The ids of a forced tool call's fixed text; made on the first such call. */
-  #forcedText: ForcedText | undefined
+  /** A request's way in: its prompt rendered within the context, its limits checked, its constraint made (intake.ts). */
+  readonly #intake: RequestIntake
   /** JSON response_format grammars: the matchers live in the model's grammar worker, reached through this. */
   readonly grammars = new GrammarClient()
   /** Prompts that start while others decode are fed inside their steps (mixed batches) instead of in runs of their own. */
@@ -139,8 +134,6 @@ export class LocalEngine {
   #closing = false
   /** Steps, prefix cache look-ups and load, reported to the metrics. */
   readonly #counters: EngineCounters
-  /** The ids of `</think>`, forced when a thinking budget is spent; encoded on first use. */
-  #closeThinkingIds: number[] | undefined
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
     scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
@@ -155,6 +148,8 @@ export class LocalEngine {
     this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    this.tokens = new TokenTable(tokenizer)
+    this.#intake = new RequestIntake({ model, tokenizer, template, tokens: this.tokens, grammars: this.grammars, contextLength: this.#contextLimit })
     this.prefixes = limits.prefixCache === false
       ? null
       : new CacheManager(this.cacheLayout, this.kvBudget, {
@@ -163,7 +158,6 @@ export class LocalEngine {
       })
     // With a prompt graph, prompt tokens and generated tokens run on different graphs, so they cannot share a run.
     this.#mixes = limits.mixedBatches !== false && this.cacheLayout.packsRows && this.#batchCapacity > 1 && !session.hasPromptGraph
-    this.tokens = new TokenTable(tokenizer)
     if (this.#contextLimit < 1) {
       throw new ModelDirError(`${model.dir}: the KV cache budget (${Math.round(this.kvBudget.bytes / 2 ** 20)} MiB) cannot hold one sequence of this model (${this.kvBudget.bytesPerToken} bytes per position): raise KV_CACHE_MB`)
     }
@@ -211,7 +205,7 @@ export class LocalEngine {
 
   /** The prompt's token ids, exactly as the model will see them. */
   encodePrompt (request: Pick<GenerateRequest, 'messages'>): number[] {
-    return this.renderPrompt(request).ids
+    return this.#intake.renderPrompt(request).ids
   }
 
   /**
@@ -219,106 +213,14 @@ export class LocalEngine {
    * `maxTokens`, throws PromptTooLong once the prompt is shown to need more.
    */
   renderPrompt (request: Pick<GenerateRequest, 'messages'>, maxTokens?: number): EncodedPrompt {
-    // Message text never becomes control tokens (no prompt-template injection): chat-prompt.ts.
-    return encodeChatPrompt(this.template, this.tokenizer, request.messages, maxTokens)
+    return this.#intake.renderPrompt(request, maxTokens)
   }
 
-  /**
-   * The prompt, refused with context_length_exceeded as soon as it is shown to fill the context:
-   * encoding a megabyte of text takes seconds on this thread, during which every sequence of
-   * the model waits, and a prompt that cannot fit is not worth them.
-   */
-  #renderWithinContext (request: GenerateRequest): EncodedPrompt {
-    try {
-      return this.renderPrompt(request, this.contextLength - 1)
-    } catch (err) {
-      if (!(err instanceof PromptTooLong)) throw err
-      throw new ApiError('context_length_exceeded',
-        `This model's context length is ${this.contextLength} tokens; the prompt has at least ${err.atLeast}.`, { param: 'messages' })
-    }
-  }
-
-  /** Validates and queues a request; events for `id` follow. Throws ApiError before any work when it cannot be served. */
+  /** Validates and queues a request (intake.ts); events for `id` follow. Throws ApiError before any work when it cannot be served. */
   start (request: GenerateRequest, id: string = randomUUID()): string {
-    const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
-    for (const key of Object.keys(request.logitBias ?? {})) {
-      if (!(Number(key) < vocab)) throw new ApiError('invalid_parameter', `Token id ${key} is not in this model's vocabulary (ids 0 to ${vocab - 1}).`, { param: 'logit_bias' })
-    }
-    const { ids: promptIds, endsInThink } = this.#renderWithinContext(request)
-    const room = this.contextLength - promptIds.length
-    if (room <= 0 || (request.maxTokens !== undefined && request.maxTokens > room)) {
-      const wanted = request.maxTokens ?? 1
-      throw new ApiError('context_length_exceeded',
-        `This model's context length is ${this.contextLength} tokens; the prompt has ${promptIds.length} and the reply asks for up to ${wanted} more.`,
-        { param: request.maxTokens !== undefined && room > 0 ? 'max_tokens' : 'messages' })
-    }
-    // The budget for prompt and reply together (the tier's minute): the reply stops where it ends.
-    const budget = request.maxTotalTokens === undefined ? Infinity : request.maxTotalTokens - promptIds.length
-    if (budget < 1) {
-      throw new ApiError('invalid_parameter',
-        `The prompt alone (${promptIds.length} tokens) leaves no room for a reply within this request's budget of ${request.maxTotalTokens} tokens (the tier's tokens per minute); shorten the prompt.`,
-        { param: 'messages' })
-    }
-    const maxNewTokens = Math.min(request.maxTokens ?? room, budget)
-    this.#waiting.push(new Sequence({
-      id,
-      promptIds,
-      maxNewTokens,
-      request,
-      tokenizer: this.tokenizer,
-      eosIds: this.model.eosTokenIds,
-      // Logits past the tokenizer's vocabulary are padding in the output layer.
-      validVocab: Math.min(this.tokenizer.vocabSize, this.model.vocabSize),
-      startsInReasoning: endsInThink,
-      tokens: this.tokens,
-      ...this.#constraintOf(request),
-      ...this.#effortOf(request, maxNewTokens),
-    }))
+    this.#waiting.push(this.#intake.sequence(request, id))
     if (!this.#looping) void this.#loop()
     return id
-  }
-
-  #closeThinking (): number[] {
-    this.#closeThinkingIds ??= this.tokenizer.encode('</think>', { addSpecialTokens: false })
-    return this.#closeThinkingIds
-  }
-
-  /** reasoning_effort's thinking budget and the ids that close the block when it is spent. */
-  #effortOf (request: GenerateRequest, maxNewTokens: number): { effortBudget?: number; closeThinking?: number[] } {
-    const budget = effortBudget(request.reasoningEffort, maxNewTokens)
-    if (budget === undefined) return {}
-    return { effortBudget: budget, closeThinking: this.#closeThinking() }
-  }
-
-  /** A JSON response_format's grammar or a forced tool call's (compiled in the grammar worker for the request's scope), and the ids that close a thinking block at its budget. */
-  #constraintOf (request: GenerateRequest): { constraint?: Promise<Constraint>; closeThinking?: number[] } {
-    const scope = request.grammarScope ?? ''
-    const json = jsonFormatOf(request.responseFormat)
-    const tools = forcedCallTools(request.tools, request.toolChoice)
-    let constraint: Constraint
-    if (tools) {
-      // tool_choice required or a named tool: the call in the template's own form, its arguments under the tool's grammar.
-      const form = toolFormatForTemplate(this.template.source).forced
-      const vocab = Math.min(this.tokenizer.vocabSize, this.model.vocabSize)
-      this.#forcedText ??= new ForcedText(this.tokens, vocab, this.tokenizer.specialTokenIds)
-      const forced = this.#forcedText
-      const encode = (text: string): number[] => forced.ids(text)
-      constraint = new ToolCallConstraint({
-        open: encode(form.open),
-        names: tools.map(tool => ({ ids: encode(tool.function.name + form.afterName), arguments: () => this.grammars.constraint(argumentsFormat(tool), scope) })),
-        close: encode(form.close),
-        stopIds: this.model.eosTokenIds,
-        vocab,
-      })
-    } else if (json) {
-      constraint = this.grammars.constraint(json, scope)
-    } else {
-      return {}
-    }
-    return {
-      constraint: Promise.resolve(constraint),
-      ...(request.thinkingBudget ? { closeThinking: this.#closeThinking() } : {}),
-    }
   }
 
   /**
