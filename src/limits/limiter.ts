@@ -12,7 +12,7 @@ import type { UsageRecords } from '../accounts/usage-records.ts'
 import { ApiError } from '../errors.ts'
 import { monthOf, type Month } from './calendar.ts'
 import { rateLimitHeaders, retryAfterHeaders } from './headers.ts'
-import type { LimitStore, Rules, Usage } from './store.ts'
+import type { AdmitRequest, AdmitResult, LimitStore, Rules, Usage } from './store.ts'
 import { limitsUnavailableError } from './unavailable.ts'
 
 export interface CompletionAsk {
@@ -172,14 +172,7 @@ export class Limiter {
 
     const month = monthOf(this.#now())
     const requestId = randomUUID()
-    const request = { accountId: account.id, requestId, tokens: reserve, rules: rulesOf(tier), month }
-    let result = await this.#fromStore(this.store.admit(request))
-    if (result.outcome === 'needs-seed') {
-      // The month's counter does not exist yet (new month, restart, flushed Redis): start it from the records.
-      const monthSeed = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
-      result = await this.#fromStore(this.store.admit({ ...request, monthSeed }))
-      if (result.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
-    }
+    const result = await this.#admitInStore({ accountId: account.id, requestId, tokens: reserve, rules: rulesOf(tier), month })
 
     const headers = rateLimitHeaders(tier, result.usage)
     if (result.outcome === 'refused') {
@@ -252,14 +245,8 @@ export class Limiter {
     if (tier.requestsPerMinute === null && tier.tokensPerMinute === null && tier.callsPerMonth === null) return {}
     const month = monthOf(this.#now())
     const requestId = randomUUID()
-    // The month's counter must exist for the store to count (a refused check writes nothing).
-    const request = { accountId: account.id, requestId, tokens: 0, rules: { ...rulesOf(tier), callsPerMonth: null }, month }
-    let result = await this.#fromStore(this.store.admit(request))
-    if (result.outcome === 'needs-seed') {
-      const monthSeed = await this.#usage.billableCallsSince(account.id, new Date(month.startMs))
-      result = await this.#fromStore(this.store.admit({ ...request, monthSeed }))
-      if (result.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
-    }
+    // Counted as a request of the minute with no tokens; the allowance is not checked (nothing is generated).
+    const result = await this.#admitInStore({ accountId: account.id, requestId, tokens: 0, rules: { ...rulesOf(tier), callsPerMonth: null }, month })
     const headers = rateLimitHeaders(tier, result.usage)
     if (result.outcome === 'refused') {
       const refusalHeaders = { ...headers, ...retryAfterHeaders(result.retryAfterMs) }
@@ -282,6 +269,17 @@ export class Limiter {
     if (tier.requestsPerMinute === null && tier.tokensPerMinute === null) return {}
     if (this.#now() < this.#storeDownUntil) throw limitsUnavailableError()
     return rateLimitHeaders(tier, await this.#fromStore(this.store.peek(account.id, monthOf(this.#now()))))
+  }
+
+  /** The store's admit, seeding the month's counter from the usage records when it does not exist yet. */
+  async #admitInStore (request: AdmitRequest & { month: Month }): Promise<Exclude<AdmitResult, { outcome: 'needs-seed' }>> {
+    const result = await this.#fromStore(this.store.admit(request))
+    if (result.outcome !== 'needs-seed') return result
+    // The month's counter does not exist yet (new month, restart, flushed Redis): start it from the records.
+    const monthSeed = await this.#usage.billableCallsSince(request.accountId, new Date(request.month.startMs))
+    const seeded = await this.#fromStore(this.store.admit({ ...request, monthSeed }))
+    if (seeded.outcome === 'needs-seed') throw new Error('the limit store asked for a month seed twice')
+    return seeded
   }
 
   /** fromStore, remembering a failure so headersFor can skip the store for a moment. */
