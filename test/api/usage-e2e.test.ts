@@ -13,6 +13,9 @@ import OpenAI from 'openai'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { loadConfig } from '../../src/config.ts'
 import { monthOf } from '../../src/limits/calendar.ts'
+import { readFileSync } from 'node:fs'
+import { Tokenizer } from '@huggingface/tokenizers'
+import { measureCharsPerToken } from '../../src/engine/chars-per-token.ts'
 import { estimatePromptTokens } from '../../src/limits/request-cost.ts'
 import { startServer } from '../../src/server.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
@@ -27,7 +30,10 @@ const dir = t.testdir({
     tiers: {
       free: {},
       monthly: { calls_per_month: 3, max_tokens_per_request: 64 },
-      tokens: { tokens_per_minute: TPM, max_tokens_per_request: 96 },
+      // Cached prompt tokens count in full here: this tier's test is the exact boundary, and every
+      // request repeats the same prompt (the weight has its own test, below).
+      tokens: { tokens_per_minute: TPM, max_tokens_per_request: 96, cached_prompt_tokens_weight: 1 },
+      cached: { tokens_per_minute: 5000, max_tokens_per_request: 96 },
       unlimited: {},
     },
   }),
@@ -37,7 +43,7 @@ const db = await openMigratedDatabase(database)
 t.teardown(() => db.destroy())
 const accounts = new Accounts(db)
 const keys: Record<string, string> = {}
-for (const tier of ['monthly', 'tokens', 'unlimited']) {
+for (const tier of ['monthly', 'tokens', 'cached', 'unlimited']) {
   const account = await accounts.create({ email: `${tier}@example.com`, tier })
   keys[tier] = (await accounts.createKey(account.id, { name: tier })).key
 }
@@ -62,6 +68,10 @@ while ((await app.inject({ url: '/readyz' })).statusCode !== 200) {
 // open after the abandoned stream below (test/api/shutdown-e2e.test.ts).
 const client = (tier: string) => new OpenAI({ apiKey: keys[tier], baseURL, maxRetries: 0 })
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
+const read = (file: string) => JSON.parse(readFileSync(join(storiesModelDir(), file), 'utf8')) as Record<string, unknown>
+const tokenizer = new Tokenizer(read('tokenizer.json'), read('tokenizer_config.json'))
+/** The model's characters per token as chatd measures it at load (src/engine/chars-per-token.ts). */
+const charsPerToken = measureCharsPerToken(text => tokenizer.encode(text).ids.length)
 
 async function rowsOf (tier: string) {
   return db.selectFrom('usage_records').innerJoin('accounts', 'accounts.id', 'usage_records.account_id')
@@ -98,7 +108,8 @@ t.test('allowance: the third of 3 calls succeeds, the fourth gets 429 allowance_
 
 t.test('tokens per minute: a reservation that exactly fills the minute passes; one token more waits for the first request to leave', async t => {
   const api = client('tokens')
-  const estimate = estimatePromptTokens(messages)
+  // The reservation divides the prompt's characters by the model's own characters per token.
+  const estimate = estimatePromptTokens(messages, charsPerToken)
   const started = Date.now()
   const { data: one, response: r1 } = await api.chat.completions.create({ model: MODEL, messages, max_tokens: 20, temperature: 0 }).withResponse()
   t.equal(r1.headers.get('x-ratelimit-limit-tokens'), String(TPM))
@@ -126,6 +137,29 @@ t.test('tokens per minute: a reservation that exactly fills the minute passes; o
     [one.usage!.prompt_tokens, one.usage!.completion_tokens],
     [two.usage!.prompt_tokens, two.usage!.completion_tokens],
   ])
+})
+
+t.test('the next turn of a conversation: its cached prompt counts a tenth, in the reservation and in the minute', async t => {
+  // An agent resends its whole conversation each turn; the account's prefix cache serves all
+  // but the new message, and the tier (cached_prompt_tokens_weight, default 0.1) counts those
+  // tokens at a tenth: guessed from the account's previous request when reserving, then as the
+  // engine reports them (prompt_tokens_details.cached_tokens).
+  const api = client('cached')
+  const system = { role: 'system' as const, content: 'You tell short stories to children about animals who live in a small town by the sea.' }
+  const first = [system, { role: 'user' as const, content: 'Tell me about a cat.' }]
+  const { data: one } = await api.chat.completions.create({ model: MODEL, messages: first, max_tokens: 20, temperature: 0 }).withResponse()
+  const afterOne = 5000 - one.usage!.total_tokens // nothing was cached yet: all of it counts
+
+  const next = [...first, { role: 'assistant' as const, content: one.choices[0].message.content! }, { role: 'user' as const, content: 'And a dog?' }]
+  const chars = (list: Array<{ content: string }>) => list.reduce((n, m) => n + m.content.length, 0)
+  const reserved = Math.ceil((chars(next) - chars(first) * 0.9) / charsPerToken!) + 20
+  const { data: two, response } = await api.chat.completions.create({ model: MODEL, messages: next, max_tokens: 20, temperature: 0 }).withResponse()
+  t.equal(response.headers.get('x-ratelimit-remaining-tokens'), String(afterOne - reserved),
+    `reserved: the repeated messages at a tenth, the new ones in full, plus max_tokens (${reserved} of a full ${Math.ceil(chars(next) / charsPerToken!) + 20})`)
+  const cached = two.usage!.prompt_tokens_details?.cached_tokens ?? 0
+  t.ok(cached >= one.usage!.prompt_tokens, `the first turn's prompt came from the cache (${cached} of ${two.usage!.prompt_tokens})`)
+  const usage = await api.get('/usage') as { used: { tokens_this_minute: number } }
+  t.equal(usage.used.tokens_this_minute, one.usage!.total_tokens + Math.ceil(two.usage!.total_tokens - cached * 0.9), 'the minute counts the cached tokens at a tenth')
 })
 
 t.test('an abandoned stream gets a cancelled row with the tokens generated before it stopped', async t => {
