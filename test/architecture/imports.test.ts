@@ -17,9 +17,10 @@ function importGraph (): Map<string, Set<string>> {
   for (const file of files) {
     const text = fs.readFileSync(path.join(SRC, file), 'utf8')
     const deps = new Set<string>()
-    // Static imports and re-exports, dynamic import('...'), and workers started from new URL('...', import.meta.url).
-    for (const m of text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^'"`]*?from\s+'(\.[^']+)'|import\(\s*'(\.[^']+)'\s*\)|new URL\(\s*'(\.[^']+)'/g)) {
-      const target = path.normalize(path.join(path.dirname(file), m[1] ?? m[2] ?? m[3]))
+    // Static imports and re-exports, bare imports for their effect (import './x.ts'), dynamic
+    // import('...'), and workers started from new URL('...', import.meta.url).
+    for (const m of text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^'"`]*?from\s+'(\.[^']+)'|(?:^|\n)\s*import\s+'(\.[^']+)'|import\(\s*'(\.[^']+)'\s*\)|new URL\(\s*'(\.[^']+)'/g)) {
+      const target = path.normalize(path.join(path.dirname(file), m[1] ?? m[2] ?? m[3] ?? m[4]))
       if (target.endsWith('.ts') && !target.startsWith('..')) deps.add(target)
     }
     graph.set(path.normalize(file), deps)
