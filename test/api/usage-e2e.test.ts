@@ -13,9 +13,8 @@ import OpenAI from 'openai'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { loadConfig } from '../../src/config.ts'
 import { monthOf } from '../../src/limits/calendar.ts'
-import { readFileSync } from 'node:fs'
-import { Tokenizer } from '@huggingface/tokenizers'
 import { measureCharsPerToken } from '../../src/engine/chars-per-token.ts'
+import { loadTokenizer } from '../../src/engine/onnx/text/tokenizer.ts'
 import { estimatePromptTokens } from '../../src/limits/request-cost.ts'
 import { startServer } from '../../src/server.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
@@ -68,10 +67,9 @@ while ((await app.inject({ url: '/readyz' })).statusCode !== 200) {
 // open after the abandoned stream below (test/api/shutdown-e2e.test.ts).
 const client = (tier: string) => new OpenAI({ apiKey: keys[tier], baseURL, maxRetries: 0 })
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
-const read = (file: string) => JSON.parse(readFileSync(join(storiesModelDir(), file), 'utf8')) as Record<string, unknown>
-const tokenizer = new Tokenizer(read('tokenizer.json'), read('tokenizer_config.json'))
+const tokenizer = await loadTokenizer(storiesModelDir())
 /** The model's characters per token as chatd measures it at load (src/engine/chars-per-token.ts). */
-const charsPerToken = measureCharsPerToken(text => tokenizer.encode(text).ids.length)
+const charsPerToken = measureCharsPerToken(text => tokenizer.encode(text).length)
 
 async function rowsOf (tier: string) {
   return db.selectFrom('usage_records').innerJoin('accounts', 'accounts.id', 'usage_records.account_id')
