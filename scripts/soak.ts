@@ -104,6 +104,19 @@ function rssMb (): number {
   return Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024)
 }
 
+/**
+ * Where the resident set is, to tell a growth's kind: anonymous memory (heaps, WebAssembly,
+ * onnxruntime's arena) against mapped files, and the threads alive (workers that come and go).
+ */
+function breakdown (): { anonMb: number; threads: number } {
+  const rollup = fs.readFileSync(`/proc/${child.pid}/smaps_rollup`, 'utf8')
+  const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8')
+  return {
+    anonMb: Math.round(Number(/^Anonymous:\s+(\d+)/m.exec(rollup)?.[1] ?? 0) / 1024),
+    threads: Number(/Threads:\s+(\d+)/.exec(status)?.[1] ?? 0),
+  }
+}
+
 async function ready (): Promise<void> {
   const deadline = Date.now() + 60_000
   while (Date.now() < deadline) {
@@ -146,12 +159,12 @@ try {
   await ready()
   // A warm-up of each door, so the start is measured after the first grammar worker is up.
   for (let i = 0; i < 12; i++) await one(-1 - i)
-  const curve: Array<{ requests: number; rssMb: number; seconds: number }> = []
+  const curve: Array<{ requests: number; rssMb: number; seconds: number; anonMb: number; threads: number }> = []
   const started = performance.now()
   const every = Math.max(1, Math.floor(plan.requests / plan.samples))
-  curve.push({ requests: 0, rssMb: rssMb(), seconds: 0 })
+  curve.push({ requests: 0, rssMb: rssMb(), seconds: 0, ...breakdown() })
   done = 0
-  const line = (point: typeof curve[number]): void => console.error(`${String(point.requests).padStart(7)} requests  ${String(point.rssMb).padStart(6)} MiB  ${point.seconds.toFixed(0).padStart(5)} s`)
+  const line = (point: typeof curve[number]): void => console.error(`${String(point.requests).padStart(7)} requests  ${String(point.rssMb).padStart(6)} MiB (${point.anonMb} anonymous)  ${String(point.threads).padStart(3)} threads  ${point.seconds.toFixed(0).padStart(5)} s`)
   line(curve[0])
   let nextSample = every
   await Promise.all(Array.from({ length: plan.concurrency }, async () => {
@@ -159,14 +172,14 @@ try {
       await one(sent++)
       if (done >= nextSample) {
         nextSample += every
-        const point = { requests: done, rssMb: rssMb(), seconds: (performance.now() - started) / 1000 }
+        const point = { requests: done, rssMb: rssMb(), seconds: (performance.now() - started) / 1000, ...breakdown() }
         curve.push(point)
         line(point)
       }
     }
   }))
   const last = curve.at(-1)!
-  if (last.requests !== done) curve.push({ requests: done, rssMb: rssMb(), seconds: (performance.now() - started) / 1000 })
+  if (last.requests !== done) curve.push({ requests: done, rssMb: rssMb(), seconds: (performance.now() - started) / 1000, ...breakdown() })
   const start = curve[0].rssMb
   const end = curve.at(-1)!.rssMb
   const half = curve.reduce((best, p) => Math.abs(p.requests - done / 2) < Math.abs(best.requests - done / 2) ? p : best)

@@ -291,8 +291,10 @@ export interface GrammarCounts {
   replaced: number
   /** Serving grammar workers running (one per scope). */
   workers: number
-  /** Serving workers let go to make room for another scope's. */
+  /** Serving workers let go to make room for another scope's (past their memory bound, or never up). */
   retired: number
+  /** Serving workers handed from one scope to another (their grammars and matchers dropped). */
+  reassigned: number
 }
 
 export interface Backend {

@@ -17,6 +17,11 @@ export interface GrammarWorkerData {
 /** A request's schemas, compiled one after the other in one message (one time limit for them all). */
 export type ToGrammarWorker =
   | { type: 'compile'; id: number; items: Array<{ key: string; format: JsonFormat }> }
+  /**
+   * A serving worker handed to another scope: it drops every grammar and matcher it holds, closes
+   * its port to the engine and answers steps over this one from now on.
+   */
+  | { type: 'rescope'; port: MessagePort }
 
 export type FromGrammarWorker =
   /** The vocabulary is prepared: compiles may start (and be timed). */

@@ -14,8 +14,9 @@
 //   account's own requests, and it waits until none of them is running (and
 //   new ones wait for it before they start), so decode steps shared with
 //   other accounts do not wait on it;
-// - serving workers are bounded (each holds the vocabulary): a new scope lets
-//   the least recently used one go that nothing uses, or is refused with 503;
+// - serving workers are bounded (each holds the vocabulary): a new scope takes
+//   over the least recently used one that nothing uses (which lets go of every
+//   grammar and matcher of its last scope), or is refused with 503;
 // - compiles in flight are bounded per scope (an account) and in all;
 // - grammars are cached per scope, so one account's use of a schema is never
 //   seen by another (its first use is always a compile);
@@ -57,7 +58,7 @@ const MEMORY_WATCH_MS = 100
 const SERVING_BACKSTOP = 4
 
 interface Serving {
-  /** The scope (account) whose grammars and matchers it holds. */
+  /** The scope (account) whose grammars and matchers it holds (another's once reassigned). */
   scope: string
   worker: Worker
   ready: Promise<void>
@@ -121,7 +122,7 @@ export class GrammarService extends EventEmitter {
   #spare: Trial | undefined
   readonly #inFlight = new Map<string, number>()
   #nextId = 1
-  readonly counts: GrammarCounts = { compiles: 0, timedOut: 0, cancelled: 0, failed: 0, busy: 0, inFlight: 0, replaced: 0, workers: 0, retired: 0 }
+  readonly counts: GrammarCounts = { compiles: 0, timedOut: 0, cancelled: 0, failed: 0, busy: 0, inFlight: 0, replaced: 0, workers: 0, retired: 0, reassigned: 0 }
   #closed = false
 
   constructor (model: { modelDir: string; dtype: ModelDtype }, limits: Partial<GrammarLimits>, onPort: (port: MessagePort, scope: string) => void) {
@@ -384,9 +385,30 @@ export class GrammarService extends EventEmitter {
           `all ${this.#limits.workers} grammar workers (GRAMMAR_WORKERS_MAX) serve running requests of other accounts; retry shortly.`,
           { param: 'response_format', headers: { 'retry-after': '1' } })
       }
+      if (!idle.retiring && idle.started) return this.#reassign(idle, scope)
       this.#retire(idle)
     }
     return this.#start(scope)
+  }
+
+  /**
+   * Hands a worker no request uses to another scope instead of starting a thread and preparing the
+   * vocabulary again (with more accounts than workers, every request would): it lets go of every
+   * grammar and matcher it held, and answers the new scope's steps over a new port. The old
+   * scope's port closes, so a request of it that skipped its compile finds no worker.
+   */
+  #reassign (serving: Serving, scope: string): Serving {
+    this.#serving.delete(serving.scope)
+    const channel = new MessageChannel()
+    serving.worker.postMessage({ type: 'rescope', port: channel.port1 } satisfies ToGrammarWorker, [channel.port1])
+    serving.scope = scope
+    serving.compiled.clear()
+    serving.open = 0
+    this.#serving.set(scope, serving)
+    this.counts.reassigned++
+    // Before any compile for the new scope resolves, as in #start.
+    this.#onPort(channel.port2, scope)
+    return serving
   }
 
   #start (scope: string): Serving {

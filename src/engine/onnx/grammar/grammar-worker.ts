@@ -3,9 +3,11 @@
 // stalls neither the event loop nor the engine, and can be ended by
 // terminating the thread (grammar-service.ts). A trial worker compiles one
 // schema and is let go; the serving worker keeps compiled grammars and the
-// sequences' matchers, and answers the engine's steps over its port.
+// sequences' matchers of one scope (an account), answers the engine's steps
+// over its port, and may be handed to another scope, which keeps nothing of
+// the last.
 import v8 from 'node:v8'
-import { parentPort, workerData } from 'node:worker_threads'
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads'
 import { ApiError } from '../../../errors.ts'
 import { Grammars, type JsonFormat, type LocalConstraint } from './grammar.ts'
 import type { FromGrammarWorker, FromMatcher, GrammarWorkerData, ToGrammarWorker, ToMatcher } from './grammar-protocol.ts'
@@ -24,6 +26,7 @@ const matchers = new Map<number, Promise<LocalConstraint>>()
 /** Bytes outside the JavaScript heap: the WebAssembly memory, which never shrinks. */
 const memoryBytes = (): number => v8.getHeapStatistics().external_memory
 const send = (message: FromGrammarWorker): void => parent.postMessage(message)
+const counted = (): void => send({ type: 'matchers', open: matchers.size, memoryBytes: memoryBytes() })
 await grammars.prepare()
 
 /** A trial also checks the grammar's first mask: a schema no JSON value satisfies allows no first token. */
@@ -38,7 +41,7 @@ async function compile (item: { key: string; format: JsonFormat }): Promise<void
 }
 
 /** Compiles the items in turn; the first that fails ends the message, naming its index. */
-async function compileAll (message: ToGrammarWorker): Promise<void> {
+async function compileAll (message: ToGrammarWorker & { type: 'compile' }): Promise<void> {
   for (const [index, item] of message.items.entries()) {
     send({ type: 'compiling', id: message.id, index })
     try {
@@ -51,14 +54,14 @@ async function compileAll (message: ToGrammarWorker): Promise<void> {
   send({ type: 'compiled', id: message.id, memoryBytes: memoryBytes() })
 }
 
-parent.on('message', (message: ToGrammarWorker) => { void compileAll(message) })
+/** The serving worker's port to the engine, the scope's; none in a trial worker. */
+let engine: MessagePort | undefined
 
-const port = settings.port
-if (port) {
-  /** Each sequence's operations, one after the other (a close waits for the step before it). */
+/** Answers the engine's steps over `port`: each sequence's operations one after the other (a close waits for the step before it). */
+function listen (port: MessagePort): void {
+  engine = port
   const chains = new Map<number, Promise<void>>()
   const reply = (message: FromMatcher, transfer: ArrayBuffer[] = []): void => port.postMessage(message, transfer)
-  const counted = (): void => send({ type: 'matchers', open: matchers.size, memoryBytes: memoryBytes() })
   const then = (seq: number, op: () => Promise<void>): void => {
     const next = (chains.get(seq) ?? Promise.resolve()).then(op)
     chains.set(seq, next)
@@ -96,4 +99,24 @@ if (port) {
     })
   })
 }
+
+/**
+ * Handed to another scope (grammar-service.ts, only when none of the last scope's requests runs):
+ * nothing of the last scope stays, neither its grammars (a first use by the new scope is always
+ * a compile) nor its matchers (closes that were still on their way), and its port closes.
+ */
+function rescope (port: MessagePort): void {
+  engine?.close()
+  for (const matcher of matchers.values()) void matcher.then(m => m.dispose(), () => {})
+  matchers.clear()
+  grammars.clear()
+  listen(port)
+  counted()
+}
+
+parent.on('message', (message: ToGrammarWorker) => {
+  if (message.type === 'rescope') rescope(message.port)
+  else void compileAll(message)
+})
+if (settings.port) listen(settings.port)
 send({ type: 'ready' })

@@ -151,6 +151,12 @@ export class Grammars {
     return compiled
   }
 
+  /** Lets every compiled grammar go (a serving worker handed to another scope keeps none of the last's). */
+  clear (): void {
+    for (const compiled of this.#cache.values()) compiled.dispose()
+    this.#cache.clear()
+  }
+
   /** A matcher for one sequence, from the format's compiled grammar. */
   async constraint (format: JsonFormat, key?: string): Promise<LocalConstraint> {
     const grammar = await this.compile(format, key)

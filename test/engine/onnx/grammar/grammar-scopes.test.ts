@@ -1,8 +1,8 @@
 // One account's new schema compiles in that account's own serving grammar
 // worker: while account B's slow schema compiles where it will serve, account
 // A's constrained generation (its schema compiled already) gets its masks and
-// finishes. Serving workers are bounded: a new scope retires the least recently
-// used worker that holds no matcher, and is refused with 503 when none can go.
+// finishes. Serving workers are bounded: a new scope takes over the least
+// recently used worker that no request uses, and is refused with 503 when none can.
 import { once } from 'node:events'
 import t, { type Test } from 'tap'
 import type { GenerateRequest } from '../../../../src/engine/backend.ts'
@@ -65,12 +65,12 @@ t.test('serving workers are bounded: the least recently used idle one goes; none
   t.teardown(() => service.close())
   await service.compile(format(ANIMAL), { scope: 'a' })
   await service.compile(format(ANIMAL), { scope: 'b' })
-  t.match(service.counts, { workers: 2, retired: 0, compiles: 2 })
+  t.match(service.counts, { workers: 2, reassigned: 0, compiles: 2 })
   await service.compile(format(ANIMAL), { scope: 'a' })
   t.equal(service.counts.compiles, 2, 'a schema its account compiled is cached, and marks its worker as used')
 
   await service.compile(format(ANIMAL), { scope: 'c' })
-  t.match(service.counts, { workers: 2, retired: 1, compiles: 3 }, 'a third account took the place of one')
+  t.match(service.counts, { workers: 2, reassigned: 1, retired: 0, compiles: 3 }, 'a third account took over one (the thread kept, its grammars dropped)')
   await service.compile(format(ANIMAL), { scope: 'a' })
   t.equal(service.counts.compiles, 3, 'the least recently used (b) went, not a')
 
@@ -79,14 +79,14 @@ t.test('serving workers are bounded: the least recently used idle one goes; none
   const releaseC = service.hold('c')
   const err = await service.compile(format(ANIMAL), { scope: 'd' }).catch((e: unknown) => e)
   t.match(err, { code: 'server_overloaded', param: 'response_format', headers: { 'retry-after': '1' }, message: /GRAMMAR_WORKERS_MAX/ })
-  t.match(service.counts, { workers: 2, retired: 1, compiles: 3, inFlight: 0 }, 'refused before any compile')
+  t.match(service.counts, { workers: 2, reassigned: 1, compiles: 3, inFlight: 0 }, 'refused before any compile')
   releaseC()
   await service.compile(format(ANIMAL), { scope: 'd' })
-  t.match(service.counts, { workers: 2, retired: 2, compiles: 4 }, 'once c ended, d took its place')
+  t.match(service.counts, { workers: 2, reassigned: 2, retired: 0, compiles: 4 }, 'once c ended, d took its place')
   await service.compile(format(ANIMAL), { scope: 'a' })
   t.equal(service.counts.compiles, 4, 'a, held throughout, kept its worker and its grammars')
   releaseA()
-  t.same(ports, ['a', 'b', 'c', 'd'], 'each new worker\'s port went to the engine with its scope')
+  t.same(ports, ['a', 'b', 'c', 'd'], 'each scope\'s new port went to the engine with its scope')
 })
 
 t.test('a worker whose requests have ended makes room at once for another account', async t => {
@@ -99,10 +99,19 @@ t.test('a worker whose requests have ended makes room at once for another accoun
   releaseA()
   // Its matcher's close may still be on its way to the worker: no 503 for that.
   await service.compile(format(ANIMAL), { scope: 'b' })
-  t.match(service.counts, { workers: 1, retired: 1 }, 'A\'s worker made room for B')
+  t.match(service.counts, { workers: 1, reassigned: 1 }, 'A\'s worker was handed to B')
   t.equal(await run('b1', 'b', ANIMAL), 'stop', 'B generates through its own worker')
   const err = await run('a2', 'a', ANIMAL).catch((e: unknown) => e)
   t.match(err, { message: /grammar worker/ }, 'a request of A\'s that skipped its compile finds no worker: an error, not another account\'s grammars')
+
+  // Back to A through the same thread: B's grammars were dropped, A's schema is compiled anew.
+  const compiles = service.counts.compiles
+  await service.compile(format(ANIMAL), { scope: 'a' })
+  t.equal(service.counts.compiles, compiles + 1, 'A\'s schema is compiled again: nothing of its first time stayed')
+  t.match(service.counts, { workers: 1, reassigned: 2, retired: 0, replaced: 0 }, 'still the one thread')
+  t.equal(await run('a3', 'a', ANIMAL), 'stop', 'A generates again')
+  const errB = await run('b2', 'b', ANIMAL).catch((e: unknown) => e)
+  t.match(errB, { message: /grammar worker/ }, 'and B, whose worker it was, finds none')
 })
 
 t.test('an account\'s new schema compiles where it serves only once that account\'s running requests have ended', async t => {
