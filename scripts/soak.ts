@@ -98,21 +98,20 @@ const child = spawn(process.execPath, [path.join(REPO_ROOT, 'src/cli.ts'), 'serv
 })
 const exited = new Promise<void>(resolve => child.once('exit', () => resolve()))
 
-/** The child's resident set (MiB), from /proc: what the kernel would count against it. */
-function rssMb (): number {
-  const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8')
-  return Math.round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024)
-}
-
 /**
- * Where the resident set is, to tell a growth's kind: anonymous memory (heaps, WebAssembly,
- * onnxruntime's arena) against mapped files, and the threads alive (workers that come and go).
+ * The child's memory from /proc, after `requests` requests: its resident set (what the kernel
+ * would count against it), the anonymous part of it (heaps, WebAssembly, onnxruntime's arena,
+ * against mapped files), and the threads alive (workers that come and go).
  */
-function breakdown (): { anonMb: number; threads: number } {
-  const rollup = fs.readFileSync(`/proc/${child.pid}/smaps_rollup`, 'utf8')
+function sample (requests: number, seconds: number): { requests: number; rssMb: number; seconds: number; anonMb: number; threads: number } {
   const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8')
+  const rollup = fs.readFileSync(`/proc/${child.pid}/smaps_rollup`, 'utf8')
+  const mib = (kb: string | undefined): number => Math.round(Number(kb ?? 0) / 1024)
   return {
-    anonMb: Math.round(Number(/^Anonymous:\s+(\d+)/m.exec(rollup)?.[1] ?? 0) / 1024),
+    requests,
+    rssMb: mib(/VmRSS:\s+(\d+)/.exec(status)?.[1]),
+    seconds,
+    anonMb: mib(/^Anonymous:\s+(\d+)/m.exec(rollup)?.[1]),
     threads: Number(/Threads:\s+(\d+)/.exec(status)?.[1] ?? 0),
   }
 }
@@ -159,10 +158,10 @@ try {
   await ready()
   // A warm-up of each door, so the start is measured after the first grammar worker is up.
   for (let i = 0; i < 12; i++) await one(-1 - i)
-  const curve: Array<{ requests: number; rssMb: number; seconds: number; anonMb: number; threads: number }> = []
+  const curve: Array<ReturnType<typeof sample>> = []
   const started = performance.now()
   const every = Math.max(1, Math.floor(plan.requests / plan.samples))
-  curve.push({ requests: 0, rssMb: rssMb(), seconds: 0, ...breakdown() })
+  curve.push(sample(0, 0))
   done = 0
   const line = (point: typeof curve[number]): void => console.error(`${String(point.requests).padStart(7)} requests  ${String(point.rssMb).padStart(6)} MiB (${point.anonMb} anonymous)  ${String(point.threads).padStart(3)} threads  ${point.seconds.toFixed(0).padStart(5)} s`)
   line(curve[0])
@@ -172,14 +171,14 @@ try {
       await one(sent++)
       if (done >= nextSample) {
         nextSample += every
-        const point = { requests: done, rssMb: rssMb(), seconds: (performance.now() - started) / 1000, ...breakdown() }
+        const point = sample(done, (performance.now() - started) / 1000)
         curve.push(point)
         line(point)
       }
     }
   }))
   const last = curve.at(-1)!
-  if (last.requests !== done) curve.push({ requests: done, rssMb: rssMb(), seconds: (performance.now() - started) / 1000, ...breakdown() })
+  if (last.requests !== done) curve.push(sample(done, (performance.now() - started) / 1000))
   const start = curve[0].rssMb
   const end = curve.at(-1)!.rssMb
   const half = curve.reduce((best, p) => Math.abs(p.requests - done / 2) < Math.abs(best.requests - done / 2) ? p : best)

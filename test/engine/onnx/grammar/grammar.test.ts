@@ -211,3 +211,20 @@ t.test('R1-style: thinking is free text, the answer after </think> is constraine
   t.ok(JSON.parse(first.content + answer.content), 'JSON from the start')
   direct.release()
 })
+
+t.test('clear() lets every compiled grammar go; the instance compiles and constrains again', async t => {
+  const tokens = new TokenTable(r1)
+  const grammars = new Grammars(() => ({ bytes: tokens.grammarVocabulary(), vocabSize: r1.vocabSize, stopIds: [R1_TOKENS.eos.id] }))
+  const json = FORMAT as Exclude<ResponseFormat, { type: 'text' }>
+  await grammars.compile(json, 'a:animal')
+  t.ok(grammars.has('a:animal'), 'compiled and kept')
+  grammars.clear()
+  t.notOk(grammars.has('a:animal'), 'nothing kept after clear(): the next use is a compile')
+  const constraint = await grammars.constraint(json, 'b:animal')
+  await constraint.prepare()
+  const logits = new Float32Array(r1.vocabSize).fill(1)
+  constraint.apply(logits, r1.vocabSize)
+  t.equal(logits[r1.tokenToId('{') as number], 1, 'a new matcher still allows the JSON\'s opening brace')
+  t.equal(logits[r1.tokenToId('Hello') as number], -Infinity, 'and masks the rest')
+  constraint.dispose()
+})
