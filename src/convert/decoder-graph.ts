@@ -28,6 +28,14 @@
 //     every output into a fresh JavaScript buffer, so returning the whole
 //     cache each step costs a copy (and fresh pages) of all of it; returning
 //     the new positions costs a few kilobytes.
+// `attention: "gqa-masked"` (the form for GPU hosts) keeps those semantics with
+// fewer nodes: rotary at position_ids and the same additive mask as plain
+// attention, with attention's core in one com.microsoft GroupQueryAttention node
+// that takes the mask as attention_bias and every row's whole length as its
+// seqlens_k (so it derives no position and drops no key); left-padded rows stay
+// exact, and a GPU runs ~17 kernels a layer instead of ~36 (each one costs host
+// time to dispatch). Its int4 projections take their bias inside MatMulNBits.
+//
 // Compute is float32; `weights` picks how weights are stored (fp32, fp16 or
 // int4 through com.microsoft MatMulNBits), and `io` the dtype of the KV cache
 // and logits.
@@ -45,7 +53,7 @@ import { DataType } from './onnx-proto.ts'
 import { concat1d, concatRows, quantizeInt4, quantizeInt8, toFloat16Bytes, toFloat32Bytes, transpose2d, type Int8Weight, type Tensor } from './tensors.ts'
 
 export type WeightFormat = 'fp32' | 'fp16' | 'int4' | 'int8'
-export type AttentionStyle = 'standard' | 'gqa' | 'mha'
+export type AttentionStyle = 'standard' | 'gqa' | 'mha' | 'gqa-masked'
 /** What the graph returns of the key/value cache (see the head of this file). */
 export type CacheStyle = 'concat' | 'append'
 /** chatd's own graph, or the form onnx-community exports have (see the head of this file). */
@@ -102,7 +110,10 @@ export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOp
   if (opts.weights === 'int8' && ((opts.attention ?? 'standard') !== 'standard' || (opts.cache ?? defaultCacheStyle(opts.attention)) !== 'append' || opts.form === 'onnx-community')) {
     throw new Error('int8 weights are written with standard attention and the append cache only')
   }
-  if (opts.attention !== 'gqa') return
+  if (opts.attention === 'gqa-masked') {
+    if (opts.weights === 'fp16' || opts.weights === 'int8') throw new Error('the gqa-masked attention style is written for fp32 and int4 weights only')
+    if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat' || opts.form === 'onnx-community') throw new Error('the gqa-masked attention style is written in chatd\'s form with the concat cache only')
+  } else if (opts.attention !== 'gqa') return
   if (opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
   if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
   if (cfg.headDim % GQA_HEAD_SIZE_MULTIPLE !== 0) {
@@ -123,6 +134,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     throw new Error('the onnx-community form is written with standard attention, the concat cache and fp32 or int4 weights')
   }
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, hiddenSize: H } = cfg
+  const masked = opts.attention === 'gqa-masked'
   // onnx-community q4 files carry no accuracy_level: onnxruntime then computes in float32.
   const accuracyLevel = plain || opts.int4Compute === 'float' ? undefined : 4
 
@@ -156,7 +168,9 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       const q = quantizeInt4(w, opts.int4BlockSize)
       const b = g.initializer(`${name}.qweight`, DataType.UINT8, [n, q.blocksPerRow, q.blockSize / 2], q.packed)
       const s = g.initializer(`${name}.scales`, DataType.FLOAT, [n * q.blocksPerRow], toFloat32Bytes(q.scales))
-      y = g.op('MatMulNBits', [x, b, s], {
+      // gqa-masked graphs (the GPU form) pass the bias to MatMulNBits' own bias input: one kernel, not two.
+      const fusedBias = bias && masked ? g.initializer(`${name}.bias`, DataType.FLOAT, [bias.length], toFloat32Bytes(bias)) : null
+      y = g.op('MatMulNBits', fusedBias ? [x, b, s, '', '', fusedBias] : [x, b, s], {
         K: attr.i(k),
         N: attr.i(n),
         bits: attr.i(4),
@@ -169,7 +183,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
       const wt = transpose2d(w)
       y = g.op('MatMul', [x, floatWeight(`${name}.weight`, wt)], {}, { name: `${name}/MatMul` })
     }
-    if (bias) y = g.op('Add', [y, g.initializer(`${name}.bias`, DataType.FLOAT, [bias.length], toFloat32Bytes(bias))])
+    if (bias && !(opts.weights === 'int4' && masked)) y = g.op('Add', [y, g.initializer(`${name}.bias`, DataType.FLOAT, [bias.length], toFloat32Bytes(bias))])
     return y
   }
 
@@ -214,10 +228,11 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
 
   // ---- attention ------------------------------------------------------------
   // chatd's concat graphs with plain attention collect each layer's new entries for cache_delta.
-  const newEntries: string[] | null = cache === 'concat' && !plain && (opts.attention ?? 'standard') === 'standard' ? [] : null
+  // gqa-masked graphs collect the new entries as the projections give them ([B, S, kv heads * hd]).
+  const newEntries: string[] | null = cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -275,7 +290,13 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     pending = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
   }
 
-  if (newEntries) {
+  if (newEntries && masked) {
+    // Every layer's [B, S, kv heads * hd] side by side, then one reshape and transpose into the delta's layout.
+    const side = g.op('Concat', newEntries, { axis: attr.i(-1) })
+    const split = g.op('Reshape', [side, g.int64([0, 0, 2 * cfg.numLayers, nKv, hd])])
+    g.op('Transpose', [split], { perm: attr.ints([2, 0, 3, 1, 4]) }, { output: 'cache_delta' })
+    g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
+  } else if (newEntries) {
     g.op('Concat', newEntries.map(e => g.op('Unsqueeze', [e, g.int64([0])])), { axis: attr.i(0) }, { output: 'cache_delta' })
     g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
   }
@@ -377,7 +398,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -418,6 +439,24 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
   }
   const toHeads = (t: string, heads: number): string =>
     g.op('Transpose', [g.op('Reshape', [t, g.int64([0, 0, heads, hd])])], { perm: attr.ints([0, 2, 1, 3]) })
+
+  if (maskedGqa) {
+    // com.microsoft GroupQueryAttention for attention's core alone (on a GPU a few fused kernels
+    // instead of a dozen): q and k rotated here at each row's position_ids, every row's seqlens_k
+    // the whole length (so the operator drops no key and derives no position), and padding and
+    // causality from the same additive mask as above, as attention_bias. Exact with left padding.
+    const lastPosition = g.op('Sub', [totalLen, one])
+    const batch = g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([0], true)], { axis: attr.i(0) })
+    const seqlensK = g.op('Cast', [g.op('Expand', [lastPosition, g.op('Unsqueeze', [batch, g.int64([0])])])], { to: attr.i(DataType.INT32) })
+    const totalLenI32 = g.op('Cast', [totalLen], { to: attr.i(DataType.INT32) })
+    return (i, qFlat, kFlat, vFlat, past) => {
+      const k = rotary(kFlat, nKv)
+      newEntries?.push(k, vFlat)
+      return g.node('GroupQueryAttention', [rotary(qFlat, nH), k, vFlat, past.key, past.value, seqlensK, totalLenI32, '', '', '', maskBias], {
+        num_heads: attr.i(nH), kv_num_heads: attr.i(nKv), scale: attr.f(1 / Math.sqrt(hd)), do_rotary: attr.i(0),
+      }, { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
+    }
+  }
 
   if (fusedMha) {
     // com.microsoft MultiHeadAttention, as transformer optimizers fuse attention: rotated q and k,

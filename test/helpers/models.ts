@@ -88,3 +88,15 @@ export function randomGqaModelDir (weights: 'fp32' | 'int4' = 'fp32', seed = 7):
   const configPath = path.join(REPO_ROOT, 'test/fixtures', 'tiny-llama.config.json')
   return cached(`random-llama-gqa-${weights}-${seed}`, out => { convertRandom({ configPath, out, weights, seed, attention: 'gqa' }) })
 }
+
+/**
+ * chatd's form for GPU hosts (--attention gqa-masked --cache concat --int4-compute float) on a tiny random
+ * Qwen2 with head size 16 (GroupQueryAttention takes multiples of 16; stories260k's heads are 8 wide);
+ * `attention: 'standard'` writes the same weights with plain attention, to compare against.
+ */
+export function randomGpuFormModelDir (weights: 'fp32' | 'int4' = 'int4', attention: 'gqa-masked' | 'standard' = 'gqa-masked'): string {
+  const configPath = path.join(REPO_ROOT, 'test/fixtures', 'tiny-qwen2-hd16.config.json')
+  return cached(`random-qwen2-hd16-${attention}-${weights}`, out => {
+    convertRandom({ configPath, out, weights, seed: 7, cache: 'concat', attention, ...(weights === 'int4' ? { int4Compute: 'float' as const } : {}) })
+  })
+}

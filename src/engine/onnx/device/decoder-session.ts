@@ -30,8 +30,10 @@ export type CacheType = 'float32' | 'float16'
  * computes wrong results for left-padded rows.
  * mha: com.microsoft MultiHeadAttention; how it treats padding depends on how the exporter wired
  * the mask, so chatd does not pad its rows either.
+ * gqa-masked: chatd's GPU form (chatd convert --attention gqa-masked): GroupQueryAttention under
+ * an explicit mask with positions from position_ids, as exact as standard for any mask.
  */
-export type GraphStyle = 'standard' | 'gqa' | 'mha'
+export type GraphStyle = 'standard' | 'gqa' | 'mha' | 'gqa-masked'
 
 /**
  * concat: present.N.* outputs hold the past with the new positions appended.
@@ -178,7 +180,7 @@ export class DecoderSession {
     // Spare cache slots are masked out and every row's positions come from position_ids; a graph
     // that derives positions from the mask would count the slots wrong.
     if (this.cacheOutputs === 'append' && !this.hasPositionIds) throw new ModelDirError(`${where}: a graph that returns new_key_values.N.* must take position_ids`)
-    if (graphStyle === 'gqa' && model.headDim % 16 !== 0) {
+    if ((graphStyle === 'gqa' || graphStyle === 'gqa-masked') && model.headDim % 16 !== 0) {
       throw new ModelDirError(`${where}: GroupQueryAttention needs a head size that is a multiple of 16 (onnxruntime's kernel); config.json gives head_dim ${model.headDim}`)
     }
     for (let i = 0; i < model.numLayers; i++) {
@@ -201,10 +203,31 @@ export class DecoderSession {
   /**
    * Whether rows of different lengths can share a run: they are padded, so the graph must take
    * each row's positions (position_ids) and honour any attention mask (plain attention, not
-   * GroupQueryAttention, which derives positions from the mask's row sums).
+   * GroupQueryAttention that derives positions from the mask's row sums; chatd's gqa-masked
+   * graphs are exact).
    */
   get takesPaddedRows (): boolean {
-    return this.graphStyle === 'standard' && this.hasPositionIds
+    return (this.graphStyle === 'standard' || this.graphStyle === 'gqa-masked') && this.hasPositionIds
+  }
+
+  /**
+   * Whether rows of one run may take several tokens each on top of a cached past. onnxruntime's
+   * GroupQueryAttention takes such a run (a prompt chunk after the first, or after a cached
+   * prefix) one row at a time, so gqa-masked graphs prefill one sequence per run; their decode
+   * steps (one token a row) still batch.
+   */
+  get batchesPromptChunks (): boolean {
+    return this.graphStyle !== 'gqa-masked'
+  }
+
+  /**
+   * Most tokens one run may feed a row. onnxruntime's WebGPU GroupQueryAttention takes another
+   * kernel from 32 new tokens a run, and that one parts from the CPU's results (by 4e-2 in the
+   * logits on Mesa's lavapipe, from exactly 32 on; 1e-6 below): gqa-masked graphs on WebGPU feed
+   * prompts 31 tokens a run, where they give the CPU's tokens.
+   */
+  get tokensPerRunLimit (): number {
+    return this.graphStyle === 'gqa-masked' && this.device === 'webgpu' ? GQA_WEBGPU_EXACT_TOKENS : Infinity
   }
 
   static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {
@@ -340,6 +363,9 @@ export class DecoderSession {
   }
 }
 
+/** The most new tokens a run of a gqa-masked graph takes on WebGPU and stays exact (tokensPerRunLimit). */
+export const GQA_WEBGPU_EXACT_TOKENS = 31
+
 /** The output that carries a run's new cache positions of every layer beside present.N.* (concat graphs chatd writes). */
 export const CACHE_DELTA = 'cache_delta'
 
@@ -350,7 +376,9 @@ export const CACHE_DELTA = 'cache_delta'
  * carry gigabytes of inline weights.
  */
 export function scanGraph (onnxPath: string): { style: GraphStyle; present: boolean; cacheDelta: boolean } {
-  const needles = ['GroupQueryAttention', 'MultiHeadAttention', 'present.0.key', CACHE_DELTA].map(n => Buffer.from(n))
+  // The converter's metadata names the gqa-masked style (chatd.attention); a file without it that
+  // has GroupQueryAttention is taken as deriving positions from the mask.
+  const needles = ['GroupQueryAttention', 'MultiHeadAttention', 'present.0.key', CACHE_DELTA, 'gqa-masked'].map(n => Buffer.from(n))
   const found = new Set<number>()
   const longest = Math.max(...needles.map(n => n.length))
   const fd = fs.openSync(onnxPath, 'r')
@@ -369,7 +397,7 @@ export function scanGraph (onnxPath: string): { style: GraphStyle; present: bool
   } finally {
     fs.closeSync(fd)
   }
-  const style: GraphStyle = found.has(0) ? 'gqa' : found.has(1) ? 'mha' : 'standard'
+  const style: GraphStyle = found.has(0) ? (found.has(4) ? 'gqa-masked' : 'gqa') : found.has(1) ? 'mha' : 'standard'
   return { style, present: found.has(2), cacheDelta: found.has(3) }
 }
 

@@ -18,6 +18,9 @@
 // Graphs built around com.microsoft GroupQueryAttention, and graphs without a
 // position_ids input, derive positions themselves and cannot take padded
 // rows; for them every sequence decodes in a batch of its own, taking turns.
+// chatd's gqa-masked graphs (the GPU form) take padded rows and decode in
+// batches, but prefill one prompt per run (onnxruntime's GroupQueryAttention
+// takes a several-token run on a cached past for one row only).
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
 import { wallClock, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type Usage } from '../../backend.ts'
@@ -193,14 +196,21 @@ export class LocalEngine {
     return this.session.takesPaddedRows ? this.scheduler.maxBatch : 1
   }
 
+  /** Prompts prefilled together in one run (gqa-masked graphs take one: DecoderSession.batchesPromptChunks). */
+  get #prefillCapacity (): number {
+    return this.session.batchesPromptChunks ? this.#batchCapacity : 1
+  }
+
   /**
    * Most positions one run may feed. A graph without num_logits_to_keep returns logits for every
    * position fed (4 bytes x vocabulary each: 300 MB for 512 positions of a 150k vocabulary), so
-   * its prompt chunks are bounded by the memory those logits take.
+   * its prompt chunks are bounded by the memory those logits take; a gqa-masked graph on WebGPU
+   * by where onnxruntime's kernel stays exact (DecoderSession.tokensPerRunLimit).
    */
   get #positionsPerRun (): number {
-    if (this.session.hasLogitsToKeep) return SOLO_PREFILL_CHUNK
-    return Math.max(1, Math.min(SOLO_PREFILL_CHUNK, Math.floor(ALL_POSITION_LOGITS_BYTES / (4 * this.model.vocabSize))))
+    const limit = Math.min(SOLO_PREFILL_CHUNK, this.session.tokensPerRunLimit)
+    if (this.session.hasLogitsToKeep) return limit
+    return Math.max(1, Math.min(limit, Math.floor(ALL_POSITION_LOGITS_BYTES / (4 * this.model.vocabSize))))
   }
 
   /** The prompt's token ids, exactly as the model will see them. */
@@ -358,7 +368,7 @@ export class LocalEngine {
         if (!this.#prefill && this.#waiting.length > 0 && room > 0) {
           // Waiting prompts in arrival order that will have a row to decode in, up to what one run
           // may batch and what the KV cache budget still holds.
-          const admitted = this.#admit(Math.min(room, this.#batchCapacity))
+          const admitted = this.#admit(Math.min(room, this.#prefillCapacity))
           if (admitted.length > 0 && this.#mixes && this.#decodingCount > 0) {
             // Others are decoding: these prompts ride in their steps, a chunk per step.
             for (const seq of admitted) this.#batchWithRoom().join(seq)

@@ -10,7 +10,7 @@ import { RandomWeights } from '../../../../src/convert/weight-sources.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { cacheLayoutFor } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
-import { DTYPE_OF, randomGqaModelDir, randomModelDir, type RandomKind } from '../../../helpers/models.ts'
+import { DTYPE_OF, randomGpuFormModelDir, randomGqaModelDir, randomModelDir, type RandomKind } from '../../../helpers/models.ts'
 
 const TOKENS = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 17]
 
@@ -156,4 +156,42 @@ t.test('GroupQueryAttention graphs: detected, equal to the standard graph alone,
   t.ok(paddedError > 1e-2, `left-padded row differs by ${paddedError.toFixed(3)}`)
   await gqa.close()
   await std.close()
+})
+
+t.test('gqa-masked graphs (the GPU form): detected, equal to the standard graph, exact with left padding, prompt chunks one row a run', async t => {
+  const masked = await DecoderSession.load(readModelDir(randomGpuFormModelDir('fp32'), 'fp32'), { device: 'cpu', threads: 1 })
+  const std = await DecoderSession.load(readModelDir(randomGpuFormModelDir('fp32', 'standard'), 'fp32'), { device: 'cpu', threads: 1 })
+  t.teardown(async () => { await masked.close(); await std.close() })
+  t.equal(masked.graphStyle, 'gqa-masked')
+  t.ok(masked.takesPaddedRows, 'rows of different lengths share a run')
+  t.notOk(masked.batchesPromptChunks, 'several-token runs on a cached past take one row')
+  t.ok(std.batchesPromptChunks)
+  const worst = maxAbsDiff(await fullPass(masked, TOKENS), await fullPass(std, TOKENS))
+  t.ok(worst < 1e-4, `single sequence: max difference from the standard graph ${worst.toExponential(2)}`)
+  // A left-padded row beside a longer one computes what it computes alone.
+  const short = TOKENS.slice(0, 4)
+  const pad = 3
+  const padded = await masked.forward({
+    batch: 2,
+    inputIds: [[...new Array(pad).fill(0), ...short], TOKENS.slice(0, 7)],
+    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], new Array(7).fill(1)],
+    positionIds: [[0, 0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]],
+    past: masked.emptyCache(2),
+    logitsToKeep: 1,
+  })
+  const paddedError = maxAbsDiff(padded.logits.subarray(0, masked.model.vocabSize), await fullPass(std, short))
+  t.ok(paddedError < 1e-4, `left-padded row: max difference ${paddedError.toExponential(2)}`)
+  // The whole cache after a run equals the standard graph's (rotated keys included).
+  const five = { batch: 1, inputIds: [TOKENS.slice(0, 5)], attentionMask: [[1, 1, 1, 1, 1]], positionIds: [[0, 1, 2, 3, 4]], logitsToKeep: 1 }
+  const out = await masked.forward({ ...five, past: masked.emptyCache(1) })
+  const ref = await std.forward({ ...five, past: std.emptyCache(1) })
+  let cacheError = 0
+  for (const name of Object.keys(ref.present.tensors)) {
+    cacheError = Math.max(cacheError, maxAbsDiff(out.present.tensors[name].data as Float32Array, ref.present.tensors[name].data as Float32Array))
+  }
+  t.ok(cacheError < 1e-5, `every layer's keys and values: max difference ${cacheError.toExponential(2)}`)
+  // onnxruntime refuses a several-token run on a past for more than one row (why prompts prefill alone).
+  const first = await masked.forward({ batch: 2, inputIds: [[5, 6], [7, 8]], attentionMask: [[1, 1], [1, 1]], positionIds: [[0, 1], [0, 1]], past: masked.emptyCache(2), logitsToKeep: 1 })
+  await t.rejects(masked.forward({ batch: 2, inputIds: [[9, 10], [11, 12]], attentionMask: [[1, 1, 1, 1], [1, 1, 1, 1]], positionIds: [[2, 3], [2, 3]], past: first.present, logitsToKeep: 1 }), /batch_size must be 1/)
+  DecoderSession.disposeCache(first.present)
 })

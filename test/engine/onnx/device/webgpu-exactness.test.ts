@@ -9,6 +9,8 @@
 //     another mid-decode (its cache gathered on the host and uploaded once);
 //   - the same fp32 weights as an append graph (the cache on the host);
 //   - a conversation with the prefix cache and the next turn computed ahead;
+//   - the form for GPU hosts (gqa-masked) on a random model: solo, batched,
+//     joining, and a conversation;
 //   - the device layout's gathers (rows regrouped, a prefix cut), step by step,
 //     against the host's concat layout.
 // int4 graphs that compute with int8 activations (the CPU default) are not in
@@ -19,13 +21,16 @@ import { batches, conversation } from '../../../../scripts/bench/exactness.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
-import { storiesModelDir } from '../../../helpers/models.ts'
+import { randomGpuFormModelDir, storiesModelDir } from '../../../helpers/models.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
 const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheOnDevice: boolean }> = [
   { name: 'fp32 concat graph (the cache in GPU memory)', dir: () => storiesModelDir('fp32', 'concat'), dtype: 'fp32', cacheOnDevice: true },
   { name: 'int4 concat graph, float compute (the cache in GPU memory)', dir: () => storiesModelDir('int4', 'concat', 'float'), dtype: 'q4', cacheOnDevice: true },
   { name: 'fp32 append graph (the cache on the host)', dir: () => storiesModelDir('fp32'), dtype: 'fp32', cacheOnDevice: false },
+  // The form for GPU hosts (attention's core in GroupQueryAttention under the mask), on a random
+  // model with heads 16 wide (stories260k's are 8, which GroupQueryAttention does not take).
+  { name: 'int4 gqa-masked graph, float compute (the GPU form; the cache in GPU memory)', dir: () => randomGpuFormModelDir('int4'), dtype: 'q4', cacheOnDevice: true },
 ]
 
 for (const model of MODELS) {
@@ -47,6 +52,15 @@ t.test('a conversation with the prefix cache and the next turn computed ahead (f
   const gpu = await conversation(dir, 'fp32', 'webgpu')
   t.ok(cpu.replies.slice(1).every(r => r.cached > 0), 'every later turn reuses cached positions')
   t.ok(cpu.ahead > 0, 'positions were computed ahead')
+  t.same(gpu, cpu, 'replies, cached positions and positions computed ahead')
+})
+
+t.test('a conversation on the GPU form (gqa-masked, int4): the CPU\'s tokens and cached counts', async t => {
+  if (!await needWebgpu(t)) return
+  const dir = randomGpuFormModelDir('int4')
+  const cpu = await conversation(dir, 'q4', 'cpu')
+  const gpu = await conversation(dir, 'q4', 'webgpu')
+  t.ok(cpu.replies.slice(1).every(r => r.cached > 0), 'every later turn reuses cached positions')
   t.same(gpu, cpu, 'replies, cached positions and positions computed ahead')
 })
 

@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import type { FinishReason, GenerateRequest } from '../../../../src/engine/backend.ts'
 import type { ForwardInput } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
-import { randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
+import { randomGpuFormModelDir, randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -29,13 +29,14 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
   /** Runs whose rows took different numbers of tokens: decode rows beside a prompt chunk. */
   let mixedRuns = 0
   /** Runs sent to the prompt graph, and runs that fed more than one token per row to the main graph. */
-  const graphRuns = { prompt: 0, mainWide: 0 }
+  const graphRuns = { prompt: 0, mainWide: 0, widestPromptRun: 0 }
   const forward = engine.session.forward.bind(engine.session)
   engine.session.forward = (input: ForwardInput) => {
     runs.push(input.batch)
     if (input.tokensPerRow && new Set(input.tokensPerRow).size > 1) mixedRuns++
     if (input.prompt) graphRuns.prompt++
     else if (input.inputIds[0].length > 1) graphRuns.mainWide++
+    if (input.inputIds[0].length > 1) graphRuns.widestPromptRun = Math.max(graphRuns.widestPromptRun, input.batch)
     return forward(input)
   }
   let n = 0
@@ -89,6 +90,7 @@ async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp
     t.ok(together.graphRuns.prompt >= 5, `${together.graphRuns.prompt} prompt runs went to the prompt graph`)
     t.equal(together.graphRuns.mainWide, 0, 'the main graph only ever took one generated token per row')
   }
+  if (!together.engine.session.batchesPromptChunks) t.equal(together.graphRuns.widestPromptRun, 1, 'every run that fed prompt tokens held one sequence')
   if (mixes) t.ok(together.mixedRuns() >= 3, `${together.mixedRuns()} runs fed prompt chunks beside decoding rows`)
   else t.equal(together.mixedRuns(), 0, 'no run mixed prompt chunks with decoding rows')
   await together.engine.close()
@@ -114,6 +116,10 @@ for (const [name, dirOf, dtype] of [
 
 t.test('MIXED_BATCHES off: prompts that join mid-decode are fed in runs of their own, output equal to unbatched', async t => {
   await checkBatchedEqualsSolo(t, storiesModelDir('fp32'), 'fp32', true, false)
+})
+
+t.test('gqa-masked graph (the GPU form): decode steps batched, prompts prefilled one per run, output equal to unbatched', async t => {
+  await checkBatchedEqualsSolo(t, randomGpuFormModelDir('int4'), 'q4', true)
 })
 
 t.test('GroupQueryAttention graph: sequences take turns one per run, output equal to unbatched', async t => {
