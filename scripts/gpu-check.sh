@@ -16,13 +16,15 @@
 # 2. There, with the repository and .gpu-carry/ copied over, as root (the Vulkan
 #    loader's packages are unpacked into / when the machine has no loader):
 #      scripts/gpu-check.sh OUT_DIR [--small] [--step STEPS] [--rounds N] [-- BENCH OPTIONS]
-#    writes into OUT_DIR: environment.txt, exactness.json, bench-webgpu.json, and
+#    writes into OUT_DIR: environment.txt, exactness.json, forms.json, bench-webgpu.json, and
 #    gpu-check.log. It works in a copy of the repository under $CHATD_GPU_WORK
 #    (default /tmp/chatd-gpu-check), where it unpacks what it carried, so the
 #    repository itself is left as it was. STEPS, comma-separated, in order (the
 #    default, all, is every one): setup unpacks; exactness; prepare builds the
-#    models, the slow part (the 1.5B shape in chatd's GPU form and CPU form, and
-#    llama.cpp's GGUF), the three side by side; bench measures. Steps can run in
+#    models, the slow part (the 1.5B shape in chatd's GPU form, the earlier GPU
+#    form and the CPU form, and llama.cpp's GGUF), side by side; forms measures
+#    the GPU forms and onnxruntime's WebGPU options on onnxruntime directly
+#    (scripts/bench/gpu-forms.ts, forms.json); bench measures. Steps can run in
 #    separate calls on the same machine (the work folder stays), e.g. where one
 #    command may run 10 minutes: --step setup,exactness,prepare, then --step bench.
 #    The default benchmark is one round of one stream and 8, 128 tokens each;
@@ -67,10 +69,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ "$STEP" = all ] && STEP=setup,exactness,prepare,bench
+[ "$STEP" = all ] && STEP=setup,exactness,prepare,forms,bench
 IFS=, read -r -a STEPS <<< "$STEP"
 for step in "${STEPS[@]}"; do
-  case "$step" in setup|exactness|prepare|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare and bench, comma-separated, or all" >&2; exit 2 ;; esac
+  case "$step" in setup|exactness|prepare|forms|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare, forms and bench, comma-separated, or all" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -130,14 +132,24 @@ MODEL_CONFIG=()
 [ "$SMALL" = 1 ] && MODEL_CONFIG=(--model-config scripts/models/qwen2-small-shape.config.json)
 
 prepare () {
-  say "building the models side by side: chatd's GPU form and CPU form (chatd's converter), llama.cpp's GGUF"
-  local pids=() part failed=0
-  for part in gpu-model cpu-model llama; do
+  # The CPU form only where the benchmark compares the CPU; the earlier GPU form only for forms.
+  local parts=(gpu-model llama) pids=() part failed=0
+  [[ " ${BENCH_ARGS[*]} " == *" --no-cpu-compare "* ]] || parts+=(cpu-model)
+  [[ ",$STEP," == *",forms,"* ]] && parts+=(gpu-model-standard)
+  say "building the models side by side (chatd's converter, llama.cpp's GGUF): ${parts[*]}"
+  for part in "${parts[@]}"; do
     (cd "$REPO" && node scripts/bench/gpu-prepare.ts "$part" "${MODEL_CONFIG[@]}") &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
   [ "$failed" = 0 ] || { echo "gpu-check: a model could not be built (above)" >&2; exit 1; }
+}
+
+forms () {
+  local args=(--json "$OUT/forms.json" "${MODEL_CONFIG[@]}")
+  [ "$SMALL" = 1 ] && args+=(--prompt 40 --gen 8)
+  say "the GPU forms and onnxruntime's WebGPU options, on onnxruntime directly"
+  (cd "$REPO" && node scripts/bench/gpu-forms.ts "${args[@]}")
 }
 
 bench () {
@@ -157,6 +169,7 @@ for step in "${STEPS[@]}"; do
     setup) setup ;;
     exactness) exactness || status=$? ;;
     prepare) prepare ;;
+    forms) forms || status=$? ;;
     bench) bench ;;
   esac
 done

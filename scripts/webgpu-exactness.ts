@@ -5,7 +5,8 @@
 // compared token for token (scripts/bench/exactness.ts): an fp32 and an int4
 // (float compute) concat graph, whose cache stays in GPU memory (one request, three
 // together, one joining mid-decode, a conversation with the prefix cache and the
-// next turn computed ahead), and the fp32 append graph (the cache on the host).
+// next turn computed ahead), the fp32 append graph (the cache on the host), and the
+// form for GPU hosts (gqa-masked) on a small random model, conversation included.
 // Prints one line per check and writes the report; exits 1 if any reply differs.
 //
 //   node scripts/webgpu-exactness.ts [--json FILE]
@@ -13,7 +14,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import type { CacheStyle, Int4Compute, WeightFormat } from '../src/convert/decoder-graph.ts'
-import { convertCheckpoint } from '../src/convert/index.ts'
+import { convertCheckpoint, convertRandom } from '../src/convert/index.ts'
 import { converterFingerprint } from '../src/convert/fingerprint.ts'
 import type { ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import { batches, conversation } from './bench/exactness.ts'
@@ -33,10 +34,25 @@ function stories (weights: WeightFormat, cache: CacheStyle, int4Compute?: Int4Co
   return dir
 }
 
+/**
+ * The form for GPU hosts (gqa-masked, int4 in float) on a tiny random Qwen2 whose heads are 16
+ * wide (GroupQueryAttention takes no narrower; stories260k's are 8): the tests' model.
+ */
+function gpuForm (): string {
+  const dir = path.join(OUT, `random-qwen2-hd16-gqa-masked-int4-${converterFingerprint()}`)
+  if (!fs.existsSync(path.join(dir, '.complete'))) {
+    fs.rmSync(dir, { recursive: true, force: true })
+    convertRandom({ configPath: path.join(ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'), out: dir, weights: 'int4', seed: 7, cache: 'concat', attention: 'gqa-masked', int4Compute: 'float' })
+    fs.writeFileSync(path.join(dir, '.complete'), '')
+  }
+  return dir
+}
+
 const checks: Array<{ name: string; dir: string; dtype: ModelDtype; conversation?: boolean }> = [
   { name: 'fp32 concat graph (cache in GPU memory)', dir: stories('fp32', 'concat'), dtype: 'fp32', conversation: true },
   { name: 'int4 concat graph, float compute (cache in GPU memory)', dir: stories('int4', 'concat', 'float'), dtype: 'q4' },
   { name: 'fp32 append graph (cache on the host)', dir: stories('fp32', 'append'), dtype: 'fp32' },
+  { name: 'int4 gqa-masked graph, float compute (the GPU form; random weights)', dir: gpuForm(), dtype: 'q4', conversation: true },
 ]
 
 const results: Array<Record<string, unknown>> = []

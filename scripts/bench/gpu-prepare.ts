@@ -1,11 +1,11 @@
 // One of the GPU benchmark's slow preparations, on its own, so that
-// scripts/gpu-check.sh can run the three side by side (each is one CPU core's
-// work for a minute or more on the 1.5B shape): the chatd model in the GPU form,
-// the chatd model in the CPU form, or llama.cpp's Q4_0 GGUF (its Vulkan build
-// must be in bench-out/ already). `npm run bench -- --device webgpu` finds them
-// built.
+// scripts/gpu-check.sh can run them side by side (each is one CPU core's work
+// for a minute or more on the 1.5B shape): the chatd model in the GPU form, the
+// earlier GPU form with plain attention (gpu-forms.ts compares the two), the
+// chatd model in the CPU form, or llama.cpp's Q4_0 GGUF (its Vulkan build must
+// be in bench-out/ already). `npm run bench -- --device webgpu` finds them built.
 //
-//   node scripts/bench/gpu-prepare.ts gpu-model|cpu-model|llama [--model-config FILE]
+//   node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|cpu-model|llama [--model-config FILE]
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { benchModelDir } from '../bench-model.ts'
@@ -17,10 +17,11 @@ const config = values['model-config'] && path.resolve(values['model-config'])
 const part = positionals[0]
 const started = performance.now()
 if (part === 'gpu-model') benchModelDir(32, 'chatd', { gpu: true, config })
+else if (part === 'gpu-model-standard') benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: 'standard' })
 else if (part === 'cpu-model') benchModelDir(32, 'chatd', { config })
 else if (part === 'llama') prepareLlamaCppVulkan({ out: path.join(ROOT, 'bench-out'), threads: 0, config })
 else {
-  console.error('usage: node scripts/bench/gpu-prepare.ts gpu-model|cpu-model|llama [--model-config FILE]')
+  console.error('usage: node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|cpu-model|llama [--model-config FILE]')
   process.exit(2)
 }
 console.error(`${part}: ready in ${((performance.now() - started) / 1000).toFixed(0)} s`)

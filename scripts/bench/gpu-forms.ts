@@ -1,0 +1,231 @@
+// The GPU forms side by side, on onnxruntime directly (no server): the time of a
+// decode step (one stream, and 8 rows in one run), a prompt in one run and in
+// 31-token runs, for chatd's GPU form (gqa-masked) and the earlier form with plain
+// attention, under onnxruntime's WebGPU options (Dawn's validation, dispatches per
+// submit); and each against the CPU provider's logits and greedy tokens. It is how
+// the GPU form is chosen by measurement on a machine (docs/performance.md);
+// scripts/gpu-check.sh runs it as its `forms` step, before the server benchmark.
+//
+// onnxruntime keeps one WebGPU device per process, set up by the first session, so
+// every variant runs in a child process of its own.
+//
+//   node scripts/bench/gpu-forms.ts [--model-config FILE] [--prompt 128] [--gen 64] [--json FILE]
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import ort from 'onnxruntime-node'
+import { benchModelDir } from '../bench-model.ts'
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+/** Tokens per run where gqa-masked graphs stay exact on WebGPU (DecoderSession.tokensPerRunLimit). */
+const CHUNK = 31
+const BATCH = 8
+
+interface Variant { name: string; form: 'gqa-masked' | 'standard'; device: 'webgpu' | 'cpu'; validation?: string; pendingDispatches?: number }
+
+const VARIANTS: Variant[] = [
+  { name: 'standard', form: 'standard', device: 'webgpu' },
+  { name: 'gqa-masked', form: 'gqa-masked', device: 'webgpu' },
+  { name: 'gqa-masked, validation off', form: 'gqa-masked', device: 'webgpu', validation: 'disabled' },
+  { name: 'gqa-masked, validation off, 64 dispatches a submit', form: 'gqa-masked', device: 'webgpu', validation: 'disabled', pendingDispatches: 64 },
+  { name: 'standard, cpu', form: 'standard', device: 'cpu' },
+  { name: 'gqa-masked, cpu', form: 'gqa-masked', device: 'cpu' },
+]
+
+interface Measured {
+  load_s: number
+  /** Last-position logits of the prompt fed in one run, and in CHUNK-token runs (first 4096 entries). */
+  logits_single: number[]
+  logits_chunked: number[]
+  prompt_ms_single: number
+  prompt_ms_chunked: number
+  decode_ms: number[]
+  tokens: number[]
+  batch_decode_ms: number[]
+}
+
+const { values } = parseArgs({
+  options: {
+    'model-config': { type: 'string' },
+    prompt: { type: 'string', default: '128' },
+    gen: { type: 'string', default: '64' },
+    json: { type: 'string' },
+    variant: { type: 'string' },
+    'result-file': { type: 'string' },
+  },
+})
+const prompt = Number(values.prompt)
+const gen = Number(values.gen)
+const config = values['model-config'] && path.resolve(values['model-config'])
+
+if (values.variant !== undefined) {
+  // A file, not stdout: Dawn and onnxruntime write warnings there.
+  const result = await measure(VARIANTS[Number(values.variant)])
+  fs.writeFileSync(values['result-file'] as string, JSON.stringify(result))
+  process.exit(0)
+}
+
+const modelDir = (form: Variant['form']): string => benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: form })
+for (const form of ['gqa-masked', 'standard'] as const) modelDir(form)
+const results: Record<string, unknown> = {}
+const jsonPath = values.json ?? path.join(ROOT, 'bench-out', 'gpu-forms.json')
+const save = (partial: boolean): void => {
+  fs.mkdirSync(path.dirname(jsonPath), { recursive: true })
+  fs.writeFileSync(jsonPath, JSON.stringify({ ...(partial ? { partial: true } : {}), date: new Date().toISOString(), prompt_tokens: prompt, generated: gen, batch: BATCH, chunk: CHUNK, variants: results }, null, 2) + '\n')
+}
+const measured: Record<string, Measured> = {}
+// The CPU references first, so each GPU variant is compared as it comes.
+for (const i of [4, 5, 0, 1, 2, 3]) {
+  const v = VARIANTS[i]
+  const started = performance.now()
+  let m: Measured
+  try {
+    const resultFile = `${jsonPath}.variant-${i}`
+    execFileSync(process.execPath, [fileURLToPath(import.meta.url), '--variant', String(i), '--result-file', resultFile, '--prompt', String(prompt), '--gen', String(gen), ...(config ? ['--model-config', config] : [])],
+      { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, CHATD_GPU_FORMS_MODEL: modelDir(v.form) } })
+    m = JSON.parse(fs.readFileSync(resultFile, 'utf8'))
+    fs.rmSync(resultFile)
+  } catch (err) {
+    results[v.name] = { error: (err as Error).message.slice(0, 500) }
+    console.error(`${v.name}: failed (${(err as Error).message.slice(0, 200)})`)
+    save(true)
+    continue
+  }
+  measured[v.name] = m
+  const ref = measured[`${v.form}, cpu`]
+  const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b)
+  const med = (xs: number[]) => sorted(xs)[xs.length >> 1]
+  const summary = {
+    form: v.form,
+    device: v.device,
+    ...(v.validation ? { validation: v.validation } : {}),
+    ...(v.pendingDispatches ? { pending_dispatches: v.pendingDispatches } : {}),
+    load_s: m.load_s,
+    prompt_ms_single: m.prompt_ms_single,
+    prompt_ms_chunked: m.prompt_ms_chunked,
+    prompt_tok_s_single: prompt / m.prompt_ms_single * 1000,
+    prompt_tok_s_chunked: prompt / m.prompt_ms_chunked * 1000,
+    decode_ms_median: med(m.decode_ms),
+    decode_ms_min: sorted(m.decode_ms)[0],
+    decode_ms_max: sorted(m.decode_ms).at(-1),
+    decode_tok_s: 1000 / med(m.decode_ms),
+    [`decode_${BATCH}_rows_ms_median`]: med(m.batch_decode_ms),
+    [`decode_${BATCH}_rows_tok_s`]: BATCH * 1000 / med(m.batch_decode_ms),
+    ...(ref && v.device !== 'cpu'
+      ? {
+          max_logit_diff_vs_cpu_single: maxDiff(m.logits_single, ref.logits_single),
+          max_logit_diff_vs_cpu_chunked: maxDiff(m.logits_chunked, ref.logits_chunked),
+          tokens_equal_cpu: JSON.stringify(m.tokens) === JSON.stringify(ref.tokens),
+        }
+      : {}),
+    wall_s: (performance.now() - started) / 1000,
+  }
+  results[v.name] = summary
+  console.error(`${v.name}: ${JSON.stringify(summary)}`)
+  save(true)
+}
+save(false)
+console.error(`wrote ${path.relative(process.cwd(), jsonPath)}`)
+
+function maxDiff (a: number[], b: number[]): number {
+  let worst = 0
+  for (let i = 0; i < Math.min(a.length, b.length); i++) worst = Math.max(worst, Math.abs(a[i] - b[i]))
+  return worst
+}
+
+/** One variant, in this (child) process. */
+async function measure (v: Variant): Promise<Measured> {
+  const dir = process.env.CHATD_GPU_FORMS_MODEL as string
+  const model = path.join(dir, 'onnx', 'model_q4.onnx')
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'))
+  const layers: number = cfg.num_hidden_layers
+  const kvHeads: number = cfg.num_key_value_heads
+  const headDim: number = cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads
+  const cacheNames = Array.from({ length: layers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat()
+  const gpu = v.device === 'webgpu'
+  const started = performance.now()
+  const session = await ort.InferenceSession.create(model, {
+    executionProviders: [gpu ? { name: 'webgpu', ...(v.validation ? { validationMode: v.validation } : {}) } : 'cpu'],
+    graphOptimizationLevel: 'all',
+    ...(gpu ? { preferredOutputLocation: Object.fromEntries([...cacheNames.map(n => [n, 'gpu-buffer']), ['logits', 'cpu'], ['cache_delta', 'cpu']]) } : {}),
+    ...(v.pendingDispatches ? { extra: { ep: { webgpuexecutionprovider: { maxNumPendingDispatches: String(v.pendingDispatches) } } } } : {}),
+  } as ort.InferenceSession.SessionOptions)
+  const loadS = (performance.now() - started) / 1000
+  const int64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0].length])
+  type Cache = Record<string, ort.Tensor>
+  const empty = (rows: number): Cache => Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, new ort.Tensor('float32', new Float32Array(0), [rows, kvHeads, 0, headDim])])).flat())
+  const dispose = (cache: Cache) => { for (const t of Object.values(cache)) if (t.location === 'gpu-buffer') t.dispose() }
+  /** Feeds `ids` (rows of equal length) after `past` positions; returns the last logits of row 0 and the new cache. */
+  const run = async (ids: number[][], cache: Cache, past: number) => {
+    const out = await session.run({
+      input_ids: int64(ids),
+      attention_mask: int64(ids.map(row => new Array(past + row.length).fill(1))),
+      position_ids: int64(ids.map(row => row.map((_, k) => past + k))),
+      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+      ...cache,
+    })
+    const logits = out.logits.data as Float32Array
+    const next: Cache = {}
+    for (let i = 0; i < layers; i++) for (const kv of ['key', 'value']) next[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
+    dispose(cache)
+    return { logits: logits.slice(0, cfg.vocab_size), next }
+  }
+  const argmax = (a: Float32Array) => a.reduce((best, x, i) => x > a[best] ? i : best, 0)
+  const ids = Array.from({ length: prompt }, (_, i) => 1000 + ((i * 7919) % 50000))
+  // Warm-up: shaders compiled and buffers allocated for each shape used below.
+  dispose((await run([ids.slice(0, CHUNK)], empty(1), 0)).next)
+  dispose((await run([ids], empty(1), 0)).next)
+
+  let t0 = performance.now()
+  const single = await run([ids], empty(1), 0)
+  const promptMsSingle = performance.now() - t0
+  dispose(single.next)
+
+  t0 = performance.now()
+  let cache = empty(1)
+  let last: Float32Array = new Float32Array(0)
+  for (let at = 0; at < prompt; at += CHUNK) {
+    const out = await run([ids.slice(at, at + CHUNK)], cache, at)
+    cache = out.next
+    last = out.logits
+  }
+  const promptMsChunked = performance.now() - t0
+
+  const tokens: number[] = []
+  const decodeMs: number[] = []
+  let token = argmax(last)
+  for (let step = 0; step < gen; step++) {
+    tokens.push(token)
+    t0 = performance.now()
+    const out = await run([[token]], cache, prompt + step)
+    decodeMs.push(performance.now() - t0)
+    cache = out.next
+    token = argmax(out.logits)
+  }
+  dispose(cache)
+
+  // BATCH rows decoding together (a first run of CHUNK tokens each, then one token a row a step).
+  const rows = Array.from({ length: BATCH }, (_, b) => ids.slice(b, b + CHUNK))
+  let batch = (await run(rows, empty(BATCH), 0)).next
+  const batchMs: number[] = []
+  for (let step = 0; step < Math.min(gen, 32); step++) {
+    t0 = performance.now()
+    const out = await run(rows.map((_, b) => [2000 + b + step]), batch, CHUNK + step)
+    batchMs.push(performance.now() - t0)
+    batch = out.next
+  }
+  dispose(batch)
+  await session.release()
+  return {
+    load_s: loadS,
+    logits_single: Array.from(single.logits.subarray(0, 4096)),
+    logits_chunked: Array.from(last.subarray(0, 4096)),
+    prompt_ms_single: promptMsSingle,
+    prompt_ms_chunked: promptMsChunked,
+    decode_ms: decodeMs.slice(2),
+    tokens,
+    batch_decode_ms: batchMs.slice(2),
+  }
+}
