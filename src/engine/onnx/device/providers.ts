@@ -42,6 +42,8 @@ export interface LoadedSession {
   why: string
   /** The outputs that come back as GPU buffers (deviceOutputs, on WebGPU); none elsewhere. */
   outputsOnDevice: string[]
+  /** WebGPU with no GPU device on this machine: a software Vulkan renderer (such as lavapipe) runs it. */
+  softwareRenderer: boolean
 }
 
 /** A device asked for by name that this machine cannot give: the message names who asked (the setting or the models.json entry). */
@@ -96,7 +98,8 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
   }
   const from = settings.deviceFrom
   const onDevice = (device: Device): string[] => device === 'webgpu' ? settings.deviceOutputs ?? [] : []
-  const loaded = async (device: Device, why: string): Promise<LoadedSession> => ({ session: await open(device), device, why, outputsOnDevice: onDevice(device) })
+  const loaded = async (device: Device, why: string, softwareRenderer = false): Promise<LoadedSession> =>
+    ({ session: await open(device), device, why, outputsOnDevice: onDevice(device), softwareRenderer })
   switch (settings.device) {
     case 'cpu':
       return loaded('cpu', `asked for (${asked('cpu', from)})`)
@@ -112,7 +115,7 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
       try {
         // Asked for by name, any adapter will do; say so when it can only be a software renderer.
         const software = process.platform === 'linux' && gpuDeviceNodes().length === 0
-        return await loaded('webgpu', `asked for (${asked('webgpu', from)})${software ? '; there is no GPU device on this machine, so a software Vulkan renderer (such as lavapipe) runs it' : ''}`)
+        return await loaded('webgpu', `asked for (${asked('webgpu', from)})${software ? '; there is no GPU device on this machine, so a software Vulkan renderer (such as lavapipe) runs it' : ''}`, software)
       } catch (err) {
         if (!/WebGPU adapter|WebGpuContext|Dawn|Vulkan/i.test((err as Error).message)) throw err
         throw new DeviceError(webgpuFailedMessage(err as Error, from))
