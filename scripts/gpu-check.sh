@@ -50,7 +50,7 @@ fi
 
 OUT="${1:-}"
 if [ -z "$OUT" ] || [ "${OUT#-}" != "$OUT" ]; then
-  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
+  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,forms,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
   echo "       scripts/gpu-check.sh --pack" >&2
   exit 2
 fi

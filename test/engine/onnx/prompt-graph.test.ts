@@ -61,7 +61,11 @@ t.test('the prompt graph is loaded beside the main graph and computes the prompt
   const exact = await promptLogits(fp32, false)
   const int8Error = maxAbsDiff(await promptLogits(session, true), exact)
   const int4Error = maxAbsDiff(await promptLogits(main, false), exact)
-  t.ok(int8Error < int4Error / 2, `largest logit error: int8 ${int8Error.toFixed(3)}, int4 ${int4Error.toFixed(3)}`)
+  // With VNNI (or AMX) onnxruntime's uint8 x int8 products are exact in int32 and int8 is more than
+  // twice as close; on a CPU without it (an AMD EPYC with AVX2 only: int8 1.997, int4 3.150) its
+  // AVX2 kernel adds byte products in pairs in 16 bits, and int8 is still the closer of the two.
+  const vnni = /\b(avx512_vnni|avx_vnni|amx_int8)\b/.test(cpuFlags())
+  t.ok(int8Error < int4Error / (vnni ? 2 : 1), `largest logit error: int8 ${int8Error.toFixed(3)}, int4 ${int4Error.toFixed(3)} (${vnni ? 'VNNI' : 'no VNNI'})`)
   t.equal(argmax(await promptLogits(session, true)), argmax(exact), 'same first token as the unquantized model')
 })
 
@@ -157,3 +161,12 @@ t.test('chatd convert --prompt-graph writes model_prompt.onnx; refused where it 
   t.equal((await promptLogits(session, false, [1, 2, 3])).length, session.model.vocabSize)
   await session.close()
 })
+
+/** The CPU's feature flags (Linux), or nothing elsewhere. */
+function cpuFlags (): string {
+  try {
+    return fs.readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:(.*)$/m)?.[1] ?? ''
+  } catch {
+    return ''
+  }
+}

@@ -9,7 +9,7 @@
 // GPU buffer back, and the scheduler's gathers (rows joining or leaving a
 // batch, the prefix cache's copies) are the host's work: they read the host's
 // copy, and the cache they make is uploaded once, by the run that first uses it.
-import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
+import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import type { CacheLayout, CacheRun, RowCache } from './cache-layout.ts'
 import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
@@ -58,7 +58,7 @@ export class DeviceLayout implements CacheLayout {
         inputIds: tokens,
         // Rows of different lengths: the session refuses them (concat graphs do not pack rows).
         tokensPerRow: tokens.map(t => t.length),
-        attentionMask: cache.lengths.map(len => new Array(total + seqLen).fill(1).fill(0, 0, total - len)),
+        attentionMask: cache.lengths.map(len => maskRow(total + seqLen, 0, total - len)),
         positionIds: cache.lengths.map(len => tokens[0].map((_, k) => len + k)),
         past,
         logitsToKeep,

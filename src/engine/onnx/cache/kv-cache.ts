@@ -14,7 +14,7 @@
 //
 // Either way, callers hand over token ids and get logits; masks and position
 // ids follow from the rows' lengths.
-import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
+import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import type { CacheLayout, CacheRun, RowCache } from './cache-layout.ts'
 import { DeviceLayout } from './device-cache.ts'
@@ -58,10 +58,7 @@ class ConcatLayout implements CacheLayout {
       inputIds: tokens,
       // Rows of different lengths: the session refuses them (this layout's graphs do not pack rows).
       tokensPerRow: tokens.map(t => t.length),
-      attentionMask: cache.lengths.map(len => {
-        const mask = new Array(total + seqLen).fill(1)
-        return mask.fill(0, 0, total - len)
-      }),
+      attentionMask: cache.lengths.map(len => maskRow(total + seqLen, 0, total - len)),
       positionIds: cache.lengths.map(len => tokens[0].map((_, k) => len + k)),
       past: cache.kv,
       logitsToKeep,
@@ -156,11 +153,7 @@ class AppendLayout implements CacheLayout {
         inputIds: ragged ? tokens.map(t => t.length === seqLen ? t : [...t, ...new Array(seqLen - t.length).fill(0)]) : tokens,
         ...(ragged ? { tokensPerRow: counts } : {}),
         // Slots 0..len-1 are the row's past, the rest of the buffer is empty; then this run's positions.
-        attentionMask: target.lengths.map(len => {
-          const mask = new Array(capacity + seqLen).fill(0)
-          mask.fill(1, 0, len)
-          return mask.fill(1, capacity)
-        }),
+        attentionMask: target.lengths.map(len => maskRow(capacity + seqLen, len, capacity)),
         positionIds: target.lengths.map(len => Array.from({ length: seqLen }, (_, k) => len + k)),
         past,
         logitsToKeep,
