@@ -117,7 +117,7 @@ export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOp
   if (opts.weights === 'fp16') throw new Error('the gqa attention style is written for fp32 and int4 weights only')
   if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat') throw new Error('the gqa attention style returns the whole cache (cache concat)')
   if (cfg.headDim % GQA_HEAD_SIZE_MULTIPLE !== 0) {
-    throw new Error(`--attention gqa needs a head size that is a multiple of ${GQA_HEAD_SIZE_MULTIPLE} (onnxruntime's GroupQueryAttention takes no other), but ${source} gives head_dim ${cfg.headDim}; use --attention standard`)
+    throw new Error(`--attention ${opts.attention} needs a head size that is a multiple of ${GQA_HEAD_SIZE_MULTIPLE} (onnxruntime's GroupQueryAttention takes no other), but ${source} gives head_dim ${cfg.headDim}; use --attention standard`)
   }
 }
 
