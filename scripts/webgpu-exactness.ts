@@ -23,15 +23,22 @@ const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const { values } = parseArgs({ options: { json: { type: 'string' } } })
 const OUT = path.join(ROOT, 'bench-out', 'exactness')
 
-/** stories260k converted with these options, once per converter version. */
-function stories (weights: WeightFormat, cache: CacheStyle, int4Compute?: Int4Compute): string {
-  const dir = path.join(OUT, `stories260k-${weights}-${cache}${int4Compute ? `-${int4Compute}` : ''}-${converterFingerprint()}`)
+/** A model built into bench-out/exactness/ by `build`, once per converter version. */
+function built (name: string, build: (out: string) => void): string {
+  const dir = path.join(OUT, `${name}-${converterFingerprint()}`)
   if (!fs.existsSync(path.join(dir, '.complete'))) {
     fs.rmSync(dir, { recursive: true, force: true })
-    convertCheckpoint({ from: path.join(ROOT, 'test/fixtures/stories260k'), out: dir, weights, cache, int4Compute })
+    build(dir)
     fs.writeFileSync(path.join(dir, '.complete'), '')
   }
   return dir
+}
+
+/** stories260k converted with these options. */
+function stories (weights: WeightFormat, cache: CacheStyle, int4Compute?: Int4Compute): string {
+  return built(`stories260k-${weights}-${cache}${int4Compute ? `-${int4Compute}` : ''}`, out => {
+    convertCheckpoint({ from: path.join(ROOT, 'test/fixtures/stories260k'), out, weights, cache, int4Compute })
+  })
 }
 
 /**
@@ -39,13 +46,9 @@ function stories (weights: WeightFormat, cache: CacheStyle, int4Compute?: Int4Co
  * wide (GroupQueryAttention takes no narrower; stories260k's are 8): the tests' model.
  */
 function gpuForm (): string {
-  const dir = path.join(OUT, `random-qwen2-hd16-gqa-masked-int4-${converterFingerprint()}`)
-  if (!fs.existsSync(path.join(dir, '.complete'))) {
-    fs.rmSync(dir, { recursive: true, force: true })
-    convertRandom({ configPath: path.join(ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'), out: dir, weights: 'int4', seed: 7, cache: 'concat', attention: 'gqa-masked', int4Compute: 'float' })
-    fs.writeFileSync(path.join(dir, '.complete'), '')
-  }
-  return dir
+  return built('random-qwen2-hd16-gqa-masked-int4', out => {
+    convertRandom({ configPath: path.join(ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'), out, weights: 'int4', seed: 7, cache: 'concat', attention: 'gqa-masked', int4Compute: 'float' })
+  })
 }
 
 const checks: Array<{ name: string; dir: string; dtype: ModelDtype; conversation?: boolean }> = [

@@ -17,10 +17,13 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import ort from 'onnxruntime-node'
 import { benchModelDir } from '../bench-model.ts'
+import { GQA_SOFTWARE_EXACT_TOKENS } from '../../src/engine/onnx/device/decoder-session.ts'
+import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
+import { median } from './rounds.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
-/** Tokens per run where gqa-masked graphs stay exact on WebGPU (DecoderSession.tokensPerRunLimit). */
-const CHUNK = 31
+/** Tokens per run where gqa-masked graphs stay exact on a software renderer (DecoderSession.tokensPerRunLimit). */
+const CHUNK = GQA_SOFTWARE_EXACT_TOKENS
 const BATCH = 8
 
 interface Variant { name: string; form: 'gqa-masked' | 'standard'; device: 'webgpu' | 'cpu'; validation?: string; pendingDispatches?: number }
@@ -95,8 +98,6 @@ for (const i of [4, 5, 0, 1, 2, 3]) {
   }
   measured[v.name] = m
   const ref = measured[`${v.form}, cpu`]
-  const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b)
-  const med = (xs: number[]) => sorted(xs)[xs.length >> 1]
   const summary = {
     form: v.form,
     device: v.device,
@@ -107,12 +108,12 @@ for (const i of [4, 5, 0, 1, 2, 3]) {
     prompt_ms_chunked: m.prompt_ms_chunked,
     prompt_tok_s_single: prompt / m.prompt_ms_single * 1000,
     prompt_tok_s_chunked: prompt / m.prompt_ms_chunked * 1000,
-    decode_ms_median: med(m.decode_ms),
-    decode_ms_min: sorted(m.decode_ms)[0],
-    decode_ms_max: sorted(m.decode_ms).at(-1),
-    decode_tok_s: 1000 / med(m.decode_ms),
-    [`decode_${BATCH}_rows_ms_median`]: med(m.batch_decode_ms),
-    [`decode_${BATCH}_rows_tok_s`]: BATCH * 1000 / med(m.batch_decode_ms),
+    decode_ms_median: median(m.decode_ms),
+    decode_ms_min: Math.min(...m.decode_ms),
+    decode_ms_max: Math.max(...m.decode_ms),
+    decode_tok_s: 1000 / median(m.decode_ms),
+    [`decode_${BATCH}_rows_ms_median`]: median(m.batch_decode_ms),
+    [`decode_${BATCH}_rows_tok_s`]: BATCH * 1000 / median(m.batch_decode_ms),
     ...(ref && v.device !== 'cpu'
       ? {
           max_logit_diff_vs_cpu_single: maxDiff(m.logits_single, ref.logits_single),
@@ -172,7 +173,6 @@ async function measure (v: Variant): Promise<Measured> {
     dispose(cache)
     return { logits: logits.slice(0, cfg.vocab_size), next }
   }
-  const argmax = (a: Float32Array) => a.reduce((best, x, i) => x > a[best] ? i : best, 0)
   const ids = Array.from({ length: prompt }, (_, i) => 1000 + ((i * 7919) % 50000))
   // Warm-up: shaders compiled and buffers allocated for each shape used below.
   dispose((await run([ids.slice(0, CHUNK)], empty(1), 0)).next)

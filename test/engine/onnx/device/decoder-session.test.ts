@@ -32,6 +32,24 @@ async function fullPass (s: DecoderSession, ids: number[]): Promise<Float32Array
   return out.logits
 }
 
+/**
+ * TOKENS' first 4 left-padded by 3 beside TOKENS' first 7, in one run from an empty cache; the
+ * padded row's logits. `positionIds` as the graph takes them (none for graphs that derive them).
+ */
+async function paddedShortRow (s: DecoderSession, positionIds: number[][]): Promise<{ logits: Float32Array; short: number[] }> {
+  const short = TOKENS.slice(0, 4)
+  const pad = 3
+  const out = await s.forward({
+    batch: 2,
+    inputIds: [[...new Array(pad).fill(0), ...short], TOKENS.slice(0, 7)],
+    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], new Array(7).fill(1)],
+    positionIds,
+    past: s.emptyCache(2),
+    logitsToKeep: 1,
+  })
+  return { logits: out.logits.subarray(0, s.model.vocabSize), short }
+}
+
 function maxAbsDiff (a: Float32Array, b: Float32Array): number {
   let max = 0
   for (let i = 0; i < a.length; i++) max = Math.max(max, Math.abs(a[i] - b[i]))
@@ -142,17 +160,8 @@ t.test('GroupQueryAttention graphs: detected, equal to the standard graph alone,
   const worst = maxAbsDiff(await fullPass(gqa, TOKENS), await fullPass(std, TOKENS))
   t.ok(worst < 1e-4, `single sequence: max difference ${worst.toExponential(2)}`)
   // The reason chatd never left-pads such a graph: the padded row comes out wrong.
-  const short = TOKENS.slice(0, 4)
-  const pad = 3
-  const padded = await gqa.forward({
-    batch: 2,
-    inputIds: [[...new Array(pad).fill(0), ...short], TOKENS.slice(0, 7)],
-    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], new Array(7).fill(1)],
-    positionIds: [[], []],
-    past: gqa.emptyCache(2),
-    logitsToKeep: 1,
-  })
-  const paddedError = maxAbsDiff(padded.logits.subarray(0, gqa.model.vocabSize), await fullPass(std, short))
+  const padded = await paddedShortRow(gqa, [[], []])
+  const paddedError = maxAbsDiff(padded.logits, await fullPass(std, padded.short))
   t.ok(paddedError > 1e-2, `left-padded row differs by ${paddedError.toFixed(3)}`)
   await gqa.close()
   await std.close()
@@ -169,17 +178,8 @@ t.test('gqa-masked graphs (the GPU form): detected, equal to the standard graph,
   const worst = maxAbsDiff(await fullPass(masked, TOKENS), await fullPass(std, TOKENS))
   t.ok(worst < 1e-4, `single sequence: max difference from the standard graph ${worst.toExponential(2)}`)
   // A left-padded row beside a longer one computes what it computes alone.
-  const short = TOKENS.slice(0, 4)
-  const pad = 3
-  const padded = await masked.forward({
-    batch: 2,
-    inputIds: [[...new Array(pad).fill(0), ...short], TOKENS.slice(0, 7)],
-    attentionMask: [[...new Array(pad).fill(0), ...short.map(() => 1)], new Array(7).fill(1)],
-    positionIds: [[0, 0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]],
-    past: masked.emptyCache(2),
-    logitsToKeep: 1,
-  })
-  const paddedError = maxAbsDiff(padded.logits.subarray(0, masked.model.vocabSize), await fullPass(std, short))
+  const padded = await paddedShortRow(masked, [[0, 0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6]])
+  const paddedError = maxAbsDiff(padded.logits, await fullPass(std, padded.short))
   t.ok(paddedError < 1e-4, `left-padded row: max difference ${paddedError.toExponential(2)}`)
   // The whole cache after a run equals the standard graph's (rotated keys included).
   const five = { batch: 1, inputIds: [TOKENS.slice(0, 5)], attentionMask: [[1, 1, 1, 1, 1]], positionIds: [[0, 1, 2, 3, 4]], logitsToKeep: 1 }
