@@ -1,10 +1,13 @@
 // `chatd convert`: the model builder's command line.
 //   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4|int8] [--prompt-graph]
 //   chatd convert --random <config.json> --out <dir> [--seed N] [--dtype ...] [--tokenizer <dir>] [--prompt-graph]
+//   either with --for cpu|gpu: the form chatd pull writes for that device (model-forms.ts)
+import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import type { AttentionStyle, CacheStyle, Int4Compute, WeightFormat } from './decoder-graph.ts'
-import { convertCheckpoint, convertRandom, type ConvertResult } from './index.ts'
+import { convertCheckpoint, convertRandom, readDecoderConfig, type ConvertResult, type GraphOptions } from './index.ts'
 import { INT4_BLOCK_SIZES } from './tensors.ts'
+import { formOptions, MODEL_FORMS, type ModelForm } from './model-forms.ts'
 
 export const CONVERT_USAGE = `Usage:
   chatd convert --from <hf-checkpoint-dir> --out <dir> [--dtype fp32|fp16|int4|int8]
@@ -12,7 +15,13 @@ export const CONVERT_USAGE = `Usage:
   either form also takes --attention standard|gqa|mha|gqa-masked (default standard),
   --cache append|concat (default append; gqa, mha and gqa-masked are always concat),
   --prompt-graph (standard attention and the append cache only),
-  and, with int4, --block-size 16|32|64|128|256 (default 32) and --int4-compute int8|float (default int8)
+  and, with int4, --block-size 16|32|64|128|256 (default 32) and --int4-compute int8|float (default int8);
+  or, in place of those, --for cpu|gpu: the form chatd pull writes for that device
+
+--for cpu: int4 with int8 activations, the append cache and (int4) the int8 prompt graph,
+the fastest on a CPU. --for gpu: the concat cache, int4 computed in float32, and
+--attention gqa-masked where the head size is a multiple of 16 (standard otherwise):
+the form for ONNX_DEVICE=webgpu.
 
 Writes an onnx-community-style model directory (config.json, tokenizer files,
 onnx/model.onnx | model_fp16.onnx | model_q4.onnx with external data) from a
@@ -60,7 +69,8 @@ export function runConvert (args: string[]): ConvertResult {
         dtype: { type: 'string', default: 'int4' },
         seed: { type: 'string', default: '0' },
         tokenizer: { type: 'string' },
-        attention: { type: 'string', default: 'standard' },
+        attention: { type: 'string' },
+        for: { type: 'string' },
         cache: { type: 'string' },
         'block-size': { type: 'string' },
         'int4-compute': { type: 'string' },
@@ -73,34 +83,53 @@ export function runConvert (args: string[]): ConvertResult {
   }
   const weights = (values.dtype === 'q4' ? 'int4' : values.dtype) as WeightFormat
   if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
-  const attention = values.attention as AttentionStyle
-  if (attention !== 'standard' && attention !== 'gqa' && attention !== 'mha' && attention !== 'gqa-masked') throw new ConvertUsageError(`--attention must be standard, gqa, mha or gqa-masked (got ${values.attention})`)
+  if (!values.out) throw new ConvertUsageError('--out is required')
+  if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
+  const graph = values.for !== undefined
+    ? graphForDevice(values.for, weights, values, values.from ? join(values.from, 'config.json') : values.random as string)
+    : graphAsAsked(weights, values)
+  if (values.from) {
+    if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
+    return convertCheckpoint({ from: values.from, out: values.out, weights, ...graph })
+  }
+  const seed = Number(values.seed)
+  if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
+  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, ...graph })
+}
+
+type GraphChoice = Omit<GraphOptions, 'weights' | 'form'>
+type ConvertArgs = Record<string, string | boolean | undefined>
+
+/** The graph options given one by one. */
+function graphAsAsked (weights: WeightFormat, values: ConvertArgs): GraphChoice {
+  const attention = (values.attention ?? 'standard') as AttentionStyle
+  if (attention !== 'standard' && attention !== 'gqa' && attention !== 'mha' && attention !== 'gqa-masked') throw new ConvertUsageError(`--attention must be standard, gqa, mha or gqa-masked (got ${String(values.attention)})`)
   // Unset, the converter picks the style that goes with the attention (writeOnnx).
   const cache = values.cache as CacheStyle | undefined
-  if (cache !== undefined && cache !== 'append' && cache !== 'concat') throw new ConvertUsageError(`--cache must be append or concat (got ${values.cache})`)
+  if (cache !== undefined && cache !== 'append' && cache !== 'concat') throw new ConvertUsageError(`--cache must be append or concat (got ${String(values.cache)})`)
   if (attention !== 'standard' && cache === 'append') throw new ConvertUsageError(`--attention ${attention} returns the whole cache: it takes --cache concat only`)
   let int4BlockSize: number | undefined
   if (values['block-size'] !== undefined) {
     int4BlockSize = Number(values['block-size'])
-    if (!(INT4_BLOCK_SIZES as readonly number[]).includes(int4BlockSize)) throw new ConvertUsageError(`--block-size must be one of ${INT4_BLOCK_SIZES.join(', ')} (got ${values['block-size']})`)
+    if (!(INT4_BLOCK_SIZES as readonly number[]).includes(int4BlockSize)) throw new ConvertUsageError(`--block-size must be one of ${INT4_BLOCK_SIZES.join(', ')} (got ${String(values['block-size'])})`)
     if (weights !== 'int4') throw new ConvertUsageError('--block-size applies to --dtype int4 only')
   }
   const int4Compute = values['int4-compute'] as Int4Compute | undefined
   if (int4Compute !== undefined) {
-    if (int4Compute !== 'int8' && int4Compute !== 'float') throw new ConvertUsageError(`--int4-compute must be int8 or float (got ${values['int4-compute']})`)
+    if (int4Compute !== 'int8' && int4Compute !== 'float') throw new ConvertUsageError(`--int4-compute must be int8 or float (got ${String(values['int4-compute'])})`)
     if (weights !== 'int4') throw new ConvertUsageError('--int4-compute applies to --dtype int4 only')
   }
-  const promptGraph = values['prompt-graph']
+  const promptGraph = values['prompt-graph'] === true
   if (promptGraph && (attention !== 'standard' || cache === 'concat' || weights === 'fp16')) {
     throw new ConvertUsageError('--prompt-graph goes with --attention standard, the append cache and --dtype fp32, int4 or int8')
   }
-  if (!values.out) throw new ConvertUsageError('--out is required')
-  if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
-  if (values.from) {
-    if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
-    return convertCheckpoint({ from: values.from, out: values.out, weights, attention, cache, int4BlockSize, int4Compute, promptGraph })
-  }
-  const seed = Number(values.seed)
-  if (!Number.isSafeInteger(seed) || seed < 0) throw new ConvertUsageError(`--seed must be a non-negative integer (got ${values.seed})`)
-  return convertRandom({ configPath: values.random as string, out: values.out, weights, seed, tokenizerDir: values.tokenizer, attention, cache, int4BlockSize, int4Compute, promptGraph })
+  return { attention, cache, int4BlockSize, int4Compute, promptGraph }
+}
+
+/** --for cpu|gpu: the form `chatd pull` writes for that device (model-forms.ts), in place of the options one by one. */
+function graphForDevice (form: string, weights: WeightFormat, values: ConvertArgs, configFile: string): GraphChoice {
+  if (!(MODEL_FORMS as readonly string[]).includes(form)) throw new ConvertUsageError(`--for must be cpu or gpu (got ${form})`)
+  const given = ['attention', 'cache', 'block-size', 'int4-compute', 'prompt-graph'].filter(name => values[name] !== undefined && values[name] !== false)
+  if (given.length > 0) throw new ConvertUsageError(`--for ${form} sets the graph options itself: leave out ${given.map(n => `--${n}`).join(', ')}`)
+  return formOptions(form as ModelForm, weights, readDecoderConfig(configFile).headDim)
 }

@@ -208,6 +208,11 @@ function prefixKeys (meta: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(meta).map(([k, v]) => [`chatd.${k}`, v]))
 }
 
+/** A checkpoint's or a random model's config.json, read and checked (decoder-config.ts). */
+export function readDecoderConfig (file: string): ReturnType<typeof parseDecoderConfig> {
+  return parseDecoderConfig(readJson(file), file)
+}
+
 function readJson (file: string): Record<string, unknown> {
   let text: string
   try {

@@ -10,6 +10,7 @@ import { modelPath, type OnnxModelEntry } from '../engine/models-file.ts'
 import { DEFAULT_DTYPE, ModelDirError, readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import type { BackendFactory } from '../engine/registry.ts'
 import { pullCheckpoint } from './checkpoint.ts'
+import { formForDevice } from './device-form.ts'
 import { pullModel } from './pull.ts'
 import { PullingBackend } from './pulling-backend.ts'
 import { hubLocation, pullCommand } from './model-source.ts'
@@ -27,7 +28,7 @@ export function modelFilesMissing (dir: string, dtype: string = DEFAULT_DTYPE): 
 export function createPullingBackend (
   entry: OnnxModelEntry & { hubRepo?: string },
   dir: string,
-  config: Partial<Pick<Config, 'hfEndpoint' | 'hfToken'>>,
+  config: Partial<Pick<Config, 'hfEndpoint' | 'hfToken' | 'onnxDevice'>>,
   open: () => Promise<Backend>
 ): PullingBackend {
   const hub = hubLocation({ ...entry, hubRepo: entry.hubRepo! }, config)
@@ -37,7 +38,13 @@ export function createPullingBackend (
     pullCommand: pullCommand(entry.id),
     pull: async (onEvent, signal) => {
       const pull = { hub, dir, dtype: (entry.dtype ?? DEFAULT_DTYPE) as ModelDtype, onEvent, signal }
-      await (entry.source === 'checkpoint' ? pullCheckpoint(pull) : pullModel(pull))
+      if (entry.source !== 'checkpoint') {
+        await pullModel(pull)
+        return
+      }
+      // The form for the device the model will run on (the engine's own choice of device follows).
+      const { form } = await formForDevice(entry.device ?? config.onnxDevice ?? 'auto', entry.device === undefined ? undefined : `models.json entry "${entry.id}"`)
+      await pullCheckpoint({ ...pull, form })
     },
     open,
   })

@@ -1,8 +1,8 @@
 // Pulling a model from its original checkpoint (models.json
 // `source: "checkpoint"`, the default model's way): download the safetensors
 // checkpoint at the pinned revision, convert it here with chatd's own
-// converter into the graph the engine runs fastest (int4 with int8 compute on
-// CPU, fused projections, the append cache: the form `npm run bench`
+// converter into the graph the engine runs fastest on the model's device (the
+// CPU form or the GPU form: convert/model-forms.ts; the forms `npm run bench`
 // measures), check that the result loads and runs, and only then move it
 // into the model directory. The download resumes like any pull; an
 // interrupted conversion starts over from the downloaded checkpoint, which is
@@ -11,6 +11,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, s
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import type { WeightFormat } from '../convert/decoder-graph.ts'
+import { formOptions, type ModelForm } from '../convert/model-forms.ts'
 import { readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import type { ConvertJob, ConvertMessage } from './convert-worker.ts'
 import { PullError } from './errors.ts'
@@ -45,7 +46,8 @@ export function selectCheckpointFiles (listing: RemoteFile[], repo: string): Rem
   return [...REQUIRED.map(p => byPath.get(p)!), ...OPTIONAL.flatMap(p => byPath.get(p) ?? []), ...(index ? [index] : []), ...weights]
 }
 
-interface SourceRecord { repo: string; revision: string; dtype: string; files: Array<{ path: string; sha256?: string; gitSha1?: string }> }
+/** `form` is absent in records written before the GPU form: those are the CPU form. */
+interface SourceRecord { repo: string; revision: string; dtype: string; form?: ModelForm; files: Array<{ path: string; sha256?: string; gitSha1?: string }> }
 
 /** Bytes of every file under `dir`: the size of a model already in place. */
 function directoryBytes (dir: string): number {
@@ -54,15 +56,20 @@ function directoryBytes (dir: string): number {
     .reduce((sum, entry) => sum + statSync(join(entry.parentPath, entry.name)).size, 0)
 }
 
-export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boolean }): Promise<PullResult> {
+export interface CheckpointPullOptions extends PullOptions {
+  /** The form to convert into, for the device the model will run on (default: the CPU form). */
+  form?: ModelForm
+  keepCheckpoint?: boolean
+}
+
+export async function pullCheckpoint (opts: CheckpointPullOptions): Promise<PullResult> {
   const weights = CHECKPOINT_DTYPES[opts.dtype]
   if (!weights) {
     throw new PullError(`dtype ${opts.dtype} cannot be made from a checkpoint: chatd's converter writes ${Object.keys(CHECKPOINT_DTYPES).join(', ')}`)
   }
-  // int4 (the default model): prompts run on an int8 copy, several times faster on a CPU.
-  const promptGraph = weights === 'int4'
+  const form = opts.form ?? 'cpu'
   const emit = opts.onEvent ?? (() => {})
-  if (convertedFrom(opts.dir, opts.hub.repo, opts.hub.revision, opts.dtype) && modelInPlace(opts.dir, opts.dtype, promptGraph)) {
+  if (convertedFrom(opts.dir, { repo: opts.hub.repo, revision: opts.hub.revision, dtype: opts.dtype, form }) && modelInPlace(opts.dir, opts.dtype, form, weights)) {
     // Nothing to report file by file: the caller says the model is complete.
     return { dir: opts.dir, files: [], totalBytes: directoryBytes(opts.dir), skipped: 0, alreadyComplete: true }
   }
@@ -74,11 +81,12 @@ export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boo
       repo: opts.hub.repo,
       revision: opts.hub.revision,
       dtype: opts.dtype,
+      form,
       files: download.files.map(f => ({ path: f.path, sha256: f.sha256, gitSha1: f.gitSha1 })),
     }
     const partial = join(opts.dir, PARTIAL_DIR)
     rmSync(partial, { recursive: true, force: true })
-    await convertInWorker({ from: checkpointDir, out: partial, weights, dtype: opts.dtype, promptGraph }, emit, opts.signal)
+    await convertInWorker({ from: checkpointDir, out: partial, weights, dtype: opts.dtype, form }, emit, opts.signal)
     writeFileSync(join(partial, SOURCE_RECORD), JSON.stringify(record, null, 2) + '\n')
     // Verified: the new files replace whatever an earlier pull left.
     for (const name of readdirSync(partial)) {
@@ -93,22 +101,29 @@ export async function pullCheckpoint (opts: PullOptions & { keepCheckpoint?: boo
   }
 }
 
-/** Whether `dir` holds a model converted from this repository and revision, for this dtype. */
-export function convertedFrom (dir: string, repo: string, revision: string, dtype: string): boolean {
+/** What `dir` was converted from and into, as its source record says; null without one (or a broken one). */
+export function convertedModel (dir: string): { repo: string; revision: string; dtype: string; form: ModelForm } | null {
   const file = join(dir, SOURCE_RECORD)
-  if (!existsSync(file)) return false
+  if (!existsSync(file)) return null
   try {
     const record = JSON.parse(readFileSync(file, 'utf8')) as SourceRecord
-    return record.repo === repo && record.revision === revision && record.dtype === dtype
+    return { repo: record.repo, revision: record.revision, dtype: record.dtype, form: record.form ?? 'cpu' }
   } catch {
-    return false
+    return null
   }
 }
 
-/** The model loads, with the int8 prompt graph where this version writes one (a pull from before it converts again). */
-function modelInPlace (dir: string, dtype: ModelDtype, withPromptGraph: boolean): boolean {
+/** Whether `dir` holds a model converted from this repository and revision, for this dtype, in this form. */
+export function convertedFrom (dir: string, want: { repo: string; revision: string; dtype: string; form: ModelForm }): boolean {
+  const record = convertedModel(dir)
+  return record !== null && record.repo === want.repo && record.revision === want.revision && record.dtype === want.dtype && record.form === want.form
+}
+
+/** The model loads, with the int8 prompt graph where its form has one (a pull from before chatd wrote them converts again). */
+function modelInPlace (dir: string, dtype: ModelDtype, form: ModelForm, weights: WeightFormat): boolean {
   try {
-    return readModelDir(dir, dtype).promptOnnxPath !== null || !withPromptGraph
+    // The head size does not change whether a form has a prompt graph.
+    return readModelDir(dir, dtype).promptOnnxPath !== null || !formOptions(form, weights, 0).promptGraph
   } catch {
     return false
   }

@@ -13,7 +13,9 @@ import { modelFilesMissing } from './auto-pull.ts'
 import { PullError } from './errors.ts'
 import { hubLocation } from './model-source.ts'
 import { formatBytes, lineReporter, terminalReporter } from './progress.ts'
-import { pullCheckpoint } from './checkpoint.ts'
+import { convertedModel, pullCheckpoint } from './checkpoint.ts'
+import { formForDevice } from './device-form.ts'
+import { formName } from '../convert/model-forms.ts'
 import { pullModel, type PullEvent } from './pull.ts'
 
 export interface PullCommandOptions {
@@ -47,14 +49,21 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
     if (!entry.hubRepo) {
       throw new PullError(`${entry.id} has no "hubRepo" in ${config.modelsFile}, so there is nowhere to download it from: add one, or put the model directory (${modelDirLayout(dtype)}) at ${dir}`)
     }
+    const fromCheckpoint = entry.source === 'checkpoint'
+    // A checkpoint becomes the form for the device the model will run on.
+    const target = fromCheckpoint ? await formForDevice(entry.device ?? config.onnxDevice, entry.device === undefined ? undefined : `models.json entry "${entry.id}"`) : undefined
     if (opts.ifMissing && !modelFilesMissing(dir, dtype)) {
       opts.out(`${entry.id}: every file is already in ${dir}`)
+      // Offline restarts must pass, so a model in the other form is left as it is, and said.
+      const present = target ? convertedModel(dir)?.form : undefined
+      if (target && present && present !== target.form) {
+        opts.out(`note: ${entry.id} in ${dir} is ${formName(present)}, and ${target.why} runs ${formName(target.form)} faster: \`chatd pull ${entry.id}\` converts it again (downloading the checkpoint again)`)
+      }
       continue
     }
     const hub = hubLocation({ ...entry, hubRepo: entry.hubRepo }, config)
-    const fromCheckpoint = entry.source === 'checkpoint'
-    opts.out(fromCheckpoint
-      ? `pulling ${entry.id}: the checkpoint ${hub.endpoint}/${hub.repo} (${hub.revision}), converted here to dtype ${dtype}, into ${dir}`
+    opts.out(target
+      ? `pulling ${entry.id}: the checkpoint ${hub.endpoint}/${hub.repo} (${hub.revision}), converted here to dtype ${dtype} in ${formName(target.form)} (${target.why}), into ${dir}`
       : `pulling ${entry.id} from ${hub.endpoint}/${hub.repo} (${hub.revision}, dtype ${dtype}) into ${dir}`)
     if (!/^[0-9a-f]{40}$/.test(hub.revision)) {
       opts.out(`note: ${hub.revision} is a branch or tag, so a later pull may fetch other files; pin a full commit in "hubRevision" for the same files every time`)
@@ -68,7 +77,7 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
     }
     try {
       const pull = { hub, dir, dtype, onEvent, signal: opts.signal }
-      const result = fromCheckpoint ? await pullCheckpoint({ ...pull, keepCheckpoint: opts.keepCheckpoint }) : await pullModel(pull)
+      const result = target ? await pullCheckpoint({ ...pull, form: target.form, keepCheckpoint: opts.keepCheckpoint }) : await pullModel(pull)
       bars?.stop()
       opts.out(result.alreadyComplete
         ? `${entry.id} is already complete in ${dir} (${formatBytes(result.totalBytes)}): nothing to download`

@@ -3,8 +3,10 @@
 // worker it never blocks the server that started it (auto-pull) or the
 // progress bar that shows it (chatd pull).
 import { parentPort, workerData } from 'node:worker_threads'
-import { convertCheckpoint } from '../convert/index.ts'
+import { join } from 'node:path'
+import { convertCheckpoint, readDecoderConfig } from '../convert/index.ts'
 import type { WeightFormat } from '../convert/decoder-graph.ts'
+import { formOptions, type ModelForm } from '../convert/model-forms.ts'
 import { DecoderSession } from '../engine/onnx/device/decoder-session.ts'
 import { LocalEngine } from '../engine/onnx/scheduler/engine.ts'
 import type { ModelDtype } from '../engine/onnx/model-dir.ts'
@@ -14,8 +16,8 @@ export interface ConvertJob {
   out: string
   weights: WeightFormat
   dtype: ModelDtype
-  /** Also write the int8 prompt graph. */
-  promptGraph: boolean
+  /** The form for the device the model will run on (model-forms.ts). */
+  form: ModelForm
 }
 
 export type ConvertMessage =
@@ -35,7 +37,7 @@ try {
     from: job.from,
     out: job.out,
     weights: job.weights,
-    promptGraph: job.promptGraph,
+    ...formOptions(job.form, job.weights, readDecoderConfig(join(job.from, 'config.json')).headDim),
     onProgress: (tensors, total) => {
       // A 28-layer model has ~340 tensors; a message per percent is plenty.
       if (tensors === total || tensors - last >= Math.max(1, Math.floor(total / 100))) {

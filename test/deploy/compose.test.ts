@@ -63,6 +63,7 @@ t.test('compose files validate and wire the stack', { skip: !compose && 'neither
       redis: { condition: 'service_healthy' },
     })
     t.match(services.chatd.environment, { HOST: '0.0.0.0', MODELS_DIR: '/models', CHATD_AUTO_PULL: '0', ONNX_DEVICE: 'cpu', DATABASE_URL: 'postgres://chatd:test-password@postgres:5432/chatd', REDIS_URL: 'redis://redis:6379' })
+    t.equal(services['model-init'].environment.ONNX_DEVICE, 'cpu', 'model-init pulls for the device chatd runs on')
     t.notOk(services.chatd.deploy, 'no GPU reservation in the base file')
     t.ok(services.postgres.healthcheck && services.redis.healthcheck)
     t.ok(volumes.models && volumes.data && volumes.postgres, 'models, data and the database on named volumes')
@@ -72,7 +73,7 @@ t.test('compose files validate and wire the stack', { skip: !compose && 'neither
     const { services } = await config(dir, GPU)
     t.match(services.chatd, { build: { target: 'gpu' }, image: 'chatd:gpu', environment: { ONNX_DEVICE: 'cuda' } })
     t.match(services.chatd.deploy.resources.reservations.devices, [{ driver: 'nvidia', capabilities: ['gpu', 'compute', 'utility', 'graphics'] }])
-    t.match(services['model-init'], { image: 'chatd:gpu' }, 'one image for both')
+    t.match(services['model-init'], { image: 'chatd:gpu', environment: { ONNX_DEVICE: 'cuda' } }, 'one image and one device for both: the pull converts for the device chatd runs on')
   })
 
   t.test('proxy override: Caddy on 80/443 with the Caddyfile, chatd trusting one hop', async t => {

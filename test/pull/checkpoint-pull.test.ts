@@ -127,12 +127,12 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
       { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4' },
     ]
   }))
-  withEnv(t, { MODELS_FILE: join(project, 'models.json'), HF_ENDPOINT: hub.url })
+  withEnv(t, { MODELS_FILE: join(project, 'models.json'), HF_ENDPOINT: hub.url, ONNX_DEVICE: 'cpu' })
 
   const pulled = await cli(['pull', 'stories'])
   t.equal(pulled.code, 0, pulled.err)
   const modelDir = join(project, 'stories')
-  t.match(pulled.out, `pulling stories: the checkpoint ${hub.url}/${REPO} (${REVISION}), converted here to dtype q4, into ${modelDir}`)
+  t.match(pulled.out, `pulling stories: the checkpoint ${hub.url}/${REPO} (${REVISION}), converted here to dtype q4 in the CPU form (ONNX_DEVICE=cpu), into ${modelDir}`)
   t.match(pulled.out, /resuming at/, 'the cut shard was resumed')
   t.match(pulled.out, /converting the checkpoint to int4 with chatd's converter/)
   t.match(pulled.out, /converting: \d+ of \d+ tensors\n/)
@@ -171,6 +171,51 @@ t.test('chatd pull with source "checkpoint": download, convert, verify; the mode
   t.equal(upgrade.code, 0, upgrade.err)
   t.match(upgrade.out, /converting the checkpoint to int4/)
   t.ok(existsSync(join(modelDir, 'onnx/model_prompt.onnx')), 'the prompt graph is added')
+})
+
+t.test('a model that runs on WebGPU is pulled in the GPU form; on the CPU, in the CPU form; --if-missing leaves the other form and says so', async t => {
+  const work = t.testdir({ checkpoint: {}, reference: {}, project: {} })
+  const checkpoint = bf16Checkpoint(join(work, 'checkpoint'))
+  const hub = await startHub({ [REPO]: repoFromDir(checkpoint) })
+  t.teardown(hub.close)
+  const project = join(work, 'project')
+  const modelsFile = join(project, 'models.json')
+  const entry = { id: 'stories', backend: 'onnx', path: 'stories', source: 'checkpoint', hubRepo: REPO, hubRevision: REVISION, dtype: 'q4' }
+  const onDevice = (device: string) => writeFileSync(modelsFile, JSON.stringify({ models: [{ ...entry, device }] }))
+  withEnv(t, { MODELS_FILE: modelsFile, HF_ENDPOINT: hub.url })
+  const modelDir = join(project, 'stories')
+  const form = () => JSON.parse(readFileSync(join(modelDir, 'chatd-source.json'), 'utf8')).form
+
+  onDevice('webgpu')
+  const gpu = await cli(['pull', 'stories'])
+  t.equal(gpu.code, 0, gpu.err)
+  t.match(gpu.out, 'converted here to dtype q4 in the GPU form (models.json entry "stories"\'s "device": "webgpu")')
+  t.equal(form(), 'gpu', 'the source record names the form')
+  t.same(readdirSync(join(modelDir, 'onnx')).sort(), ['model_q4.onnx', 'model_q4.onnx_data'], 'no int8 prompt graph: a GPU runs prompts on the main graph')
+  // stories260k's 8-wide heads are too narrow for GroupQueryAttention: plain attention, concat cache, int4 in float32.
+  const reference = convertCheckpoint({ from: checkpoint, out: join(work, 'reference'), weights: 'int4', cache: 'concat', int4Compute: 'float' })
+  t.ok(readFileSync(join(modelDir, 'onnx/model_q4.onnx')).equals(readFileSync(reference.onnxFile)), 'the graph of chatd convert --cache concat --int4-compute float')
+  t.ok(readFileSync(join(modelDir, 'onnx/model_q4.onnx_data')).equals(readFileSync(reference.onnxFile + '_data')), 'and its weights')
+
+  const downloads = hub.downloads().length
+  const again = await cli(['pull', 'stories'])
+  t.match(again.out, /already complete/, 'the same form again: nothing to do')
+  t.equal(hub.downloads().length, downloads)
+
+  onDevice('cpu')
+  const kept = await cli(['pull', '--if-missing', 'stories'])
+  t.equal(kept.code, 0, kept.err)
+  t.match(kept.out, `stories: every file is already in ${modelDir}\nnote: stories in ${modelDir} is the GPU form, and models.json entry "stories"'s "device": "cpu" runs the CPU form faster: \`chatd pull stories\` converts it again`)
+  t.equal(hub.downloads().length, downloads, '--if-missing asks nothing of the hub (an offline restart)')
+  t.equal(form(), 'gpu', 'and leaves the model as it is')
+
+  const cpu = await cli(['pull', 'stories'])
+  t.equal(cpu.code, 0, cpu.err)
+  t.match(cpu.out, 'in the CPU form (models.json entry "stories"\'s "device": "cpu")')
+  t.equal(form(), 'cpu')
+  t.ok(existsSync(join(modelDir, 'onnx/model_prompt.onnx')), 'the CPU form has its int8 prompt graph')
+  const quiet = await cli(['pull', '--if-missing', 'stories'])
+  t.notMatch(quiet.out, /note:/, 'the form the device runs: no note')
 })
 
 t.test('a checkpoint that cannot be converted leaves no model behind, and says why', async t => {

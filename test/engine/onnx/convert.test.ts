@@ -229,3 +229,35 @@ t.test('--attention gqa-masked: the GPU form; refused where it cannot apply, and
   t.teardown(() => session.close())
   t.equal(session.graphStyle, 'gqa-masked')
 })
+
+t.test('--for cpu|gpu: the form chatd pull writes for a device, chosen by the head size and the weights', async t => {
+  const dir = t.testdir({})
+  const hd16 = path.join(REPO_ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json')
+  const hd8 = path.join(REPO_ROOT, 'test/fixtures/tiny-qwen2.config.json')
+  t.throws(() => runConvert(['--random', hd16, '--out', path.join(dir, 'x'), '--for', 'tpu']), /--for must be cpu or gpu \(got tpu\)/)
+  t.throws(() => runConvert(['--random', hd16, '--out', path.join(dir, 'x'), '--for', 'gpu', '--cache', 'append', '--prompt-graph']),
+    /--for gpu sets the graph options itself: leave out --cache, --prompt-graph/)
+  t.throws(() => runConvert(['--random', path.join(dir, 'absent.json'), '--out', path.join(dir, 'x'), '--for', 'gpu']), /absent\.json: cannot be read/)
+  t.notOk(fs.existsSync(path.join(dir, 'x')), 'nothing written')
+
+  const load = async (out: string, dtype: 'q4' | 'fp16' | 'fp32') => {
+    const model = decodeModel(fs.readFileSync(readModelDir(out, dtype).onnxPath))
+    const session = await DecoderSession.load(readModelDir(out, dtype), { device: 'cpu', threads: 1 })
+    const seen = { style: session.graphStyle, cache: session.cacheOutputs, promptGraph: session.hasPromptGraph, accuracyLevel: model.graph!.node.some(n => n.op_type === 'MatMulNBits' && n.attribute!.some(a => a.name === 'accuracy_level')) }
+    await session.close()
+    return seen
+  }
+  const convert = (config: string, form: string, dtype: string) => {
+    const out = path.join(dir, `${path.basename(config)}-${form}-${dtype}`)
+    runConvert(['--random', config, '--out', out, '--for', form, '--dtype', dtype])
+    return out
+  }
+  t.same(await load(convert(hd16, 'gpu', 'int4'), 'q4'), { style: 'gqa-masked', cache: 'concat', promptGraph: false, accuracyLevel: false },
+    'gpu, int4, head size 16: GroupQueryAttention under the mask, the concat cache, int4 in float32, no prompt graph')
+  t.same(await load(convert(hd8, 'gpu', 'int4'), 'q4'), { style: 'standard', cache: 'concat', promptGraph: false, accuracyLevel: false },
+    'gpu, head size 8 (too narrow for GroupQueryAttention): plain attention')
+  t.same(await load(convert(hd16, 'gpu', 'fp16'), 'fp16'), { style: 'standard', cache: 'concat', promptGraph: false, accuracyLevel: false }, 'gpu, fp16: plain attention')
+  t.same(await load(convert(hd16, 'cpu', 'int4'), 'q4'), { style: 'standard', cache: 'append', promptGraph: true, accuracyLevel: true },
+    'cpu: int8 activations, the append cache, the int8 prompt graph')
+  t.same(await load(convert(hd16, 'cpu', 'fp32'), 'fp32'), { style: 'standard', cache: 'append', promptGraph: false, accuracyLevel: false }, 'cpu, fp32: no prompt graph')
+})
