@@ -11,6 +11,16 @@ import { nextTurnStart } from '../../src/prompt/shape.ts'
 
 export interface Reply { text: string; completion: number; cached: number }
 
+/**
+ * batches()'s replies without their cached counts: what exactness compares where the two devices
+ * may schedule differently (a gqa-masked graph on a software renderer feeds at most 31 tokens a
+ * run, so prompts that arrive together are not fed whole in one run there, and reuse cached prefixes).
+ */
+export function tokensOf (replies: { solo: Reply; together: Reply[]; join: Reply[] }): unknown {
+  const strip = (r: Reply) => ({ text: r.text, completion: r.completion })
+  return { solo: strip(replies.solo), together: replies.together.map(strip), join: replies.join.map(strip) }
+}
+
 /** The user turns of the conversations (stories260k's kind of text). */
 export const USER_TURNS = [
   'Once upon a time there was a little dog named Max who lived in a small house near the woods.',
@@ -61,7 +71,7 @@ export async function batches (dir: string, dtype: ModelDtype, device: Device) {
       if (++tokens === 4) joined = generate(user(USER_TURNS[2]), 24)
     })
     const join = [await first, await joined!]
-    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, replies: { solo, together, join } }
+    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, softwareRenderer: engine.session.softwareRenderer, replies: { solo, together, join } }
   } finally {
     await engine.close()
   }

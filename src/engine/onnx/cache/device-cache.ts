@@ -9,9 +9,9 @@
 // GPU buffer back, and the scheduler's gathers (rows joining or leaving a
 // batch, the prefix cache's copies) are the host's work: they read the host's
 // copy, and the cache they make is uploaded once, by the run that first uses it.
-import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session.ts'
+import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
-import type { CacheLayout, CacheRun, RowCache } from './cache-layout.ts'
+import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
 import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
 
 interface DeviceCache extends Slots {
@@ -37,6 +37,10 @@ export class DeviceLayout implements CacheLayout {
 
   readonly packsRows = false
 
+  get padsFirstRun (): boolean {
+    return this.#session.takesPaddedRows
+  }
+
   /** The host's copies and the GPU's. */
   get bytesHeld (): number {
     return this.#slots.bytesHeld + this.#deviceBytes
@@ -48,18 +52,15 @@ export class DeviceLayout implements CacheLayout {
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
     const cache = rowCache as DeviceCache
-    const seqLen = tokens[0].length
     const past = cache.device ?? this.#upload(cache)
-    const total = past.length
+    const { inputIds, attentionMask, positionIds, counts, seqLen } = alignedRun(cache.lengths, past.length, tokens, this.padsFirstRun)
     let out
     try {
       out = await this.#session.forward({
         batch: tokens.length,
-        inputIds: tokens,
-        // Rows of different lengths: the session refuses them (concat graphs do not pack rows).
-        tokensPerRow: tokens.map(t => t.length),
-        attentionMask: cache.lengths.map(len => maskRow(total + seqLen, 0, total - len)),
-        positionIds: cache.lengths.map(len => tokens[0].map((_, k) => len + k)),
+        inputIds,
+        attentionMask,
+        positionIds,
         past,
         logitsToKeep,
         prompt,
@@ -69,7 +70,7 @@ export class DeviceLayout implements CacheLayout {
       if (past !== cache.device) DecoderSession.disposeCache(past)
     }
     // The host's copy takes this run's entries; grown first when they do not fit.
-    const needed = Math.max(...cache.lengths) + seqLen
+    const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
     if (needed > cache.capacity) {
       const grown = this.#slots.grown(cache, needed)
       this.#slots.free(cache)
@@ -77,7 +78,8 @@ export class DeviceLayout implements CacheLayout {
     }
     const entries = out.newEntries
     if (!entries) throw new Error(`${this.#session.model.onnxPath}: the run returned no cache_delta`)
-    this.#slots.write(cache, name => entries[name], tokens.map(() => seqLen), seqLen)
+    // A left-padded row's entries are the last of its run's (alignedRun).
+    this.#slots.write(cache, name => entries[name], counts, seqLen, counts.map(n => seqLen - n))
     if (cache.device) this.#release(cache.device)
     cache.device = out.present
     this.#deviceBytes += kvBytes(out.present)

@@ -16,7 +16,7 @@
 // ids follow from the rows' lengths.
 import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
-import type { CacheLayout, CacheRun, RowCache } from './cache-layout.ts'
+import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
 import { DeviceLayout } from './device-cache.ts'
 import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
 
@@ -49,24 +49,25 @@ class ConcatLayout implements CacheLayout {
     return { kv: this.#session.emptyCache(rows), lengths: new Array(rows).fill(0) }
   }
 
+  get padsFirstRun (): boolean {
+    return this.#session.takesPaddedRows
+  }
+
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
     const cache = rowCache as ConcatCache
-    const total = cache.kv.length
-    const seqLen = tokens[0].length
+    const { inputIds, attentionMask, positionIds, counts } = alignedRun(cache.lengths, cache.kv.length, tokens, this.padsFirstRun)
     const out = await this.#session.forward({
       batch: tokens.length,
-      inputIds: tokens,
-      // Rows of different lengths: the session refuses them (this layout's graphs do not pack rows).
-      tokensPerRow: tokens.map(t => t.length),
-      attentionMask: cache.lengths.map(len => maskRow(total + seqLen, 0, total - len)),
-      positionIds: cache.lengths.map(len => tokens[0].map((_, k) => len + k)),
+      inputIds,
+      attentionMask,
+      positionIds,
       past: cache.kv,
       logitsToKeep,
       prompt,
     })
     this.bytesHeld += kvBytes(out.present) - kvBytes(cache.kv)
     DecoderSession.disposeCache(cache.kv)
-    const next: ConcatCache = { kv: out.present, lengths: cache.lengths.map(len => len + seqLen) }
+    const next: ConcatCache = { kv: out.present, lengths: cache.lengths.map((len, b) => len + counts[b]) }
     return { logits: out.logits, cache: next }
   }
 
@@ -119,6 +120,9 @@ class AppendLayout implements CacheLayout {
   get packsRows (): boolean {
     return this.#session.packsRows
   }
+
+  /** Rows of different lengths are packed instead (packsRows), padded after their tokens. */
+  readonly padsFirstRun = false
 
   get bytesHeld (): number {
     return this.#slots.bytesHeld

@@ -78,10 +78,11 @@ export class SlotBuffers {
 
   /**
    * Writes a run's entries ([rows, kv heads, seqLen, head_dim] per name) into the next free slots:
-   * row b's first counts[b] only (its padding's keys and values are never kept). The slots must
-   * have room; their lengths grow by the counts.
+   * row b's counts[b] from position skip[b] (0: padding after the tokens; seqLen - counts[b]: left
+   * padding) only, so padding's keys and values are never kept. The slots must have room; their
+   * lengths grow by the counts.
    */
-  write (slots: Slots, entries: (name: string) => CacheData, counts: number[], seqLen: number): void {
+  write (slots: Slots, entries: (name: string) => CacheData, counts: number[], seqLen: number, skip: number[] = counts.map(() => 0)): void {
     const heads = this.#heads
     const dim = this.#dim
     for (const name of this.#names) {
@@ -89,7 +90,7 @@ export class SlotBuffers {
       const buffer = slots.buffers[name]
       counts.forEach((count, b) => {
         for (let h = 0; h < heads; h++) {
-          const from = (b * heads + h) * seqLen * dim
+          const from = ((b * heads + h) * seqLen + skip[b]) * dim
           buffer.set(data.subarray(from, from + count * dim), ((b * heads + h) * slots.capacity + slots.lengths[b]) * dim)
         }
       })

@@ -220,8 +220,9 @@ export class DecoderSession {
   /**
    * Whether rows of one run may take several tokens each on top of a cached past. onnxruntime's
    * GroupQueryAttention takes such a run (a prompt chunk after the first, or after a cached
-   * prefix) one row at a time, so gqa-masked graphs prefill one sequence per run; their decode
-   * steps (one token a row) still batch.
+   * prefix) one row at a time, so gqa-masked graphs prefill one sequence per run, but for whole
+   * prompts on an empty cache (the engine's #prefillPlan); their decode steps (one token a row)
+   * still batch.
    */
   get batchesPromptChunks (): boolean {
     return this.graphStyle !== 'gqa-masked'

@@ -20,7 +20,8 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 // chatd's gqa-masked graphs (the GPU form) take padded rows and decode in
 // batches, but prefill one prompt per run (onnxruntime's GroupQueryAttention
-// takes a several-token run on a cached past for one row only).
+// takes a several-token run on a cached past for one row only), but for a
+// burst of prompts fed whole in one run on an empty cache (#prefillPlan).
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
 import { wallClock, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type Usage } from '../../backend.ts'
@@ -84,6 +85,10 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
 const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256, webgpu: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
+/** Prompt tokens of whole prompts fed together in one run where prompt chunks do not batch (#prefillPlan). */
+const GROUP_PREFILL_TOKENS = 2 * SOLO_PREFILL_CHUNK
+/** A cached prefix this long is worth a run of its own rather than computing it again in a group (#prefillPlan). */
+const GROUP_REUSE_TOKENS = 64
 /** Bound on one run's logits for graphs that return every position's. */
 const ALL_POSITION_LOGITS_BYTES = 64 << 20
 /**
@@ -196,9 +201,28 @@ export class LocalEngine {
     return this.session.takesPaddedRows ? this.scheduler.maxBatch : 1
   }
 
-  /** Prompts prefilled together in one run (gqa-masked graphs take one: DecoderSession.batchesPromptChunks). */
-  get #prefillCapacity (): number {
-    return this.session.batchesPromptChunks ? this.#batchCapacity : 1
+  /**
+   * Waiting prompts to prefill together, up to `room`, and whether they go in whole. Graphs that
+   * batch prompt chunks: as many as a batch holds. The others (gqa-masked: onnxruntime's
+   * GroupQueryAttention takes several rows only without a past, DecoderSession.batchesPromptChunks)
+   * feed one prompt at a time, except a burst of prompts that fit whole in one run together and
+   * have no long cached prefix (a chat template's first tokens are computed again): those go in at
+   * once, the shorter left-padded (PrefillGroup's whole mode).
+   */
+  #prefillPlan (room: number): { count: number; whole: boolean } {
+    const most = Math.min(room, this.#batchCapacity)
+    if (this.session.batchesPromptChunks) return { count: most, whole: false }
+    if (!this.cacheLayout.padsFirstRun) return { count: 1, whole: false }
+    const tokens = this.#decodingCount === 0 ? GROUP_PREFILL_TOKENS : this.scheduler.prefillChunk || this.#pacer.chunkSize()
+    let longest = 0
+    let rows = 0
+    for (const seq of this.#waiting.slice(0, most)) {
+      const cached = seq.seeded ? 0 : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1)?.length ?? 0
+      longest = Math.max(longest, seq.promptIds.length)
+      if (cached >= GROUP_REUSE_TOKENS || longest > this.#positionsPerRun || (rows + 1) * longest > tokens) break
+      rows++
+    }
+    return rows > 1 ? { count: rows, whole: true } : { count: 1, whole: false }
   }
 
   /**
@@ -301,7 +325,8 @@ export class LocalEngine {
    * The queue is never reordered, so a long request is not starved by short ones behind it. Each
    * sequence that starts takes the longest cached prefix of its prompt, in its own cache scope, into a cache of its own.
    */
-  #admit (limit: number): Sequence[] {
+  /** `reuse` false: every prompt is computed whole, cached prefix or not (a group fed whole). */
+  #admit (limit: number, reuse = true): Sequence[] {
     const reserves = this.#running()
     let count = 0
     while (count < limit && count < this.#waiting.length) {
@@ -310,7 +335,7 @@ export class LocalEngine {
       // logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
       // token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
       // turn that into another token.
-      const match = seq.seeded ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
+      const match = seq.seeded || !reuse ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
       // With nothing else running, nothing else will free room: any entry may give way (cache-manager.ts).
       const alone = reserves.length === 0
       reserves.push(reserveOf(seq))
@@ -368,12 +393,13 @@ export class LocalEngine {
         if (!this.#prefill && this.#waiting.length > 0 && room > 0) {
           // Waiting prompts in arrival order that will have a row to decode in, up to what one run
           // may batch and what the KV cache budget still holds.
-          const admitted = this.#admit(Math.min(room, this.#prefillCapacity))
+          const plan = this.#prefillPlan(room)
+          const admitted = this.#admit(plan.count, !plan.whole)
           if (admitted.length > 0 && this.#mixes && this.#decodingCount > 0) {
             // Others are decoding: these prompts ride in their steps, a chunk per step.
             for (const seq of admitted) this.#batchWithRoom().join(seq)
           } else if (admitted.length > 0) {
-            this.#prefill = new PrefillGroup(this.cacheLayout, admitted)
+            this.#prefill = new PrefillGroup(this.cacheLayout, admitted, { whole: plan.whole && admitted.length > 1 })
           }
         }
         if (this.#prefill) {

@@ -7,6 +7,10 @@
 //
 // A row whose prompt is complete leaves with a cache of its own (one copy),
 // which a DecodeBatch then takes over.
+//
+// Graphs that cannot batch prompt chunks on a past (gqa-masked) take a group
+// in whole mode: fresh prompts, each fed whole in one run, the shorter
+// left-padded (the cache layout's padsFirstRun).
 import type { CacheLayout, RowCache } from '../cache/kv-cache.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -17,10 +21,17 @@ export class PrefillGroup {
   /** The rows' shared cache; null once every row has left. */
   #cache: RowCache | null
 
+  /** One run of whole prompts (see above). */
+  readonly whole: boolean
+
   /** Rows may bring a cache of their own (a reused prefix, in `seq.cache`); the group takes it over. */
-  constructor (layout: CacheLayout, rows: Sequence[]) {
+  constructor (layout: CacheLayout, rows: Sequence[], opts: { whole?: boolean } = {}) {
     this.#layout = layout
     this.rows = rows
+    this.whole = opts.whole ?? false
+    if (this.whole && (!layout.padsFirstRun || rows.some(r => r.cache || r.cachedTokens > 0))) {
+      throw new Error('a group fed whole takes fresh prompts, on a cache layout that pads a first run')
+    }
     if (rows.every(r => !r.cache)) {
       this.#cache = layout.empty(rows.length)
       return
@@ -37,9 +48,17 @@ export class PrefillGroup {
 
   /**
    * Feeds up to `perRow` prompt tokens to every row (fewer when a prompt has fewer left, so all
-   * rows take the same count) and returns the logits of each row's last position, [rows, vocab].
+   * rows take the same count; in whole mode, every row's whole prompt) and returns the logits of
+   * each row's last position, [rows, vocab].
    */
   async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
+    if (this.whole) {
+      const prompts = this.rows.map(r => r.nextPromptChunk(r.promptIds.length))
+      const out = await this.#layout.run(this.#cache as RowCache, prompts, 1, true)
+      this.#cache = out.cache
+      this.rows.forEach((row, b) => { row.cachedTokens += prompts[b].length })
+      return { logits: out.logits, tokens: prompts.reduce((sum, p) => sum + p.length, 0) }
+    }
     const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
     const count = Math.max(1, Math.min(perRow, remaining))
     const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true)

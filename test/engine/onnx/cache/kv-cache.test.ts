@@ -104,8 +104,27 @@ t.test('packed rows: one run feeds each row its own number of tokens, and each r
   layout.free(together.cache)
 })
 
-t.test('graphs without tokens_per_row refuse rows of different lengths in one run', async t => {
-  const { layout } = await open('concat')
+t.test('graphs without tokens_per_row: rows of different lengths share a first run left-padded, each as it would alone; on a past they are refused', async t => {
+  const { session, layout } = await open('concat')
+  const V = session.model.vocabSize
   t.equal(layout.packsRows, false)
-  await t.rejects(layout.run(layout.empty(2), [[1, 403], [1]], 1), /different lengths/)
+  t.equal(layout.padsFirstRun, true, 'chatd\'s concat graphs take padded rows')
+  const feeds = [[...prompt, ...stream(5)], [1, 403, 407], prompt]
+  let together = await layout.run(layout.empty(3), feeds, 1)
+  t.same(together.cache.lengths, feeds.map(f => f.length), 'each row holds its own tokens, not the padding')
+  const next = [[300], [301], [302]]
+  const first = together.logits.slice()
+  together = await layout.run(together.cache, next, 1)
+  for (let b = 0; b < 3; b++) {
+    const alone = await layout.run(layout.empty(), [feeds[b]], 1)
+    const step = await layout.run(alone.cache, [next[b]], 1)
+    const diff = Math.max(maxAbsDiff(first.subarray(b * V, (b + 1) * V), alone.logits), maxAbsDiff(together.logits.subarray(b * V, (b + 1) * V), step.logits))
+    t.ok(diff < 1e-4, `row ${b} matches its solo runs (max diff ${diff.toExponential(2)})`)
+    layout.free(step.cache)
+  }
+  await t.rejects(layout.run(together.cache, [[1, 2], [3]], 1), /rows of one run take the same number of tokens here \(got 2, 1\)/)
+  layout.free(together.cache)
+  t.equal(layout.bytesHeld, 0)
+  const { layout: append } = await open('append')
+  t.equal(append.padsFirstRun, false, 'append graphs pack rows instead')
 })

@@ -28,15 +28,19 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
   const runs: number[] = []
   /** Runs whose rows took different numbers of tokens: decode rows beside a prompt chunk. */
   let mixedRuns = 0
-  /** Runs sent to the prompt graph, and runs that fed more than one token per row to the main graph. */
-  const graphRuns = { prompt: 0, mainWide: 0, widestPromptRun: 0 }
+  /**
+   * Runs sent to the prompt graph, runs that fed more than one token per row to the main graph, and
+   * the most rows of a run that fed several tokens a row on a past, and on an empty cache.
+   */
+  const graphRuns = { prompt: 0, mainWide: 0, widestPromptRunOnPast: 0, widestFirstRun: 0 }
   const forward = engine.session.forward.bind(engine.session)
   engine.session.forward = (input: ForwardInput) => {
     runs.push(input.batch)
     if (input.tokensPerRow && new Set(input.tokensPerRow).size > 1) mixedRuns++
     if (input.prompt) graphRuns.prompt++
     else if (input.inputIds[0].length > 1) graphRuns.mainWide++
-    if (input.inputIds[0].length > 1) graphRuns.widestPromptRun = Math.max(graphRuns.widestPromptRun, input.batch)
+    if (input.inputIds[0].length > 1 && input.past.length > 0) graphRuns.widestPromptRunOnPast = Math.max(graphRuns.widestPromptRunOnPast, input.batch)
+    if (input.inputIds[0].length > 1 && input.past.length === 0) graphRuns.widestFirstRun = Math.max(graphRuns.widestFirstRun, input.batch)
     return forward(input)
   }
   let n = 0
@@ -90,7 +94,10 @@ async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp
     t.ok(together.graphRuns.prompt >= 5, `${together.graphRuns.prompt} prompt runs went to the prompt graph`)
     t.equal(together.graphRuns.mainWide, 0, 'the main graph only ever took one generated token per row')
   }
-  if (!together.engine.session.batchesPromptChunks) t.equal(together.graphRuns.widestPromptRun, 1, 'every run that fed prompt tokens held one sequence')
+  if (!together.engine.session.batchesPromptChunks) {
+    t.equal(together.graphRuns.widestPromptRunOnPast, 1, 'every run that fed prompt tokens on a past held one sequence')
+    t.equal(together.graphRuns.widestFirstRun, 2, 'the two prompts that arrived together went in one run, whole, the shorter left-padded')
+  }
   if (mixes) t.ok(together.mixedRuns() >= 3, `${together.mixedRuns()} runs fed prompt chunks beside decoding rows`)
   else t.equal(together.mixedRuns(), 0, 'no run mixed prompt chunks with decoding rows')
   await together.engine.close()
@@ -118,7 +125,7 @@ t.test('MIXED_BATCHES off: prompts that join mid-decode are fed in runs of their
   await checkBatchedEqualsSolo(t, storiesModelDir('fp32'), 'fp32', true, false)
 })
 
-t.test('gqa-masked graph (the GPU form): decode steps batched, prompts prefilled one per run, output equal to unbatched', async t => {
+t.test('gqa-masked graph (the GPU form): decode steps batched, prompts that arrive together in one run, the others one per run, output equal to unbatched', async t => {
   await checkBatchedEqualsSolo(t, randomGpuFormModelDir('int4'), 'q4', true)
 })
 
@@ -173,6 +180,58 @@ t.test('requests that arrive together are prefilled together, then decode togeth
   t.ok(burst.runs.every(n => n <= 3))
   t.ok(burst.runs.filter(n => n === 3).length >= 15, 'most decode steps hold all three')
   await burst.engine.close()
+})
+
+t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole and left-padded to the longest; prompts from a cached prefix, and those past 1,024 tokens together, go in runs of their own', async t => {
+  const dir = randomGpuFormModelDir('int4')
+  const prompts: Array<[string, number]> = [['Once upon a time', 12], ['The dog', 12], ['Lily and Tom went to the park', 12]]
+  const solo = await engineFor(dir, 'q4')
+  const expected: Outcome[] = []
+  for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
+  await solo.engine.close()
+
+  const burst = await engineFor(dir, 'q4')
+  const got = await Promise.all(prompts.map(([p, m]) => burst.generate(greedy(p, m)).result))
+  got.forEach((g, i) => t.same(g, expected[i], `prompt ${i}: same text, reason and count as alone`))
+  t.equal(burst.runs[0], 3, 'the first run feeds all three whole prompts')
+  t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'no run fed prompt tokens on a past')
+  t.ok(burst.runs.slice(1).every(n => n === 3 || n < 3), 'then they decode together')
+  t.ok(burst.runs.filter(n => n === 3).length >= 10, 'most decode steps hold all three')
+
+  // The same prompts again: their cached prefixes are short (under 64 tokens), so they are computed
+  // again, whole, in one run.
+  const again = await Promise.all(prompts.map(([p, m]) => burst.generate(greedy(p, m)).result))
+  again.forEach((g, i) => t.same(g, expected[i], `prompt ${i} again: the same reply`))
+  t.equal(burst.graphRuns.widestFirstRun, 3)
+  t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'again in one run on an empty cache')
+  // A prompt whose cached prefix is long is fed alone from it, and the burst it came in waits its turn.
+  const story = 'Once upon a time there was a little girl named Lily. She loved to play in the park with her dog.'
+  await burst.generate(greedy(story, 2)).result
+  const follow = burst.generate(greedy(story + ' One day', 12))
+  const other = burst.generate(greedy('The cat', 12))
+  const [followed, alone] = await Promise.all([follow.result, other.result])
+  t.ok(burst.cachedOf(follow.id) >= 64, `${burst.cachedOf(follow.id)} prompt tokens came from the cache`)
+  t.equal(burst.graphRuns.widestPromptRunOnPast, 1, 'the rest of its prompt went in a run of its own')
+  const soloAgain = await engineFor(dir, 'q4')
+  t.same(followed, await soloAgain.generate(greedy(story + ' One day', 12)).result, 'the same reply as alone and uncached')
+  t.same(alone, await soloAgain.generate(greedy('The cat', 12)).result)
+  await soloAgain.engine.close()
+  await burst.engine.close()
+
+  // Four fresh prompts of ~300 tokens: a run takes whole prompts up to 1,024 tokens, so three go
+  // in the first run and the fourth in one of its own.
+  const wide = await engineFor(dir, 'q4')
+  const long = [0, 1, 2, 3].map(i => `${i} ${'Once upon a time '.repeat(18)}`)
+  const firstRuns: number[] = []
+  const forward = wide.engine.session.forward.bind(wide.engine.session)
+  wide.engine.session.forward = (input: ForwardInput) => {
+    if (input.past.length === 0 && input.inputIds[0].length > 1) firstRuns.push(input.batch)
+    return forward(input)
+  }
+  const replies = await Promise.all(long.map(p => wide.generate(greedy(p, 2)).result))
+  t.ok(replies.every(r => r.completion === 2), 'every prompt answered')
+  t.same(firstRuns, [3, 1], 'three whole prompts in the first run, the fourth in its own')
+  await wide.engine.close()
 })
 
 t.test('a prompt that starts from a cached prefix and joins mid-decode is fed inside the others\' steps, as it would be alone', async t => {
