@@ -204,22 +204,31 @@ export class LocalEngine {
   /**
    * Waiting prompts to prefill together, up to `room`, and whether they go in whole. Graphs that
    * batch prompt chunks: as many as a batch holds. The others (gqa-masked: onnxruntime's
-   * GroupQueryAttention takes several rows only without a past, DecoderSession.batchesPromptChunks)
-   * feed one prompt at a time, except a burst of prompts that fit whole in one run together and
-   * have no long cached prefix (a chat template's first tokens are computed again): those go in at
-   * once, the shorter left-padded (PrefillGroup's whole mode).
+   * GroupQueryAttention takes several rows only for one token a row or without a past,
+   * DecoderSession.batchesPromptChunks) feed one prompt at a time, except two kinds of burst:
+   * prompts cached but for their last token, which go in together one token a row like a decode
+   * step; and prompts that fit whole in one run together with no long cached prefix (a chat
+   * template's first tokens are computed again), which go in at once, the shorter left-padded
+   * (PrefillGroup's whole mode).
    */
   #prefillPlan (room: number): { count: number; whole: boolean } {
     const most = Math.min(room, this.#batchCapacity)
     if (this.session.batchesPromptChunks) return { count: most, whole: false }
     if (!this.cacheLayout.padsFirstRun) return { count: 1, whole: false }
+    const cachedOf = (seq: Sequence): number =>
+      seq.seeded ? 0 : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1)?.length ?? 0
+    const waiting = this.#waiting.slice(0, most)
+    const lastTokenOnly = (seq: Sequence): boolean => seq.promptIds.length > 1 && cachedOf(seq) === seq.promptIds.length - 1
+    if (lastTokenOnly(waiting[0])) {
+      const rows = waiting.findIndex(seq => !lastTokenOnly(seq))
+      return { count: rows < 0 ? waiting.length : rows, whole: false }
+    }
     const tokens = this.#decodingCount === 0 ? GROUP_PREFILL_TOKENS : this.scheduler.prefillChunk || this.#pacer.chunkSize()
     let longest = 0
     let rows = 0
-    for (const seq of this.#waiting.slice(0, most)) {
-      const cached = seq.seeded ? 0 : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1)?.length ?? 0
+    for (const seq of waiting) {
       longest = Math.max(longest, seq.promptIds.length)
-      if (cached >= GROUP_REUSE_TOKENS || longest > this.#positionsPerRun || (rows + 1) * longest > tokens) break
+      if (cachedOf(seq) >= GROUP_REUSE_TOKENS || longest > this.#positionsPerRun || (rows + 1) * longest > tokens) break
       rows++
     }
     return rows > 1 ? { count: rows, whole: true } : { count: 1, whole: false }
@@ -399,7 +408,7 @@ export class LocalEngine {
             // Others are decoding: these prompts ride in their steps, a chunk per step.
             for (const seq of admitted) this.#batchWithRoom().join(seq)
           } else if (admitted.length > 0) {
-            this.#prefill = new PrefillGroup(this.cacheLayout, admitted, { whole: plan.whole && admitted.length > 1 })
+            this.#prefill = new PrefillGroup(this.cacheLayout, admitted, { whole: plan.whole && admitted.length > 1, batchesChunks: this.session.batchesPromptChunks })
           }
         }
         if (this.#prefill) {

@@ -23,12 +23,15 @@ export class PrefillGroup {
 
   /** One run of whole prompts (see above). */
   readonly whole: boolean
+  /** False: on a past, several rows take one token each a run, never more (gqa-masked graphs). */
+  readonly #batchesChunks: boolean
 
   /** Rows may bring a cache of their own (a reused prefix, in `seq.cache`); the group takes it over. */
-  constructor (layout: CacheLayout, rows: Sequence[], opts: { whole?: boolean } = {}) {
+  constructor (layout: CacheLayout, rows: Sequence[], opts: { whole?: boolean; batchesChunks?: boolean } = {}) {
     this.#layout = layout
     this.rows = rows
     this.whole = opts.whole ?? false
+    this.#batchesChunks = opts.batchesChunks ?? true
     if (this.whole && (!layout.padsFirstRun || rows.some(r => r.cache || r.cachedTokens > 0))) {
       throw new Error('a group fed whole takes fresh prompts, on a cache layout that pads a first run')
     }
@@ -60,7 +63,8 @@ export class PrefillGroup {
       return { logits: out.logits, tokens: prompts.reduce((sum, p) => sum + p.length, 0) }
     }
     const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
-    const count = Math.max(1, Math.min(perRow, remaining))
+    const onPast = this.rows.length > 1 && Math.max(...(this.#cache as RowCache).lengths) > 0
+    const count = !this.#batchesChunks && onPast ? 1 : Math.max(1, Math.min(perRow, remaining))
     const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true)
     this.#cache = out.cache
     for (const row of this.rows) row.cachedTokens += count

@@ -182,9 +182,10 @@ t.test('requests that arrive together are prefilled together, then decode togeth
   await burst.engine.close()
 })
 
-t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole and left-padded to the longest; prompts from a cached prefix, and those past 1,024 tokens together, go in runs of their own', async t => {
+t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole and left-padded to the longest; prompts from a cached prefix, and those past 1,024 tokens together, go in runs of their own; prompts cached but for their last token go in together', async t => {
   const dir = randomGpuFormModelDir('int4')
-  const prompts: Array<[string, number]> = [['Once upon a time', 12], ['The dog', 12], ['Lily and Tom went to the park', 12]]
+  // Each long enough for the prefix cache to find it again (a block of 16 tokens or more).
+  const prompts: Array<[string, number]> = [['Once upon a time', 12], ['The dog ran to the park', 12], ['Lily and Tom went to the park', 12]]
   const solo = await engineFor(dir, 'q4')
   const expected: Outcome[] = []
   for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
@@ -198,12 +199,15 @@ t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole a
   t.ok(burst.runs.slice(1).every(n => n === 3 || n < 3), 'then they decode together')
   t.ok(burst.runs.filter(n => n === 3).length >= 10, 'most decode steps hold all three')
 
-  // The same prompts again: their cached prefixes are short (under 64 tokens), so they are computed
-  // again, whole, in one run.
-  const again = await Promise.all(prompts.map(([p, m]) => burst.generate(greedy(p, m)).result))
-  again.forEach((g, i) => t.same(g, expected[i], `prompt ${i} again: the same reply`))
-  t.equal(burst.graphRuns.widestFirstRun, 3)
-  t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'again in one run on an empty cache')
+  // The same prompts again: cached but for their last token, which all three feed in one run on
+  // their cached prefixes, one token a row (as a decode step: GroupQueryAttention takes that).
+  const before = burst.runs.length
+  const again = prompts.map(([p, m]) => burst.generate(greedy(p, m)))
+  const againReplies = await Promise.all(again.map(r => r.result))
+  againReplies.forEach((g, i) => t.same(g, expected[i], `prompt ${i} again: the same reply`))
+  t.ok(again.every(r => burst.cachedOf(r.id) > 0), 'each from its cached prefix')
+  t.equal(burst.runs[before], 3, 'their last prompt tokens in one run')
+  t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'no run fed several tokens a row on a past')
   // A prompt whose cached prefix is long is fed alone from it, and the burst it came in waits its turn.
   const story = 'Once upon a time there was a little girl named Lily. She loved to play in the park with her dog.'
   await burst.generate(greedy(story, 2)).result
