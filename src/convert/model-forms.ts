@@ -20,11 +20,13 @@ export interface FormOptions {
   promptGraph: boolean
 }
 
+/** The int8 prompt graph comes with the CPU form of int4 weights, where it pays (several times faster prompts). */
+export function formHasPromptGraph (form: ModelForm, weights: WeightFormat): boolean {
+  return form === 'cpu' && weights === 'int4'
+}
+
 export function formOptions (form: ModelForm, weights: WeightFormat, headDim: number): FormOptions {
-  if (form === 'cpu') {
-    // The int8 prompt graph pays where the main graph is int4 (several times faster prompts).
-    return { attention: 'standard', cache: 'append', promptGraph: weights === 'int4' }
-  }
+  if (form === 'cpu') return { attention: 'standard', cache: 'append', promptGraph: formHasPromptGraph(form, weights) }
   // gqa-masked: fp32 and int4 weights, and head sizes onnxruntime's GroupQueryAttention takes.
   const masked = (weights === 'int4' || weights === 'fp32') && headDim % GQA_HEAD_SIZE_MULTIPLE === 0
   return {

@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, s
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import type { WeightFormat } from '../convert/decoder-graph.ts'
-import { formOptions, type ModelForm } from '../convert/model-forms.ts'
+import { formHasPromptGraph, type ModelForm } from '../convert/model-forms.ts'
 import { readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import type { ConvertJob, ConvertMessage } from './convert-worker.ts'
 import { PullError } from './errors.ts'
@@ -122,8 +122,7 @@ export function convertedFrom (dir: string, want: { repo: string; revision: stri
 /** The model loads, with the int8 prompt graph where its form has one (a pull from before chatd wrote them converts again). */
 function modelInPlace (dir: string, dtype: ModelDtype, form: ModelForm, weights: WeightFormat): boolean {
   try {
-    // The head size does not change whether a form has a prompt graph.
-    return readModelDir(dir, dtype).promptOnnxPath !== null || !formOptions(form, weights, 0).promptGraph
+    return readModelDir(dir, dtype).promptOnnxPath !== null || !formHasPromptGraph(form, weights)
   } catch {
     return false
   }

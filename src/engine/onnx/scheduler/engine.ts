@@ -20,8 +20,9 @@
 // rows; for them every sequence decodes in a batch of its own, taking turns.
 // chatd's gqa-masked graphs (the GPU form) take padded rows and decode in
 // batches, but prefill one prompt per run (onnxruntime's GroupQueryAttention
-// takes a several-token run on a cached past for one row only), but for a
-// burst of prompts fed whole in one run on an empty cache (#prefillPlan).
+// takes a several-token run on a cached past for one row only), but for
+// bursts: prompts cached but for their last token, and prompts fed whole in
+// one run on an empty cache (#prefillPlan).
 import { randomUUID } from 'node:crypto'
 import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises'
 import { wallClock, type ChatMessage, type DeltaLogprobs, type FinishReason, type GenerateRequest, type GenerateTimings, type Usage } from '../../backend.ts'
@@ -332,9 +333,9 @@ export class LocalEngine {
    * and only while every cache-holding sequence's reservation still fits the budget beside the
    * cached prefixes, which give way, in fair-share order (cache-manager.ts), when a sequence needs their room.
    * The queue is never reordered, so a long request is not starved by short ones behind it. Each
-   * sequence that starts takes the longest cached prefix of its prompt, in its own cache scope, into a cache of its own.
+   * sequence that starts takes the longest cached prefix of its prompt, in its own cache scope, into a cache of its own;
+   * with `reuse` false, none does (a group fed whole computes every prompt from its start).
    */
-  /** `reuse` false: every prompt is computed whole, cached prefix or not (a group fed whole). */
   #admit (limit: number, reuse = true): Sequence[] {
     const reserves = this.#running()
     let count = 0

@@ -30,11 +30,10 @@ export class PrefillGroup {
   constructor (layout: CacheLayout, rows: Sequence[], opts: { whole?: boolean; batchesChunks?: boolean } = {}) {
     this.#layout = layout
     this.rows = rows
-    this.whole = opts.whole ?? false
+    // Whole mode needs fresh prompts and a layout that pads a first run; otherwise the group feeds
+    // chunks (one token a row on a past where chunks do not batch: slower, never wrong).
+    this.whole = opts.whole === true && layout.padsFirstRun && rows.every(r => !r.cache && r.cachedTokens === 0)
     this.#batchesChunks = opts.batchesChunks ?? true
-    if (this.whole && (!layout.padsFirstRun || rows.some(r => r.cache || r.cachedTokens > 0))) {
-      throw new Error('a group fed whole takes fresh prompts, on a cache layout that pads a first run')
-    }
     if (rows.every(r => !r.cache)) {
       this.#cache = layout.empty(rows.length)
       return
