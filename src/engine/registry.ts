@@ -304,6 +304,10 @@ export class ModelRegistry {
           ...(device ? { device, why: deviceWhy, cacheOnDevice } : {}),
           ...(promptGraph ? { promptGraph } : {}),
         }, 'model ready')
+        if (device === 'webgpu' && cacheOnDevice === false) {
+          // An append graph (the CPU form) or a concat graph without cache_delta runs, uploading its cache every step.
+          log?.warn({ model: model.id }, 'this model runs on WebGPU with its KV cache on the host, uploaded every step: it is not in the GPU form. `chatd pull <model id>` converts a checkpoint into the GPU form for a webgpu device; `chatd convert --for gpu` by hand')
+        }
         if (device === 'cpu' && model.requestedDevice === 'auto' && !saidCpuFallback) {
           saidCpuFallback = true
           log?.info({ device, why: deviceWhy }, 'ONNX_DEVICE=auto: no GPU that chatd can use (CUDA, or a real GPU through WebGPU) on this machine, so local models run on the CPU')

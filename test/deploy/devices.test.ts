@@ -80,8 +80,16 @@ t.test('ONNX_DEVICE=auto where only a software Vulkan renderer is installed: the
 
 t.test('ONNX_DEVICE=webgpu: the model runs on WebGPU; the log, /api/v1/models for an admin and /metrics say so', async t => {
   if (!await needWebgpu(t)) return
-  const { app, logs } = await serve(t, 'webgpu', [{ id: 'stories', backend: 'onnx', path: storiesModelDir('fp32', 'concat'), dtype: 'fp32' }])
-  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'webgpu', why: /^asked for \(ONNX_DEVICE=webgpu\)/, cacheOnDevice: true })
+  const { app, logs } = await serve(t, 'webgpu', [
+    { id: 'stories', backend: 'onnx', path: storiesModelDir('fp32', 'concat'), dtype: 'fp32' },
+    // The CPU form (an append graph) runs too, and the log says it is not the GPU form.
+    { id: 'cpu-form', backend: 'onnx', path: storiesModelDir('fp32'), dtype: 'fp32' },
+  ])
+  t.match(logs.find(l => l.msg === 'model ready' && l.model === 'stories'), { model: 'stories', device: 'webgpu', why: /^asked for \(ONNX_DEVICE=webgpu\)/, cacheOnDevice: true })
+  t.match(logs.find(l => l.msg === 'model ready' && l.model === 'cpu-form'), { device: 'webgpu', cacheOnDevice: false })
+  const warned = logs.filter(l => /not in the GPU form/.test(l.msg))
+  t.same(warned.map(l => l.model), ['cpu-form'], 'said for the CPU form only')
+  t.match(warned[0], { level: 40, msg: /`chatd pull <model id>` converts a checkpoint into the GPU form/ })
   const auth = { authorization: `Bearer ${KEY}` }
   const res = await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: auth, payload: { model: 'stories', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 8, temperature: 0 } })
   t.equal(res.statusCode, 200)
