@@ -202,3 +202,11 @@ export function missingFilesHint (entry: OnnxModelEntry, path: string): string {
 export function modelPath (entry: OnnxModelEntry, baseDir: string): string {
   return isAbsolute(entry.path) ? entry.path : resolve(baseDir, entry.path)
 }
+
+/**
+ * The device a local model runs on: its entry's "device", else ONNX_DEVICE; and who asked, as the
+ * device's errors name it (absent: ONNX_DEVICE).
+ */
+export function entryDevice<D extends string> (entry: OnnxModelEntry, onnxDevice: D): { device: NonNullable<OnnxModelEntry['device']> | D; deviceFrom?: string } {
+  return entry.device === undefined ? { device: onnxDevice } : { device: entry.device, deviceFrom: `models.json entry "${entry.id}"` }
+}

@@ -10,7 +10,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { Config } from '../config.ts'
 import { isDownloading, type Backend, type BackendState, type DownloadState, type GenerateEvent } from './backend.ts'
-import { missingFilesHint, modelPath, ModelsFileError, parseModelsFile, type ModelEntry, type OnnxModelEntry, type OpenAiModelEntry, type ReasoningMode } from './models-file.ts'
+import { entryDevice, missingFilesHint, modelPath, ModelsFileError, parseModelsFile, type ModelEntry, type OnnxModelEntry, type OpenAiModelEntry, type ReasoningMode } from './models-file.ts'
 import { unavailableError, type UnavailableState } from './unavailable.ts'
 import { UpstreamBackend } from './upstream/backend.ts'
 
@@ -88,8 +88,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     id: entry.id,
     path,
     dtype: entry.dtype,
-    device: entry.device ?? ctx.config.onnxDevice,
-    deviceFrom: entry.device === undefined ? undefined : `models.json entry "${entry.id}"`,
+    ...entryDevice(entry, ctx.config.onnxDevice),
     threads: threads === 0 ? undefined : threads,
     maxBatch: ctx.config.maxBatch,
     prefillChunk: ctx.config.prefillChunk,

@@ -10,7 +10,7 @@ import { modelPath, type OnnxModelEntry } from '../engine/models-file.ts'
 import { DEFAULT_DTYPE, ModelDirError, readModelDir, type ModelDtype } from '../engine/onnx/model-dir.ts'
 import type { BackendFactory } from '../engine/registry.ts'
 import { pullCheckpoint } from './checkpoint.ts'
-import { formForDevice } from './device-form.ts'
+import { formForEntry } from './device-form.ts'
 import { pullModel } from './pull.ts'
 import { PullingBackend } from './pulling-backend.ts'
 import { hubLocation, pullCommand } from './model-source.ts'
@@ -43,7 +43,7 @@ export function createPullingBackend (
         return
       }
       // The form for the device the model will run on (the engine's own choice of device follows).
-      const { form } = await formForDevice(entry.device ?? config.onnxDevice ?? 'auto', entry.device === undefined ? undefined : `models.json entry "${entry.id}"`)
+      const { form } = await formForEntry(entry, config.onnxDevice ?? 'auto')
       await pullCheckpoint({ ...pull, form })
     },
     open,

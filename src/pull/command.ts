@@ -14,7 +14,7 @@ import { PullError } from './errors.ts'
 import { hubLocation } from './model-source.ts'
 import { formatBytes, lineReporter, terminalReporter } from './progress.ts'
 import { convertedModel, pullCheckpoint } from './checkpoint.ts'
-import { formForDevice } from './device-form.ts'
+import { formForEntry } from './device-form.ts'
 import { formName } from '../convert/model-forms.ts'
 import { pullModel, type PullEvent } from './pull.ts'
 
@@ -51,7 +51,7 @@ export async function runPullCommand (ids: string[], config: Config, opts: PullC
     }
     const fromCheckpoint = entry.source === 'checkpoint'
     // A checkpoint becomes the form for the device the model will run on.
-    const target = fromCheckpoint ? await formForDevice(entry.device ?? config.onnxDevice, entry.device === undefined ? undefined : `models.json entry "${entry.id}"`) : undefined
+    const target = fromCheckpoint ? await formForEntry(entry, config.onnxDevice) : undefined
     if (opts.ifMissing && !modelFilesMissing(dir, dtype)) {
       opts.out(`${entry.id}: every file is already in ${dir}`)
       // Offline restarts must pass, so a model in the other form is left as it is, and said.

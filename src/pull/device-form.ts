@@ -4,6 +4,7 @@
 // (engine/onnx/device/providers.ts): CUDA first, which runs the CPU form's
 // graph; then a real GPU through WebGPU; else the CPU.
 import type { ModelForm } from '../convert/model-forms.ts'
+import { entryDevice, type OnnxModelEntry } from '../engine/models-file.ts'
 import { cudaProviderInstalled, type DeviceChoice } from '../engine/onnx/device/providers.ts'
 import { probeGpuAdapter } from '../engine/onnx/device/webgpu.ts'
 
@@ -25,4 +26,10 @@ export async function formForDevice (device: DeviceChoice, deviceFrom?: string):
   if (cudaProviderInstalled()) return { form: 'cpu', why: `${asked}, and onnxruntime's CUDA provider is installed` }
   const gpu = await probeGpuAdapter()
   return gpu.gpu ? { form: 'gpu', why: `${asked}: ${gpu.reason}` } : { form: 'cpu', why: `${asked}: ${gpu.reason}` }
+}
+
+/** The form for a local model: for its entry's "device", else ONNX_DEVICE (`onnxDevice`). */
+export function formForEntry (entry: OnnxModelEntry, onnxDevice: DeviceChoice): Promise<DeviceForm> {
+  const { device, deviceFrom } = entryDevice(entry, onnxDevice)
+  return formForDevice(device, deviceFrom)
 }

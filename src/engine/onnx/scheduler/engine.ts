@@ -37,7 +37,7 @@ import { GrammarClient } from '../grammar/grammar-client.ts'
 import { TokenTable } from '../text/token-bytes.ts'
 import { defaultKeptBytes, defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../cache/kv-cache.ts'
-import { CacheManager, type Reservation } from '../cache/cache-manager.ts'
+import { CacheManager, type PrefixMatch, type Reservation } from '../cache/cache-manager.ts'
 import { sharedPrefixIds, type SharedPrefix } from '../cache/shared-prefix.ts'
 import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds, type PendingTurn } from '../cache/next-turn.ts'
 import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../model-dir.ts'
@@ -216,20 +216,22 @@ export class LocalEngine {
     const most = Math.min(room, this.#batchCapacity)
     if (this.session.batchesPromptChunks) return { count: most, whole: false }
     if (!this.cacheLayout.padsFirstRun) return { count: 1, whole: false }
-    const cachedOf = (seq: Sequence): number =>
-      seq.seeded ? 0 : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1)?.length ?? 0
     const waiting = this.#waiting.slice(0, most)
-    const lastTokenOnly = (seq: Sequence): boolean => seq.promptIds.length > 1 && cachedOf(seq) === seq.promptIds.length - 1
-    if (lastTokenOnly(waiting[0])) {
-      const rows = waiting.findIndex(seq => !lastTokenOnly(seq))
-      return { count: rows < 0 ? waiting.length : rows, whole: false }
+    // Each looked up once: the plan asks about the first twice.
+    const cached: number[] = []
+    const cachedAt = (i: number): number => (cached[i] ??= this.#reusablePrefix(waiting[i])?.length ?? 0)
+    const lastTokenOnly = (i: number): boolean => waiting[i].promptIds.length > 1 && cachedAt(i) === waiting[i].promptIds.length - 1
+    if (lastTokenOnly(0)) {
+      let rows = 1
+      while (rows < waiting.length && lastTokenOnly(rows)) rows++
+      return { count: rows, whole: false }
     }
     const tokens = this.#decodingCount === 0 ? GROUP_PREFILL_TOKENS : this.scheduler.prefillChunk || this.#pacer.chunkSize()
     let longest = 0
     let rows = 0
-    for (const seq of waiting) {
-      longest = Math.max(longest, seq.promptIds.length)
-      if (cachedOf(seq) >= GROUP_REUSE_TOKENS || longest > this.#positionsPerRun || (rows + 1) * longest > tokens) break
+    for (let i = 0; i < waiting.length; i++) {
+      longest = Math.max(longest, waiting[i].promptIds.length)
+      if (cachedAt(i) >= GROUP_REUSE_TOKENS || longest > this.#positionsPerRun || (rows + 1) * longest > tokens) break
       rows++
     }
     return rows > 1 ? { count: rows, whole: true } : { count: 1, whole: false }
@@ -341,11 +343,7 @@ export class LocalEngine {
     let count = 0
     while (count < limit && count < this.#waiting.length) {
       const seq = this.#waiting[count]
-      // A seeded request computes its whole prompt, so the same seed gives the same reply bit for bit:
-      // logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
-      // token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
-      // turn that into another token.
-      const match = seq.seeded || !reuse ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
+      const match = reuse ? this.#reusablePrefix(seq) : null
       // With nothing else running, nothing else will free room: any entry may give way (cache-manager.ts).
       const alone = reserves.length === 0
       reserves.push(reserveOf(seq))
@@ -363,6 +361,17 @@ export class LocalEngine {
       count++
     }
     return this.#waiting.splice(0, count)
+  }
+
+  /**
+   * The longest cached prefix a sequence may start from (its prompt but its last token at most).
+   * A seeded request computes its whole prompt, so the same seed gives the same reply bit for bit:
+   * logits from a reused prefix can differ in the last bits from a fresh prompt's (the last prompt
+   * token then runs alone, not inside the prompt's chunk), and sampling at a high temperature can
+   * turn that into another token.
+   */
+  #reusablePrefix (seq: Sequence): PrefixMatch | null {
+    return seq.seeded ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
   }
 
   /** The reservations of the sequences holding caches: prefilling or decoding, and `joining` a batch. */
