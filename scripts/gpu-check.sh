@@ -16,8 +16,8 @@
 # 2. There, with the repository and .gpu-carry/ copied over, as root (the Vulkan
 #    loader's packages are unpacked into / when the machine has no loader):
 #      scripts/gpu-check.sh OUT_DIR [--small] [--step STEPS] [--rounds N] [-- BENCH OPTIONS]
-#    writes into OUT_DIR: environment.txt, exactness.json, forms.json, bench-webgpu.json, and
-#    gpu-check.log. It works in a copy of the repository under $CHATD_GPU_WORK
+#    writes into OUT_DIR: environment.txt, exactness.json, forms.json, steps-webgpu.txt,
+#    bench-webgpu.json, and gpu-check.log. It works in a copy of the repository under $CHATD_GPU_WORK
 #    (default /tmp/chatd-gpu-check), where it unpacks what it carried, so the
 #    repository itself is left as it was. STEPS, comma-separated, in order (the
 #    default, all, is every one): setup unpacks; exactness; prepare builds the
@@ -132,10 +132,10 @@ MODEL_CONFIG=()
 [ "$SMALL" = 1 ] && MODEL_CONFIG=(--model-config scripts/models/qwen2-small-shape.config.json)
 
 prepare () {
-  # The CPU form only where the benchmark compares the CPU; the earlier GPU form only for forms.
+  # The CPU form only where the benchmark compares the CPU; the other GPU forms only for forms.
   local parts=(gpu-model llama) pids=() part failed=0
   [[ " ${BENCH_ARGS[*]} " == *" --no-cpu-compare "* ]] || parts+=(cpu-model)
-  [[ ",$STEP," == *",forms,"* ]] && parts+=(gpu-model-standard)
+  [[ ",$STEP," == *",forms,"* ]] && parts+=(gpu-model-standard gpu-model-causal gpu-model-int8)
   say "building the models side by side (chatd's converter, llama.cpp's GGUF): ${parts[*]}"
   for part in "${parts[@]}"; do
     (cd "$REPO" && node scripts/bench/gpu-prepare.ts "$part" "${MODEL_CONFIG[@]}") &
@@ -147,9 +147,14 @@ prepare () {
 
 forms () {
   local args=(--json "$OUT/forms.json" "${MODEL_CONFIG[@]}")
-  [ "$SMALL" = 1 ] && args+=(--prompt 40 --gen 8)
+  [ "$SMALL" = 1 ] && args+=(--prompt 40 --gen 8 --long 124 --long-runs 31,62)
   say "the GPU forms and onnxruntime's WebGPU options, on onnxruntime directly"
   (cd "$REPO" && node scripts/bench/gpu-forms.ts "${args[@]}")
+  # The engine's own decode step on the GPU form (its cache layout, no server): between the bare step and the server's.
+  local steps=(--device webgpu --gpu --rows 1,8 --steps 64 --no-huge-pages "${MODEL_CONFIG[@]}")
+  [ "$SMALL" = 1 ] && steps+=(--steps 8 --prompt 31)
+  say "the engine's decode step on the GPU (npm run bench:steps)"
+  (cd "$REPO" && node scripts/bench-steps.ts "${steps[@]}") | tee "$OUT/steps-webgpu.txt"
 }
 
 bench () {

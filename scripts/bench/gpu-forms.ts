@@ -1,15 +1,22 @@
 // The GPU forms side by side, on onnxruntime directly (no server): the time of a
 // decode step (one stream, and 8 rows in one run), a prompt in one run and in
-// 31-token runs, for chatd's GPU form (gqa-masked) and the earlier form with plain
-// attention, under onnxruntime's WebGPU options (Dawn's validation, dispatches per
-// submit); and each against the CPU provider's logits and greedy tokens. It is how
-// the GPU form is chosen by measurement on a machine (docs/performance.md);
-// scripts/gpu-check.sh runs it as its `forms` step, before the server benchmark.
+// 31-token runs, and on the GPU a long prompt on one row in runs of each size in
+// --long-runs (the engine feeds a lone prompt 512 tokens a run), for chatd's GPU
+// form (gqa-masked), the earlier form with plain attention, the GPU form without
+// its mask (gqa-causal: onnxruntime's WebGPU attention takes its flash-attention
+// path only without a bias; exact for unpadded rows alone, so measured, never
+// served) and the GPU form with int8 activations (onnxruntime's integer-product
+// kernels); each against the CPU provider's logits and greedy tokens on the same
+// file (gqa-causal against gqa-masked's), and the long prompt's last logits against
+// gqa-masked's on the GPU. It is how the GPU form is chosen by measurement on a
+// machine (docs/performance.md); scripts/gpu-check.sh runs it as its `forms` step,
+// before the server benchmark.
 //
 // onnxruntime keeps one WebGPU device per process, set up by the first session, so
 // every variant runs in a child process of its own.
 //
-//   node scripts/bench/gpu-forms.ts [--model-config FILE] [--prompt 128] [--gen 64] [--json FILE]
+//   node scripts/bench/gpu-forms.ts [--model-config FILE] [--prompt 128] [--gen 64]
+//     [--long 4096] [--long-runs 512,2048] [--json FILE]
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -26,16 +33,23 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const CHUNK = GQA_SOFTWARE_EXACT_TOKENS
 const BATCH = 8
 
-interface Variant { name: string; form: 'gqa-masked' | 'standard'; device: 'webgpu' | 'cpu'; validation?: string; pendingDispatches?: number }
+type Form = 'gqa-masked' | 'standard' | 'gqa-causal' | 'gqa-masked-int8'
+/** `ref`: the CPU variant whose logits and tokens this one is compared with. */
+interface Variant { name: string; form: Form; device: 'webgpu' | 'cpu'; ref?: string }
 
+// (Dawn's validation off and 64 dispatches a submit were measured on 2026-11-27 and gave
+// nothing measurable: docs/performance.md.)
 const VARIANTS: Variant[] = [
-  { name: 'standard', form: 'standard', device: 'webgpu' },
-  { name: 'gqa-masked', form: 'gqa-masked', device: 'webgpu' },
-  { name: 'gqa-masked, validation off', form: 'gqa-masked', device: 'webgpu', validation: 'disabled' },
-  { name: 'gqa-masked, validation off, 64 dispatches a submit', form: 'gqa-masked', device: 'webgpu', validation: 'disabled', pendingDispatches: 64 },
   { name: 'standard, cpu', form: 'standard', device: 'cpu' },
   { name: 'gqa-masked, cpu', form: 'gqa-masked', device: 'cpu' },
+  { name: 'gqa-masked-int8, cpu', form: 'gqa-masked-int8', device: 'cpu' },
+  { name: 'standard', form: 'standard', device: 'webgpu', ref: 'standard, cpu' },
+  { name: 'gqa-masked', form: 'gqa-masked', device: 'webgpu', ref: 'gqa-masked, cpu' },
+  { name: 'gqa-causal', form: 'gqa-causal', device: 'webgpu', ref: 'gqa-masked, cpu' },
+  { name: 'gqa-masked-int8', form: 'gqa-masked-int8', device: 'webgpu', ref: 'gqa-masked-int8, cpu' },
 ]
+/** The long prompt's last logits are compared with this variant's (the GPU form's). */
+const LONG_REF = 'gqa-masked'
 
 interface Measured {
   load_s: number
@@ -47,6 +61,9 @@ interface Measured {
   decode_ms: number[]
   tokens: number[]
   batch_decode_ms: number[]
+  /** The long prompt (GPU only): ms for each run size, and the last logits (first 4096 entries) of the first. */
+  long_ms?: Record<string, number>
+  logits_long?: number[]
 }
 
 const { values } = parseArgs({
@@ -54,6 +71,8 @@ const { values } = parseArgs({
     'model-config': { type: 'string' },
     prompt: { type: 'string', default: '128' },
     gen: { type: 'string', default: '64' },
+    long: { type: 'string', default: '4096' },
+    'long-runs': { type: 'string', default: '512,2048' },
     json: { type: 'string' },
     variant: { type: 'string' },
     'result-file': { type: 'string' },
@@ -61,6 +80,8 @@ const { values } = parseArgs({
 })
 const prompt = Number(values.prompt)
 const gen = Number(values.gen)
+const long = Number(values.long)
+const longRuns = (values['long-runs'] as string).split(',').map(Number)
 const config = values['model-config'] && path.resolve(values['model-config'])
 
 if (values.variant !== undefined) {
@@ -70,24 +91,26 @@ if (values.variant !== undefined) {
   process.exit(0)
 }
 
-const modelDir = (form: Variant['form']): string => benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: form })
-for (const form of ['gqa-masked', 'standard'] as const) modelDir(form)
+const modelDir = (form: Form): string => form === 'gqa-masked-int8'
+  ? benchModelDir(32, 'chatd', { gpu: true, config, gpuInt8: true })
+  : benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: form })
+for (const form of ['gqa-masked', 'standard', 'gqa-causal', 'gqa-masked-int8'] as const) modelDir(form)
 const results: Record<string, unknown> = {}
 const jsonPath = values.json ?? path.join(ROOT, 'bench-out', 'gpu-forms.json')
 const save = (partial: boolean): void => {
   fs.mkdirSync(path.dirname(jsonPath), { recursive: true })
-  fs.writeFileSync(jsonPath, JSON.stringify({ ...(partial ? { partial: true } : {}), date: new Date().toISOString(), prompt_tokens: prompt, generated: gen, batch: BATCH, chunk: CHUNK, variants: results }, null, 2) + '\n')
+  fs.writeFileSync(jsonPath, JSON.stringify({ ...(partial ? { partial: true } : {}), date: new Date().toISOString(), prompt_tokens: prompt, generated: gen, batch: BATCH, chunk: CHUNK, long_prompt_tokens: long, long_runs: longRuns, variants: results }, null, 2) + '\n')
 }
 const measured: Record<string, Measured> = {}
 // The CPU references first, so each GPU variant is compared as it comes.
-for (const i of [4, 5, 0, 1, 2, 3]) {
-  const v = VARIANTS[i]
+for (const [i, v] of VARIANTS.entries()) {
   const started = performance.now()
   let m: Measured
   try {
     const resultFile = `${jsonPath}.variant-${i}`
-    execFileSync(process.execPath, [fileURLToPath(import.meta.url), '--variant', String(i), '--result-file', resultFile, '--prompt', String(prompt), '--gen', String(gen), ...(config ? ['--model-config', config] : [])],
-      { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, CHATD_GPU_FORMS_MODEL: modelDir(v.form) } })
+    execFileSync(process.execPath, [fileURLToPath(import.meta.url), '--variant', String(i), '--result-file', resultFile, '--prompt', String(prompt), '--gen', String(gen),
+      '--long', String(long), '--long-runs', longRuns.join(','), ...(config ? ['--model-config', config] : [])],
+    { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, CHATD_GPU_FORMS_MODEL: modelDir(v.form) } })
     m = JSON.parse(fs.readFileSync(resultFile, 'utf8'))
     fs.rmSync(resultFile)
   } catch (err) {
@@ -97,12 +120,11 @@ for (const i of [4, 5, 0, 1, 2, 3]) {
     continue
   }
   measured[v.name] = m
-  const ref = measured[`${v.form}, cpu`]
+  const ref = v.ref === undefined ? undefined : measured[v.ref]
+  const longRef = measured[LONG_REF]
   const summary = {
     form: v.form,
     device: v.device,
-    ...(v.validation ? { validation: v.validation } : {}),
-    ...(v.pendingDispatches ? { pending_dispatches: v.pendingDispatches } : {}),
     load_s: m.load_s,
     prompt_ms_single: m.prompt_ms_single,
     prompt_ms_chunked: m.prompt_ms_chunked,
@@ -114,11 +136,19 @@ for (const i of [4, 5, 0, 1, 2, 3]) {
     decode_tok_s: 1000 / median(m.decode_ms),
     [`decode_${BATCH}_rows_ms_median`]: median(m.batch_decode_ms),
     [`decode_${BATCH}_rows_tok_s`]: BATCH * 1000 / median(m.batch_decode_ms),
-    ...(ref && v.device !== 'cpu'
+    ...(ref
       ? {
+          compared_with: v.ref,
           max_logit_diff_vs_cpu_single: maxDiff(m.logits_single, ref.logits_single),
           max_logit_diff_vs_cpu_chunked: maxDiff(m.logits_chunked, ref.logits_chunked),
           tokens_equal_cpu: JSON.stringify(m.tokens) === JSON.stringify(ref.tokens),
+        }
+      : {}),
+    ...(m.long_ms
+      ? {
+          long_prompt_ms: m.long_ms,
+          long_prompt_tok_s: Object.fromEntries(Object.entries(m.long_ms).map(([runs, ms]) => [runs, long / ms * 1000])),
+          ...(longRef?.logits_long && v.name !== LONG_REF ? { max_long_logit_diff_vs_gqa_masked: maxDiff(m.logits_long!, longRef.logits_long) } : {}),
         }
       : {}),
     wall_s: (performance.now() - started) / 1000,
@@ -148,10 +178,9 @@ async function measure (v: Variant): Promise<Measured> {
   const gpu = v.device === 'webgpu'
   const started = performance.now()
   const session = await ort.InferenceSession.create(model, {
-    executionProviders: [gpu ? { name: 'webgpu', ...(v.validation ? { validationMode: v.validation } : {}) } : 'cpu'],
+    executionProviders: [gpu ? 'webgpu' : 'cpu'],
     graphOptimizationLevel: 'all',
     ...(gpu ? { preferredOutputLocation: Object.fromEntries([...cacheNames.map(n => [n, 'gpu-buffer']), ['logits', 'cpu'], ['cache_delta', 'cpu']]) } : {}),
-    ...(v.pendingDispatches ? { extra: { ep: { webgpuexecutionprovider: { maxNumPendingDispatches: String(v.pendingDispatches) } } } } : {}),
   } as ort.InferenceSession.SessionOptions)
   const loadS = (performance.now() - started) / 1000
   const int64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0].length])
@@ -217,6 +246,30 @@ async function measure (v: Variant): Promise<Measured> {
     batch = out.next
   }
   dispose(batch)
+
+  // The long prompt on one row (the GPU only: the CPU would take minutes), in runs of each size.
+  let longMs: Record<string, number> | undefined
+  let logitsLong: Float32Array | undefined
+  if (gpu && long > 0) {
+    longMs = {}
+    const longIds = Array.from({ length: long }, (_, i) => 1000 + ((i * 104729) % 50000))
+    for (const size of longRuns) {
+      // Warm-up: a first run and one on a past, in this run size.
+      const first = await run([longIds.slice(0, size)], empty(1), 0)
+      dispose((await run([longIds.slice(size, 2 * size)], first.next, size)).next)
+      t0 = performance.now()
+      let longCache = empty(1)
+      let longLast: Float32Array = new Float32Array(0)
+      for (let at = 0; at < long; at += size) {
+        const out = await run([longIds.slice(at, at + size)], longCache, at)
+        longCache = out.next
+        longLast = out.logits
+      }
+      longMs[String(size)] = performance.now() - t0
+      dispose(longCache)
+      logitsLong ??= longLast
+    }
+  }
   await session.release()
   return {
     load_s: loadS,
@@ -227,5 +280,6 @@ async function measure (v: Variant): Promise<Measured> {
     decode_ms: decodeMs.slice(2),
     tokens,
     batch_decode_ms: batchMs.slice(2),
+    ...(longMs ? { long_ms: longMs, logits_long: Array.from(logitsLong!.subarray(0, 4096)) } : {}),
   }
 }

@@ -89,6 +89,13 @@ export interface DecoderGraphOptions {
   cache?: CacheStyle
   /** chatd (default) or onnx-community (standard attention, concat cache, fp32 or int4 weights). */
   form?: GraphForm
+  /**
+   * gqa-masked only; false leaves the mask out of GroupQueryAttention, which is then causal by
+   * itself: exact for rows without padding only, so chatd never serves such a file (its metadata
+   * names it gqa-causal). Written to measure onnxruntime's WebGPU kernel without a bias, the case
+   * its flash-attention path takes (scripts/bench/gpu-forms.ts).
+   */
+  attentionBias?: boolean
 }
 
 const MS_DOMAIN = 'com.microsoft'
@@ -100,7 +107,7 @@ export const GQA_HEAD_SIZE_MULTIPLE = 16
  * Throws when this shape cannot be written in this graph style; the converter
  * calls it before it writes anything, and buildDecoderGraph again.
  */
-export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form'> & { promptGraph?: boolean }, source = 'config.json'): void {
+export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form' | 'attentionBias'> & { promptGraph?: boolean }, source = 'config.json'): void {
   // The prompt graph is an int8 graph with the main graph's inputs and outputs (a float32 cache).
   if (opts.promptGraph) {
     if (opts.weights === 'fp16') throw new Error('a prompt graph is written beside fp32, int4 or int8 weights only (its cache is float32)')
@@ -110,6 +117,7 @@ export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOp
   if (opts.weights === 'int8' && ((opts.attention ?? 'standard') !== 'standard' || (opts.cache ?? defaultCacheStyle(opts.attention)) !== 'append' || opts.form === 'onnx-community')) {
     throw new Error('int8 weights are written with standard attention and the append cache only')
   }
+  if (opts.attentionBias === false && opts.attention !== 'gqa-masked') throw new Error('only the gqa-masked attention style is written without its bias')
   if (opts.attention === 'gqa-masked') {
     if (opts.weights === 'fp16' || opts.weights === 'int8') throw new Error('the gqa-masked attention style is written for fp32 and int4 weights only')
     if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat' || opts.form === 'onnx-community') throw new Error('the gqa-masked attention style is written in chatd\'s form with the concat cache only')
@@ -232,7 +240,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   const newEntries: string[] | null = cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -398,7 +406,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -452,7 +460,8 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
     return (i, qFlat, kFlat, vFlat, past) => {
       const k = rotary(kFlat, nKv)
       newEntries?.push(k, vFlat)
-      return g.node('GroupQueryAttention', [rotary(qFlat, nH), k, vFlat, past.key, past.value, seqlensK, totalLenI32, '', '', '', maskBias], {
+      const inputs = [rotary(qFlat, nH), k, vFlat, past.key, past.value, seqlensK, totalLenI32]
+      return g.node('GroupQueryAttention', withBias ? [...inputs, '', '', '', maskBias] : inputs, {
         num_heads: attr.i(nH), kv_num_heads: attr.i(nKv), scale: attr.f(1 / Math.sqrt(hd)), do_rotary: attr.i(0),
       }, { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
     }

@@ -40,6 +40,8 @@ export interface GraphOptions {
   form?: GraphForm
   /** Also write the int8 prompt graph (PROMPT_GRAPH_FILE); chatd's form only. */
   promptGraph?: boolean
+  /** gqa-masked only: false writes it without the mask, for measuring (DecoderGraphOptions.attentionBias). */
+  attentionBias?: boolean
 }
 
 export interface ConvertResult {
@@ -176,15 +178,15 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
  * them); each file appears under its final name only when complete. Returns the main graph's path.
  */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
-  const { weights, attention = 'standard', int4BlockSize, int4Compute, form = 'chatd' } = graph
+  const { weights, attention = 'standard', int4BlockSize, int4Compute, form = 'chatd', attentionBias } = graph
   const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
-  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form }, meta)
+  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form, attentionBias }, meta)
   if (graph.promptGraph) writeGraph(out, PROMPT_GRAPH_FILE, cfg, source, { weights: 'int8', attention, cache, form }, { ...meta, role: 'prompt' })
   return modelPath
 }
 
 function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource,
-  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; int4Compute?: Int4Compute; cache: CacheStyle; form: GraphForm }, meta: Record<string, string>): string {
+  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; int4Compute?: Int4Compute; cache: CacheStyle; form: GraphForm; attentionBias?: boolean }, meta: Record<string, string>): string {
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
   const dataPath = path.join(out, 'onnx', dataName)
@@ -194,7 +196,7 @@ function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parse
     const g = new GraphBuilder(external)
     buildDecoderGraph(g, cfg, source, opts)
     const blockMeta: Record<string, string> = opts.weights === 'int4' ? { 'chatd.int4_block_size': String(opts.int4BlockSize ?? INT4_BLOCK_SIZE), 'chatd.int4_compute': opts.int4Compute ?? 'int8' } : {}
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': opts.weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': opts.attention, 'chatd.cache': opts.cache, 'chatd.form': opts.form, ...blockMeta, ...prefixKeys(meta) }))
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': opts.weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': opts.attentionBias === false ? 'gqa-causal' : opts.attention, 'chatd.cache': opts.cache, 'chatd.form': opts.form, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }
