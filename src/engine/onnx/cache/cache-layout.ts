@@ -25,9 +25,10 @@ export interface CacheLayout {
    * take the same count of tokens unless `packsRows`, or `padsFirstRun` and the cache is empty;
    * then they may differ, and the logits are each row's last token's (`logitsToKeep` 1). When it
    * throws, the cache passed in is unchanged and still the caller's. `prompt`: every token is a
-   * prompt token (DecoderSession's prompt graph).
+   * prompt token (DecoderSession's prompt graph). `room`: the most positions a row may come to
+   * hold (its reservation), so a cache that must grow grows ahead (SlotBuffers.grown).
    */
-  run (cache: RowCache, tokens: number[][], logitsToKeep: number, prompt?: boolean): Promise<CacheRun>
+  run (cache: RowCache, tokens: number[][], logitsToKeep: number, prompt?: boolean, room?: number): Promise<CacheRun>
   /** Whether rows of one run may take different numbers of tokens (graphs with tokens_per_row). */
   readonly packsRows: boolean
   /** Whether rows of a run on an empty cache may take different numbers of tokens (left-padded). */

@@ -50,7 +50,7 @@ export class DeviceLayout implements CacheLayout {
     return { ...this.#slots.allocate(new Array(rows).fill(0), 0), device: null }
   }
 
-  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: number): Promise<CacheRun> {
     const cache = rowCache as DeviceCache
     const past = cache.device ?? this.#upload(cache)
     const { inputIds, attentionMask, positionIds, counts, seqLen } = alignedRun(cache.lengths, past.length, tokens, this.padsFirstRun)
@@ -72,7 +72,7 @@ export class DeviceLayout implements CacheLayout {
     // The host's copy takes this run's entries; grown first when they do not fit.
     const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
     if (needed > cache.capacity) {
-      const grown = this.#slots.grown(cache, needed)
+      const grown = this.#slots.grown(cache, needed, room)
       this.#slots.free(cache)
       Object.assign(cache, grown)
     }

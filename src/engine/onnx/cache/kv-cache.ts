@@ -132,7 +132,7 @@ class AppendLayout implements CacheLayout {
     return this.#slots.allocate(new Array(rows).fill(0), 0)
   }
 
-  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false): Promise<CacheRun> {
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: number): Promise<CacheRun> {
     const cache = rowCache as Slots
     // Rows shorter than the longest are padded after their real tokens (graphs that pack rows).
     const counts = tokens.map(t => t.length)
@@ -140,7 +140,7 @@ class AppendLayout implements CacheLayout {
     const rows = tokens.length
     const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
     // Room for this run's entries first, so nothing is reallocated after the run.
-    const target = needed > cache.capacity ? this.#slots.grown(cache, needed) : cache
+    const target = needed > cache.capacity ? this.#slots.grown(cache, needed, room) : cache
     const heads = this.#session.model.numKvHeads
     const dim = this.#session.model.headDim
     const capacity = target.capacity

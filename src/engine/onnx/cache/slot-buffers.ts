@@ -2,7 +2,12 @@
 // past_key_values.N.* name, [rows, kv heads, capacity, head_dim]. Row b's
 // positions fill slots 0..len-1 (right padding); a run's new entries are
 // written into the next free slots. Capacity grows in steps of CAPACITY_STEP
-// slots, so a decode step almost never reallocates. The append layout feeds
+// slots, so a decode step almost never reallocates; where the caller says how
+// many positions the rows may come to hold (`room`: their reservation), it
+// doubles instead, up to that, so a long prompt fed in chunks and a long reply
+// copy the cache a few times rather than once a chunk or every CAPACITY_STEP
+// steps (each copy is the whole cache: 450 MB at 8k positions of a 1.5B model).
+// The append layout feeds
 // these buffers to the graph as they are; the device layout keeps them as the
 // host's copy of a cache that lives in GPU memory.
 
@@ -53,9 +58,12 @@ export class SlotBuffers {
     return out
   }
 
-  /** The same rows in larger buffers with room for `needed` positions. */
-  grown (slots: Slots, needed: number): Slots {
-    const out = this.allocate(slots.lengths, roundUp(needed, CAPACITY_STEP))
+  /**
+   * The same rows in larger buffers with room for `needed` positions; with `room` (the most
+   * positions the rows may come to hold), twice the old capacity where that is more, never past `room`.
+   */
+  grown (slots: Slots, needed: number, room = needed): Slots {
+    const out = this.allocate(slots.lengths, roundUp(Math.max(needed, Math.min(room, 2 * slots.capacity)), CAPACITY_STEP))
     this.copyRows(slots.lengths.map((length, row) => ({ slots, row, length })), out)
     return out
   }

@@ -76,7 +76,8 @@ export class DecodeBatch {
   async step (promptChunk = 0): Promise<{ logits: Float32Array; promptTokens: number }> {
     const feeds = this.rows.map(r => r.prefilling ? r.nextPromptChunk(Math.max(1, promptChunk)) : r.pending)
     // Never a prompt-graph run: rows join before their prompts are in only without a prompt graph (mixed batches).
-    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1)
+    // The cache may grow to the largest reservation: admission pads every row to it (kv-budget.ts).
+    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1, false, Math.max(...this.rows.map(r => r.reservedPositions)))
     this.cache = cache
     let promptTokens = 0
     this.rows.forEach((row, b) => {

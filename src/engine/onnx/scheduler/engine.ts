@@ -102,7 +102,7 @@ const ADMISSION_WINDOW_MS = 10
 
 /** Cache positions a sequence may come to hold, and for which cache scope. */
 function reserveOf (seq: Sequence): Reservation {
-  return { scope: seq.cacheScope, positions: KvBudget.reserveOf(seq.promptIds.length, seq.maxNewTokens) }
+  return { scope: seq.cacheScope, positions: seq.reservedPositions }
 }
 
 export class LocalEngine {
@@ -306,7 +306,7 @@ export class LocalEngine {
       chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
       interrupted: () => this.#waiting.length > 0 || this.#closing,
       feed: async (cache, tokens) => {
-        const out = await this.cacheLayout.run(cache, [tokens], 1, true)
+        const out = await this.cacheLayout.run(cache, [tokens], 1, true, KvBudget.reserveOf(ids.length, 0))
         // New requests arrive as messages: let them in before deciding on the next chunk.
         await yieldToEventLoop()
         return out.cache
@@ -479,6 +479,8 @@ export class LocalEngine {
         failed.set(seq, err)
       }
     })
+    // The first tokens go out before the caches are copied (each copy is the whole prompt's cache).
+    for (const [seq, result] of ready) this.#emit(seq, result)
     group.remove(new Set([...ready.keys(), ...failed.keys()]))
     if (group.size === 0) this.#prefill = null
     for (const [seq, err] of failed) this.#fail([seq], err)
@@ -486,7 +488,6 @@ export class LocalEngine {
     const joining = [...ready].filter(([, result]) => !result.finish).map(([seq]) => seq)
     for (const [seq, result] of ready) {
       if (seq.cache) this.#remember(seq, seq.cache, 0, joining)
-      this.#emit(seq, result)
       if (result.finish) {
         if (seq.cache) this.cacheLayout.free(seq.cache)
         seq.cache = null

@@ -10,6 +10,7 @@ import type { Constraint } from '../grammar/grammar.ts'
 import { tokenLogprob } from '../sampling/logprobs.ts'
 import type { TokenTable } from '../text/token-bytes.ts'
 import type { RowCache } from '../cache/kv-cache.ts'
+import { KvBudget } from '../cache/kv-budget.ts'
 import { IncrementalDetokenizer } from '../text/detokenizer.ts'
 import { createRng, type Rng } from '../sampling/rng.ts'
 import { sample } from '../sampling/sampler.ts'
@@ -46,6 +47,11 @@ export class Sequence {
   readonly maxNewTokens: number
   /** The token to feed at the next decode step (the last one sampled). */
   pending: number[] = []
+  /** Cache positions this sequence may come to hold: what admission reserves for it (kv-budget.ts). */
+  get reservedPositions (): number {
+    return KvBudget.reserveOf(this.promptIds.length, this.maxNewTokens)
+  }
+
   /** This sequence's own cache while it prefills; a DecodeBatch holds it afterwards. */
   cache: RowCache | null = null
   /** Positions of this sequence in its cache (prompt and generated tokens fed so far). */

@@ -128,3 +128,35 @@ t.test('graphs without tokens_per_row: rows of different lengths share a first r
   const { layout: append } = await open('append')
   t.equal(append.padsFirstRun, false, 'append graphs pack rows instead')
 })
+
+t.test('with room (a reservation), a cache that must grow doubles, up to the room, and computes the same', async t => {
+  const { layout } = await open('append')
+  const capacities = (room?: number) => async (): Promise<{ seen: number[]; logits: Float32Array }> => {
+    const seen: number[] = []
+    let out = await layout.run(layout.empty(), [prompt], 1, true, room)
+    seen.push((out.cache as RowCache & { capacity: number }).capacity)
+    // A prompt fed in chunks, then a reply a token at a time: 6 + 5 * 40 + 100 positions.
+    for (let k = 0; k < 5; k++) {
+      out = await layout.run(out.cache, [stream(40).map(x => x + k)], 1, true, room)
+      seen.push((out.cache as RowCache & { capacity: number }).capacity)
+    }
+    for (const token of stream(100)) {
+      out = await layout.run(out.cache, [[token]], 1, false, room)
+      seen.push((out.cache as RowCache & { capacity: number }).capacity)
+    }
+    layout.free(out.cache)
+    return { seen: [...new Set(seen)], logits: out.logits }
+  }
+  const stepwise = await capacities()()
+  const ahead = await capacities(400)()
+  // Without room: one CAPACITY_STEP more each time the positions pass the capacity (a copy of the whole cache each time).
+  t.same(stepwise.seen, [64, 128, 192, 256, 320])
+  // With room: twice the capacity each time, the last growth stopping at the room (rounded to a step).
+  t.same(ahead.seen, [64, 128, 256, 448])
+  t.ok(ahead.seen.at(-1)! >= 306 && ahead.seen.at(-1)! < 400 + CAPACITY_STEP, 'never past the room by more than a step')
+  t.equal(maxAbsDiff(stepwise.logits, ahead.logits), 0, 'the same logits, whatever the capacity')
+  // A cache never grows below what a run needs, whatever room it is given.
+  const tight = await layout.run(layout.empty(), [stream(100)], 1, true, 10)
+  t.equal((tight.cache as RowCache & { capacity: number }).capacity, 128)
+  layout.free(tight.cache)
+})
