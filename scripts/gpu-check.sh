@@ -16,17 +16,21 @@
 # 2. There, with the repository and .gpu-carry/ copied over, as root (the Vulkan
 #    loader's packages are unpacked into / when the machine has no loader):
 #      scripts/gpu-check.sh OUT_DIR [--small] [--step STEPS] [--rounds N] [-- BENCH OPTIONS]
-#    writes into OUT_DIR: environment.txt, exactness.json, forms.json, steps-webgpu.txt,
-#    bench-webgpu.json, and gpu-check.log. It works in a copy of the repository under $CHATD_GPU_WORK
-#    (default /tmp/chatd-gpu-check), where it unpacks what it carried, so the
-#    repository itself is left as it was. STEPS, comma-separated, in order (the
-#    default, all, is every one): setup unpacks; exactness; prepare builds the
-#    models, the slow part (the 1.5B shape in chatd's GPU form, the earlier GPU
-#    form and the CPU form, and llama.cpp's GGUF), side by side; forms measures
-#    the GPU forms and onnxruntime's WebGPU options on onnxruntime directly
-#    (scripts/bench/gpu-forms.ts, forms.json); bench measures. Steps can run in
-#    separate calls on the same machine (the work folder stays), e.g. where one
-#    command may run 10 minutes: --step setup,exactness,prepare, then --step bench.
+#    writes into OUT_DIR: environment.txt, exactness.json, forms.json,
+#    steps-webgpu.txt, server-profile.json, bench-webgpu.json, and gpu-check.log.
+#    It works in a copy of the repository under $CHATD_GPU_WORK (default
+#    /tmp/chatd-gpu-check), where it unpacks what it carried, so the repository
+#    itself is left as it was. STEPS, comma-separated, in order (the default,
+#    all, is every one): setup unpacks; exactness; prepare builds the models, the
+#    slow part (the 1.5B shape in chatd's GPU form; for forms the other GPU forms;
+#    for bench the CPU form and llama.cpp's GGUF unless its options leave them
+#    out), side by side; forms measures the GPU forms on onnxruntime directly
+#    (scripts/bench/gpu-forms.ts, forms.json) and the engine's decode step
+#    (bench:steps, steps-webgpu.txt); profile runs the server under V8's profiler
+#    (scripts/bench/server-profile.ts, server-profile.json); bench measures.
+#    Steps can run in separate calls on the same machine (the work folder stays),
+#    e.g. where one command may run 10 minutes: --step setup,exactness,prepare,
+#    then --step bench.
 #    The default benchmark is one round of one stream and 8, 128 tokens each;
 #    BENCH OPTIONS go to npm run bench (e.g. --rounds 3). bench-webgpu.json is
 #    written after each measurement (marked partial until the end), so a run cut
@@ -50,7 +54,7 @@ fi
 
 OUT="${1:-}"
 if [ -z "$OUT" ] || [ "${OUT#-}" != "$OUT" ]; then
-  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,forms,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
+  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,forms,profile,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
   echo "       scripts/gpu-check.sh --pack" >&2
   exit 2
 fi
@@ -69,10 +73,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ "$STEP" = all ] && STEP=setup,exactness,prepare,forms,bench
+[ "$STEP" = all ] && STEP=setup,exactness,prepare,forms,profile,bench
 IFS=, read -r -a STEPS <<< "$STEP"
 for step in "${STEPS[@]}"; do
-  case "$step" in setup|exactness|prepare|forms|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare, forms and bench, comma-separated, or all" >&2; exit 2 ;; esac
+  case "$step" in setup|exactness|prepare|forms|profile|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare, forms, profile and bench, comma-separated, or all" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -132,9 +136,12 @@ MODEL_CONFIG=()
 [ "$SMALL" = 1 ] && MODEL_CONFIG=(--model-config scripts/models/qwen2-small-shape.config.json)
 
 prepare () {
-  # The CPU form only where the benchmark compares the CPU; the other GPU forms only for forms.
-  local parts=(gpu-model llama) pids=() part failed=0
-  [[ " ${BENCH_ARGS[*]} " == *" --no-cpu-compare "* ]] || parts+=(cpu-model)
+  # llama.cpp's model and the CPU form only where the benchmark measures them; the other GPU forms only for forms.
+  local parts=(gpu-model) pids=() part failed=0
+  if [[ ",$STEP," == *",bench,"* ]]; then
+    [[ " ${BENCH_ARGS[*]} " == *" --no-llama-cpp "* ]] || parts+=(llama)
+    [[ " ${BENCH_ARGS[*]} " == *" --no-cpu-compare "* ]] || parts+=(cpu-model)
+  fi
   [[ ",$STEP," == *",forms,"* ]] && parts+=(gpu-model-standard gpu-model-causal gpu-model-int8)
   say "building the models side by side (chatd's converter, llama.cpp's GGUF): ${parts[*]}"
   for part in "${parts[@]}"; do
@@ -157,6 +164,13 @@ forms () {
   (cd "$REPO" && node scripts/bench-steps.ts "${steps[@]}") | tee "$OUT/steps-webgpu.txt"
 }
 
+profile () {
+  local args=(--device webgpu --json "$OUT/server-profile.json" "${MODEL_CONFIG[@]}")
+  [ "$SMALL" = 1 ] && args+=(--gen 32 --no-agent-turns)
+  say "where the server's time goes on the GPU (scripts/bench/server-profile.ts)"
+  (cd "$REPO" && node scripts/bench/server-profile.ts "${args[@]}")
+}
+
 bench () {
   local args=(--device webgpu --rounds "$ROUNDS" --json "$OUT/bench-webgpu.json" "${MODEL_CONFIG[@]}")
   if [ "$SMALL" = 1 ]; then
@@ -175,6 +189,7 @@ for step in "${STEPS[@]}"; do
     exactness) exactness || status=$? ;;
     prepare) prepare ;;
     forms) forms || status=$? ;;
+    profile) profile || status=$? ;;
     bench) bench ;;
   esac
 done
