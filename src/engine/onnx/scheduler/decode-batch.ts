@@ -42,6 +42,13 @@ export class DecodeBatch {
     if (!seq.cache && !(seq.prefilling && this.#layout.packsRows)) throw new Error('a sequence joins a batch after its prefill')
     const own = seq.cache ?? this.#layout.empty(1)
     const old = this.cache
+    if (!old) {
+      // The first row: its cache becomes the batch's as it is, no copy.
+      this.cache = own
+      seq.cache = null
+      this.rows.push(seq)
+      return
+    }
     const sources = this.rows.map((_, b) => ({ cache: old as RowCache, row: b }))
     sources.push({ cache: own, row: 0 })
     this.cache = this.#layout.gather(sources)

@@ -5,8 +5,9 @@
 // alone while the others still wait for their first token: they then share
 // every decode step from the first one.
 //
-// A row whose prompt is complete leaves with a cache of its own (one copy),
-// which a DecodeBatch then takes over.
+// A row whose prompt is complete leaves with a cache of its own (one copy; a
+// group of one hands its cache over as it is, kept in GPU memory where the
+// layout keeps it there), which a DecodeBatch then takes over.
 //
 // Graphs that cannot batch prompt chunks on a past (gqa-masked) take a group
 // in whole mode: fresh prompts, each fed whole in one run, the shorter
@@ -36,6 +37,13 @@ export class PrefillGroup {
     this.#batchesChunks = opts.batchesChunks ?? true
     if (rows.every(r => !r.cache)) {
       this.#cache = layout.empty(rows.length)
+      return
+    }
+    if (rows.length === 1) {
+      // A prompt alone on its reused prefix: the group takes that cache over, no copy (a long
+      // prefix's cache is hundreds of megabytes).
+      this.#cache = rows[0].cache
+      rows[0].cache = null
       return
     }
     const own = rows.map(r => r.cache ?? layout.empty(1))
@@ -74,6 +82,14 @@ export class PrefillGroup {
   remove (leaving: Set<Sequence>, discard = false): void {
     if (leaving.size === 0) return
     const old = this.#cache as RowCache
+    if (this.rows.length === 1 && leaving.has(this.rows[0])) {
+      // The last row takes the group's cache as it is (its spare capacity is within its reservation).
+      if (discard) this.#layout.free(old)
+      else this.rows[0].cache = old
+      this.#cache = null
+      this.rows = []
+      return
+    }
     if (!discard) {
       this.rows.forEach((seq, row) => {
         if (leaving.has(seq)) seq.cache = this.#layout.gather([{ cache: old, row }])
