@@ -212,15 +212,22 @@ async function measure (v: Variant): Promise<Measured> {
   const promptMsSingle = performance.now() - t0
   dispose(single.next)
 
-  t0 = performance.now()
-  let cache = empty(1)
-  let last: Float32Array = new Float32Array(0)
-  for (let at = 0; at < prompt; at += CHUNK) {
-    const out = await run([ids.slice(at, at + CHUNK)], cache, at)
-    cache = out.next
-    last = out.logits
+  /** `tokens` fed on one row in runs of `size`, timed; returns the cache and the last logits. */
+  const inRuns = async (tokens: number[], size: number): Promise<{ ms: number; cache: Cache; last: Float32Array }> => {
+    const started = performance.now()
+    let cache = empty(1)
+    let last = new Float32Array(0)
+    for (let at = 0; at < tokens.length; at += size) {
+      const out = await run([tokens.slice(at, at + size)], cache, at)
+      cache = out.next
+      last = out.logits
+    }
+    return { ms: performance.now() - started, cache, last }
   }
-  const promptMsChunked = performance.now() - t0
+  const chunked = await inRuns(ids, CHUNK)
+  let cache = chunked.cache
+  const last = chunked.last
+  const promptMsChunked = chunked.ms
 
   const tokens: number[] = []
   const decodeMs: number[] = []
@@ -257,17 +264,10 @@ async function measure (v: Variant): Promise<Measured> {
       // Warm-up: a first run and one on a past, in this run size.
       const first = await run([longIds.slice(0, size)], empty(1), 0)
       dispose((await run([longIds.slice(size, 2 * size)], first.next, size)).next)
-      t0 = performance.now()
-      let longCache = empty(1)
-      let longLast: Float32Array = new Float32Array(0)
-      for (let at = 0; at < long; at += size) {
-        const out = await run([longIds.slice(at, at + size)], longCache, at)
-        longCache = out.next
-        longLast = out.logits
-      }
-      longMs[String(size)] = performance.now() - t0
-      dispose(longCache)
-      logitsLong ??= longLast
+      const timed = await inRuns(longIds, size)
+      longMs[String(size)] = timed.ms
+      dispose(timed.cache)
+      logitsLong ??= timed.last
     }
   }
   await session.release()

@@ -4,13 +4,13 @@ import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import { parseDecoderConfig } from '../../../../src/convert/decoder-config.ts'
-import { writeOnnx } from '../../../../src/convert/index.ts'
+import { convertRandom, writeOnnx } from '../../../../src/convert/index.ts'
 import { dequantizeInt4, quantizeInt4 } from '../../../../src/convert/tensors.ts'
 import { RandomWeights } from '../../../../src/convert/weight-sources.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { cacheLayoutFor } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
-import { DTYPE_OF, randomGpuFormModelDir, randomGqaModelDir, randomModelDir, type RandomKind } from '../../../helpers/models.ts'
+import { DTYPE_OF, randomGpuFormModelDir, randomGqaModelDir, randomModelDir, REPO_ROOT, type RandomKind } from '../../../helpers/models.ts'
 
 const TOKENS = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 17]
 
@@ -194,4 +194,29 @@ t.test('gqa-masked graphs (the GPU form): detected, equal to the standard graph,
   const first = await masked.forward({ batch: 2, inputIds: [[5, 6], [7, 8]], attentionMask: [[1, 1], [1, 1]], positionIds: [[0, 1], [0, 1]], past: masked.emptyCache(2), logitsToKeep: 1 })
   await t.rejects(masked.forward({ batch: 2, inputIds: [[9, 10], [11, 12]], attentionMask: [[1, 1, 1, 1], [1, 1, 1, 1]], positionIds: [[2, 3], [2, 3]], past: first.present, logitsToKeep: 1 }), /batch_size must be 1/)
   DecoderSession.disposeCache(first.present)
+})
+
+t.test('the gqa-masked graph without its mask (gqa-causal, written for measuring only): the same for one unpadded row, refused by chatd', async t => {
+  const configPath = path.join(REPO_ROOT, 'test/fixtures', 'tiny-qwen2-hd16.config.json')
+  const out = t.testdir({})
+  convertRandom({ configPath, out, weights: 'fp32', seed: 7, cache: 'concat', attention: 'gqa-masked', attentionBias: false })
+  const onnx = path.join(out, 'onnx', 'model.onnx')
+  // chatd never serves it: a padded row would attend to its padding.
+  await t.rejects(DecoderSession.load(readModelDir(out, 'fp32'), { device: 'cpu', threads: 1 }), /gqa-causal graph .* is written for measuring only/)
+  // On onnxruntime directly, one unpadded row computes what the GPU form computes (the operator is causal by itself).
+  const { default: ort } = await import('onnxruntime-node')
+  const bare = await ort.InferenceSession.create(onnx)
+  const masked = await DecoderSession.load(readModelDir(randomGpuFormModelDir('fp32'), 'fp32'), { device: 'cpu', threads: 1 })
+  t.teardown(async () => { await bare.release(); await masked.close() })
+  const feeds: Record<string, InstanceType<typeof ort.Tensor>> = {
+    input_ids: new ort.Tensor('int64', BigInt64Array.from(TOKENS, BigInt), [1, TOKENS.length]),
+    attention_mask: new ort.Tensor('int64', BigInt64Array.from(TOKENS, () => 1n), [1, TOKENS.length]),
+    position_ids: new ort.Tensor('int64', BigInt64Array.from(TOKENS, (_, k) => BigInt(k)), [1, TOKENS.length]),
+    num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+  }
+  for (const name of bare.inputNames.filter(n => n.startsWith('past_key_values.'))) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [1, masked.model.numKvHeads, 0, masked.model.headDim])
+  const causal = (await bare.run(feeds)).logits.data as Float32Array
+  const worst = maxAbsDiff(causal, await fullPass(masked, TOKENS))
+  t.ok(worst < 1e-5, `one unpadded row: max difference from the GPU form ${worst.toExponential(2)}`)
+  t.throws(() => convertRandom({ configPath, out: t.testdir({}), weights: 'fp32', seed: 7, attention: 'standard', attentionBias: false }), /only the gqa-masked attention style is written without its bias/)
 })
