@@ -8,8 +8,8 @@
 // collection, and of everything else, per generated token. scripts/gpu-check.sh
 // runs it as its `profile` step on the GPU form; on the CPU it profiles the CPU form.
 //
-//   node scripts/bench/server-profile.ts [--device cpu|webgpu] [--model-config FILE] [--gen 256]
-//     [--no-agent-turns] [--json FILE]
+//   npm run bench:profile -- [--device cpu|webgpu] [--model-config FILE] [--gen 256]
+//     [--no-agent-turns] [--top 25] [--json FILE]
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
