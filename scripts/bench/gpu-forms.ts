@@ -8,7 +8,8 @@
 // served) and the GPU form with int8 activations (onnxruntime's integer-product
 // kernels); each against the CPU provider's logits and greedy tokens on the same
 // file (gqa-causal against gqa-masked's), and the long prompt's last logits against
-// gqa-masked's on the GPU. It is how the GPU form is chosen by measurement on a
+// gqa-masked's on the GPU and, for each run size, against the CPU's (the GPU form on the
+// CPU, in the CPU engine's 512-token runs): whether larger runs on a GPU stay exact. It is how the GPU form is chosen by measurement on a
 // machine (docs/performance.md); scripts/gpu-check.sh runs it as its `forms` step,
 // before the server benchmark.
 //
@@ -50,6 +51,9 @@ const VARIANTS: Variant[] = [
 ]
 /** The long prompt's last logits are compared with this variant's (the GPU form's). */
 const LONG_REF = 'gqa-masked'
+/** The CPU variant that computes the long prompt too (in the CPU engine's runs), for the GPU's exactness at each run size. */
+const LONG_CPU_REF = 'gqa-masked, cpu'
+const CPU_LONG_RUN = 512
 
 interface Measured {
   load_s: number
@@ -64,6 +68,9 @@ interface Measured {
   /** The long prompt (GPU only): ms for each run size, and the last logits (first 4096 entries) of the first. */
   long_ms?: Record<string, number>
   logits_long?: number[]
+  /** The long prompt's last logits (first 4096 entries) and greedy next token for each run size; on the CPU, runs of 512. */
+  logits_long_by_run?: Record<string, number[]>
+  next_token_long_by_run?: Record<string, number>
 }
 
 const { values } = parseArgs({
@@ -122,6 +129,9 @@ for (const [i, v] of VARIANTS.entries()) {
   measured[v.name] = m
   const ref = v.ref === undefined ? undefined : measured[v.ref]
   const longRef = measured[LONG_REF]
+  // Only comparable where the weights are the CPU reference's (not the int8 variant's).
+  const cpuLong = v.device === 'webgpu' && v.ref === LONG_CPU_REF ? measured[LONG_CPU_REF]?.logits_long_by_run?.[String(CPU_LONG_RUN)] : undefined
+  const cpuNext = measured[LONG_CPU_REF]?.next_token_long_by_run?.[String(CPU_LONG_RUN)]
   const summary = {
     form: v.form,
     device: v.device,
@@ -149,6 +159,12 @@ for (const [i, v] of VARIANTS.entries()) {
           long_prompt_ms: m.long_ms,
           long_prompt_tok_s: Object.fromEntries(Object.entries(m.long_ms).map(([runs, ms]) => [runs, long / ms * 1000])),
           ...(longRef?.logits_long && v.name !== LONG_REF ? { max_long_logit_diff_vs_gqa_masked: maxDiff(m.logits_long!, longRef.logits_long) } : {}),
+          ...(cpuLong && m.logits_long_by_run
+            ? {
+                max_long_logit_diff_vs_cpu: Object.fromEntries(Object.entries(m.logits_long_by_run).map(([size, l]) => [size, maxDiff(l, cpuLong)])),
+                long_next_token_equals_cpu: Object.fromEntries(Object.entries(m.next_token_long_by_run ?? {}).map(([size, token]) => [size, token === cpuNext])),
+              }
+            : {}),
         }
       : {}),
     wall_s: (performance.now() - started) / 1000,
@@ -254,21 +270,27 @@ async function measure (v: Variant): Promise<Measured> {
   }
   dispose(batch)
 
-  // The long prompt on one row (the GPU only: the CPU would take minutes), in runs of each size.
+  // The long prompt on one row, in runs of each size: on the GPU; on the CPU only for the
+  // reference the GPU's runs are compared with, in the CPU engine's run size.
   let longMs: Record<string, number> | undefined
   let logitsLong: Float32Array | undefined
-  if (gpu && long > 0) {
-    longMs = {}
-    const longIds = Array.from({ length: long }, (_, i) => 1000 + ((i * 104729) % 50000))
-    for (const size of longRuns) {
+  const byRun: Record<string, number[]> = {}
+  const nextByRun: Record<string, number> = {}
+  const sizes = gpu ? longRuns : v.name === LONG_CPU_REF ? [CPU_LONG_RUN] : []
+  const longIds = Array.from({ length: long }, (_, i) => 1000 + ((i * 104729) % 50000))
+  for (const size of long > 0 ? sizes : []) {
+    longMs ??= {}
+    if (gpu) {
       // Warm-up: a first run and one on a past, in this run size.
       const first = await run([longIds.slice(0, size)], empty(1), 0)
       dispose((await run([longIds.slice(size, 2 * size)], first.next, size)).next)
-      const timed = await inRuns(longIds, size)
-      longMs[String(size)] = timed.ms
-      dispose(timed.cache)
-      logitsLong ??= timed.last
     }
+    const timed = await inRuns(longIds, size)
+    longMs[String(size)] = timed.ms
+    dispose(timed.cache)
+    logitsLong ??= timed.last
+    byRun[String(size)] = Array.from(timed.last.subarray(0, 4096))
+    nextByRun[String(size)] = argmax(timed.last)
   }
   await session.release()
   return {
@@ -280,6 +302,6 @@ async function measure (v: Variant): Promise<Measured> {
     decode_ms: decodeMs.slice(2),
     tokens,
     batch_decode_ms: batchMs.slice(2),
-    ...(longMs ? { long_ms: longMs, logits_long: Array.from(logitsLong!.subarray(0, 4096)) } : {}),
+    ...(longMs ? { long_ms: longMs, logits_long: Array.from(logitsLong!.subarray(0, 4096)), logits_long_by_run: byRun, next_token_long_by_run: nextByRun } : {}),
   }
 }
