@@ -4,6 +4,8 @@
 // the representative set rather than every local-model test twice, on stories260k
 // (the scenarios are scripts/bench/exactness.ts's, which scripts/gpu-check.sh
 // also runs on a real GPU):
+//   - stories260k's public goldens (the reference implementation's greedy
+//     continuations) on WebGPU, the cache in GPU memory and on the host;
 //   - fp32 and int4 (float compute) concat graphs, whose cache stays in GPU
 //     memory between steps: one request alone, three together, and one joining
 //     another mid-decode (its cache gathered on the host and uploaded once);
@@ -22,6 +24,7 @@ import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
 import { randomGpuFormModelDir, storiesModelDir } from '../../../helpers/models.ts'
+import { goldens, replayGolden } from '../../../helpers/goldens.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
 /** `plansDiffer`: on a software renderer the devices schedule a gqa-masked graph's prompts differently (tokensOf). */
@@ -33,6 +36,22 @@ const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheO
   // model with heads 16 wide (stories260k's are 8, which GroupQueryAttention does not take).
   { name: 'int4 gqa-masked graph, float compute (the GPU form; the cache in GPU memory)', dir: () => randomGpuFormModelDir('int4'), dtype: 'q4', cacheOnDevice: true, plansDiffer: true },
 ]
+
+for (const cacheStyle of ['concat', 'append'] as const) {
+  t.test(`stories260k's public goldens on WebGPU (${cacheStyle} graph, the cache ${cacheStyle === 'concat' ? 'in GPU memory' : 'on the host'}), token for token`, async t => {
+    if (!await needWebgpu(t)) return
+    const session = await DecoderSession.load(readModelDir(storiesModelDir('fp32', cacheStyle), 'fp32'), { device: 'webgpu', threads: 1 })
+    t.teardown(() => session.close())
+    t.equal(session.device, 'webgpu')
+    t.equal(session.cacheOnDevice, cacheStyle === 'concat')
+    const layout = cacheLayoutFor(session)
+    for (const golden of goldens) {
+      const { ids, cached } = await replayGolden(layout, golden)
+      t.same(ids, golden.generated_ids, `"${golden.prompt}"`)
+      t.same(cached, [golden.prompt_ids.length + golden.generated_ids.length - 1], 'every fed token is cached')
+    }
+  })
+}
 
 for (const model of MODELS) {
   t.test(`${model.name}: solo, batched and joining mid-decode, the CPU's tokens`, async t => {

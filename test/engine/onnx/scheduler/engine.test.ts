@@ -9,12 +9,9 @@ import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-sessi
 import { cacheLayoutFor } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { OnnxBackend } from '../../../../src/engine/onnx/backend.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
-import { argmax } from '../../../../src/engine/onnx/sampling/sampler.ts'
 import { loadTokenizer } from '../../../../src/engine/onnx/text/tokenizer.ts'
-import { randomModelDir, STORIES_SOURCE, storiesModelDir } from '../../../helpers/models.ts'
-
-interface Golden { prompt: string; prompt_ids: number[]; generated_ids: number[]; completion_text: string }
-const goldens: Golden[] = JSON.parse(fs.readFileSync(path.join(STORIES_SOURCE, 'goldens.json'), 'utf8')).cases
+import { randomModelDir, storiesModelDir } from '../../../helpers/models.ts'
+import { goldens, replayGolden } from '../../../helpers/goldens.ts'
 
 const GREEDY = { temperature: 0, topP: 1, topK: 0, stop: [] as string[] }
 const never = new AbortController().signal
@@ -44,19 +41,9 @@ for (const cacheStyle of ['append', 'concat'] as const) {
     t.equal(session.cacheOutputs, cacheStyle, 'cache outputs discovered from the graph')
     const layout = cacheLayoutFor(session)
     for (const golden of goldens) {
-      let cache = layout.empty()
-      let feed = golden.prompt_ids
-      const ids: number[] = []
-      while (ids.length < golden.generated_ids.length) {
-        const out = await layout.run(cache, [feed], 1)
-        cache = out.cache
-        const next = argmax(out.logits)
-        ids.push(next)
-        feed = [next]
-      }
+      const { ids, cached } = await replayGolden(layout, golden)
       t.same(ids, golden.generated_ids, `"${golden.prompt}"`)
-      t.same(cache.lengths, [golden.prompt_ids.length + golden.generated_ids.length - 1], 'every fed token is cached')
-      layout.free(cache)
+      t.same(cached, [golden.prompt_ids.length + golden.generated_ids.length - 1], 'every fed token is cached')
     }
     await session.close()
   })
