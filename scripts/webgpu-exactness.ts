@@ -6,7 +6,9 @@
 // (float compute) concat graph, whose cache stays in GPU memory (one request, three
 // together, one joining mid-decode, a conversation with the prefix cache and the
 // next turn computed ahead), the fp32 append graph (the cache on the host), and the
-// form for GPU hosts (gqa-masked) on a small random model, conversation included.
+// form for GPU hosts (gqa-masked) on a small random model, conversation included;
+// and stories260k's public goldens replayed on WebGPU (the fp32 concat and append
+// graphs): the reference implementation's tokens, not only the CPU provider's.
 // Prints one line per check and writes the report; exits 1 if any reply differs.
 //
 //   node scripts/webgpu-exactness.ts [--json FILE]
@@ -17,7 +19,7 @@ import type { CacheStyle, Int4Compute, WeightFormat } from '../src/convert/decod
 import { convertCheckpoint, convertRandom } from '../src/convert/index.ts'
 import { converterFingerprint } from '../src/convert/fingerprint.ts'
 import type { ModelDtype } from '../src/engine/onnx/model-dir.ts'
-import { batches, conversation, tokensOf } from './bench/exactness.ts'
+import { batches, conversation, goldens, goldensOn, tokensOf } from './bench/exactness.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const { values } = parseArgs({ options: { json: { type: 'string' } } })
@@ -78,6 +80,15 @@ for (const check of checks) {
   failed ||= !same || result.conversation_same === false || gpu.device !== 'webgpu'
   results.push(result)
   console.log(`${same && result.conversation_same !== false ? 'same' : 'DIFFERENT'}: ${check.name} on ${gpu.device}${check.conversation ? `, conversation ${result.conversation_same ? 'same' : 'DIFFERENT'}` : ''} (${result.seconds} s)`)
+}
+for (const cache of ['concat', 'append'] as const) {
+  const started = performance.now()
+  const gpu = await goldensOn(stories('fp32', cache), 'webgpu')
+  const same = gpu.same.every(Boolean) && gpu.device === 'webgpu'
+  const name = `public goldens, fp32 ${cache} graph`
+  results.push({ check: name, device: gpu.device, cache_on_device: gpu.cacheOnDevice, same_tokens: same, goldens: goldens.length, seconds: Math.round((performance.now() - started) / 100) / 10 })
+  failed ||= !same
+  console.log(`${same ? 'same' : 'DIFFERENT'}: ${name} on ${gpu.device} (${gpu.same.filter(Boolean).length} of ${goldens.length})`)
 }
 const report = { date: new Date().toISOString(), same: !failed, checks: results }
 if (values.json) fs.writeFileSync(values.json, JSON.stringify(report, null, 2) + '\n')

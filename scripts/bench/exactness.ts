@@ -2,12 +2,19 @@
 // one engine per device in this thread, compared whole. The WebGPU tests
 // (test/engine/onnx/device/webgpu-exactness.test.ts, on lavapipe in CI) and
 // scripts/webgpu-exactness.ts (on a real GPU, from scripts/gpu-check.sh) run
-// these same scenarios.
+// these same scenarios, and replay stories260k's public goldens on the device.
+import fs from 'node:fs'
+import path from 'node:path'
 import type { ChatMessage, GenerateRequest } from '../../src/engine/backend.ts'
+import { cacheLayoutFor, type CacheLayout } from '../../src/engine/onnx/cache/kv-cache.ts'
+import { DecoderSession } from '../../src/engine/onnx/device/decoder-session.ts'
 import type { Device } from '../../src/engine/onnx/device/providers.ts'
-import type { ModelDtype } from '../../src/engine/onnx/model-dir.ts'
+import { readModelDir, type ModelDtype } from '../../src/engine/onnx/model-dir.ts'
+import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { LocalEngine } from '../../src/engine/onnx/scheduler/engine.ts'
 import { nextTurnStart } from '../../src/prompt/shape.ts'
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
 
 export interface Reply { text: string; completion: number; cached: number }
 
@@ -94,5 +101,44 @@ export async function conversation (dir: string, dtype: ModelDtype, device: Devi
     return { replies, ahead: engine.tokensComputedAhead }
   } finally {
     await engine.close()
+  }
+}
+
+/** stories260k's public goldens (test/fixtures/stories260k/goldens.json): prompts and the reference implementation's greedy continuations. */
+export interface Golden { prompt: string; prompt_ids: number[]; generated_ids: number[]; completion_text: string }
+export const goldens: Golden[] = JSON.parse(fs.readFileSync(path.join(ROOT, 'test/fixtures/stories260k/goldens.json'), 'utf8')).cases
+
+/** Greedy ids for a golden's prompt, as many as it has, a token at a time through a cache layout; and the positions left cached. */
+export async function replayGolden (layout: CacheLayout, golden: Golden): Promise<{ ids: number[]; cached: number[] }> {
+  let cache = layout.empty()
+  let feed = golden.prompt_ids
+  const ids: number[] = []
+  while (ids.length < golden.generated_ids.length) {
+    const out = await layout.run(cache, [feed], 1)
+    cache = out.cache
+    const next = argmax(out.logits)
+    ids.push(next)
+    feed = [next]
+  }
+  const cached = [...cache.lengths]
+  layout.free(cache)
+  return { ids, cached }
+}
+
+/** Every golden replayed on `device` (a session of its own): whether each gives the reference's tokens, and the positions cached. */
+export async function goldensOn (dir: string, device: Device): Promise<{ device: Device; cacheOnDevice: boolean; same: boolean[]; cached: number[][] }> {
+  const session = await DecoderSession.load(readModelDir(dir, 'fp32'), { device, threads: 2 })
+  try {
+    const layout = cacheLayoutFor(session)
+    const same: boolean[] = []
+    const cached: number[][] = []
+    for (const golden of goldens) {
+      const replay = await replayGolden(layout, golden)
+      same.push(JSON.stringify(replay.ids) === JSON.stringify(golden.generated_ids))
+      cached.push(replay.cached)
+    }
+    return { device: session.device, cacheOnDevice: session.cacheOnDevice, same, cached }
+  } finally {
+    await session.close()
   }
 }

@@ -19,12 +19,11 @@
 // it: the WebGPU provider computes int4 products in float, so such a graph gives
 // other tokens on a GPU by design (docs/models.md).
 import t, { type Test } from 'tap'
-import { batches, conversation, tokensOf } from '../../../../scripts/bench/exactness.ts'
+import { batches, conversation, goldens, goldensOn, tokensOf } from '../../../../scripts/bench/exactness.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
 import { randomGpuFormModelDir, storiesModelDir } from '../../../helpers/models.ts'
-import { goldens, replayGolden } from '../../../helpers/goldens.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
 /** `plansDiffer`: on a software renderer the devices schedule a gqa-masked graph's prompts differently (tokensOf). */
@@ -40,16 +39,11 @@ const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheO
 for (const cacheStyle of ['concat', 'append'] as const) {
   t.test(`stories260k's public goldens on WebGPU (${cacheStyle} graph, the cache ${cacheStyle === 'concat' ? 'in GPU memory' : 'on the host'}), token for token`, async t => {
     if (!await needWebgpu(t)) return
-    const session = await DecoderSession.load(readModelDir(storiesModelDir('fp32', cacheStyle), 'fp32'), { device: 'webgpu', threads: 1 })
-    t.teardown(() => session.close())
-    t.equal(session.device, 'webgpu')
-    t.equal(session.cacheOnDevice, cacheStyle === 'concat')
-    const layout = cacheLayoutFor(session)
-    for (const golden of goldens) {
-      const { ids, cached } = await replayGolden(layout, golden)
-      t.same(ids, golden.generated_ids, `"${golden.prompt}"`)
-      t.same(cached, [golden.prompt_ids.length + golden.generated_ids.length - 1], 'every fed token is cached')
-    }
+    const gpu = await goldensOn(storiesModelDir('fp32', cacheStyle), 'webgpu')
+    t.equal(gpu.device, 'webgpu')
+    t.equal(gpu.cacheOnDevice, cacheStyle === 'concat')
+    t.same(gpu.same, goldens.map(() => true), 'every golden\'s tokens')
+    t.same(gpu.cached, goldens.map(g => [g.prompt_ids.length + g.generated_ids.length - 1]), 'every fed token is cached')
   })
 }
 

@@ -11,7 +11,7 @@ import { OnnxBackend } from '../../../../src/engine/onnx/backend.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { loadTokenizer } from '../../../../src/engine/onnx/text/tokenizer.ts'
 import { randomModelDir, storiesModelDir } from '../../../helpers/models.ts'
-import { goldens, replayGolden } from '../../../helpers/goldens.ts'
+import { goldens, replayGolden } from '../../../../scripts/bench/exactness.ts'
 
 const GREEDY = { temperature: 0, topP: 1, topK: 0, stop: [] as string[] }
 const never = new AbortController().signal
