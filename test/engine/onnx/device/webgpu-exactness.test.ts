@@ -85,8 +85,8 @@ t.test('a conversation on the GPU form (gqa-masked, int4): the CPU\'s tokens and
 /** Feeds the same runs through a layout; returns every run's logits. */
 async function layoutRuns (t: Test, layout: CacheLayout): Promise<Float32Array[]> {
   const logits: Float32Array[] = []
-  const run = async (cache: RowCache, tokens: number[][]): Promise<RowCache> => {
-    const out = await layout.run(cache, tokens, 1)
+  const run = async (cache: RowCache, tokens: number[][], room?: number): Promise<RowCache> => {
+    const out = await layout.run(cache, tokens, 1, false, room)
     logits.push(out.logits.slice())
     return out.cache
   }
@@ -111,6 +111,13 @@ async function layoutRuns (t: Test, layout: CacheLayout): Promise<Float32Array[]
   const second = layout.gather([{ cache: pair, row: 1 }])
   layout.free(pair)
   layout.free(await run(second, [[12]]))
+  // A prompt in chunks past several capacity steps, the host's copy growing ahead (room: the row's
+  // reservation), then a row regrouped from that copy, which must hold every position.
+  let long: RowCache = layout.empty(1)
+  for (let k = 0; k < 5; k++) long = await run(long, [Array.from({ length: 40 }, (_, i) => 260 + (((k * 40 + i) * 37) % 200))], 300)
+  const copied = layout.gather([{ cache: long, row: 0 }])
+  layout.free(long)
+  layout.free(await run(copied, [[12]]))
   t.equal(layout.bytesHeld, 0, 'every cache freed, host and device')
   return logits
 }
