@@ -165,7 +165,7 @@ forms () {
 }
 
 profile () {
-  local args=(--device webgpu --json "$OUT/server-profile.json" "${MODEL_CONFIG[@]}")
+  local args=(--device webgpu --top 80 --json "$OUT/server-profile.json" "${MODEL_CONFIG[@]}")
   [ "$SMALL" = 1 ] && args+=(--gen 32 --no-agent-turns)
   say "where the server's time goes on the GPU (scripts/bench/server-profile.ts)"
   (cd "$REPO" && node scripts/bench/server-profile.ts "${args[@]}")

@@ -3,13 +3,14 @@
 // profiler (--cpu-prof: every thread, the engine's worker and the grammar
 // workers included), while it answers one stream of --gen tokens (twice) and
 // the captured Codex turn (scripts/bench/agent-turns.ts) with nothing cached and
-// then cached. Each thread's profile is summed by function (self time), and the
+// then cached. Each thread's profile is summed by function and by file (self
+// time: a cost spread over many small functions shows by its file), and the
 // summary names the share of onnxruntime's run (the binding's call), of garbage
 // collection, and of everything else, per generated token. scripts/gpu-check.sh
 // runs it as its `profile` step on the GPU form; on the CPU it profiles the CPU form.
 //
 //   npm run bench:profile -- [--device cpu|webgpu] [--model-config FILE] [--gen 256]
-//     [--no-agent-turns] [--top 25] [--json FILE]
+//     [--no-agent-turns] [--top 40] [--json FILE]
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
@@ -26,7 +27,7 @@ const { values } = parseArgs({
     gen: { type: 'string', default: '256' },
     'agent-turns': { type: 'boolean', default: true },
     json: { type: 'string', default: path.join(ROOT, 'bench-out', 'server-profile.json') },
-    top: { type: 'string', default: '25' },
+    top: { type: 'string', default: '40' },
   },
   allowNegative: true,
 })
@@ -86,11 +87,15 @@ const threads = fs.readdirSync(profileDir).filter(f => f.endsWith('.cpuprofile')
   const profile = JSON.parse(fs.readFileSync(path.join(profileDir, file), 'utf8')) as Profile
   const byNode = new Map(profile.nodes.map(n => [n.id, n]))
   const self = new Map<string, number>()
+  const byFile = new Map<string, number>()
   profile.samples.forEach((id, i) => {
     const frame = byNode.get(id)!.callFrame
-    const where = frame.url ? `${path.relative(ROOT, frame.url.replace(/^file:\/\//, ''))}:${frame.lineNumber + 1}` : ''
-    const key = `${frame.functionName || '(anonymous)'}${where ? ` ${where}` : ''}`
-    self.set(key, (self.get(key) ?? 0) + profile.timeDeltas[i] / 1000)
+    const file = frame.url ? path.relative(ROOT, frame.url.replace(/^file:\/\//, '')) : ''
+    const key = `${frame.functionName || '(anonymous)'}${file ? ` ${file}:${frame.lineNumber + 1}` : ''}`
+    const ms = profile.timeDeltas[i] / 1000
+    self.set(key, (self.get(key) ?? 0) + ms)
+    const fileKey = file || frame.functionName || '(native)'
+    byFile.set(fileKey, (byFile.get(fileKey) ?? 0) + ms)
   })
   const sum = (test: (key: string) => boolean): number => [...self].filter(([k]) => test(k)).reduce((a, [, ms]) => a + ms, 0)
   const idle = sum(k => k === '(idle)')
@@ -106,6 +111,7 @@ const threads = fs.readdirSync(profileDir).filter(f => f.endsWith('.cpuprofile')
     garbage_collector_ms: gc,
     other_ms: busy - ortRun - gc,
     top: [...self].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, Number(values.top)).map(([fn, ms]) => ({ fn, ms: Math.round(ms * 10) / 10 })),
+    by_file: [...byFile].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, Number(values.top)).map(([file, ms]) => ({ file, ms: Math.round(ms * 10) / 10 })),
   }
 })
 fs.rmSync(profileDir, { recursive: true, force: true })
@@ -116,5 +122,7 @@ fs.writeFileSync(values.json, JSON.stringify(report, null, 2) + '\n')
 for (const t of threads.filter(t => t.busy_ms > 100)) {
   console.log(`\n${t.file}: busy ${t.busy_ms.toFixed(0)} ms of ${t.wall_ms.toFixed(0)}; onnxruntime's run ${t.onnxruntime_run_ms.toFixed(0)} ms, garbage collector ${t.garbage_collector_ms.toFixed(0)} ms, the rest ${t.other_ms.toFixed(0)} ms`)
   for (const { fn, ms } of t.top.slice(0, 15)) console.log(`  ${ms.toFixed(1).padStart(9)}  ${fn}`)
+  console.log('  by file:')
+  for (const { file, ms } of t.by_file.slice(0, 10)) console.log(`  ${ms.toFixed(1).padStart(9)}  ${file}`)
 }
 console.log(`\nwrote ${path.relative(process.cwd(), values.json)}`)
