@@ -81,8 +81,11 @@ export interface AheadRun {
   interrupted: () => boolean
   /** Most tokens one run may take (AHEAD_CHUNK, or less where the graph's logits bound it). */
   chunk: number
-  /** Runs a chunk of prompt tokens (the prompt graph where there is one). */
-  feed: (cache: RowCache, tokens: number[]) => Promise<RowCache>
+  /**
+   * Runs a chunk of prompt tokens (the prompt graph where there is one); `room`: the positions
+   * reserved for the whole turn, which the cache may grow to at once.
+   */
+  feed: (cache: RowCache, tokens: number[], room: number) => Promise<RowCache>
 }
 
 /**
@@ -94,14 +97,15 @@ export async function computeAhead (ids: number[], run: AheadRun): Promise<numbe
   const match = run.prefixes.lookup(run.scope, ids, ids.length)
   if (match && match.length >= ids.length) return 0
   // Room from the scope's own entries, or others' beyond their fair share; never the one extended.
-  if (!run.prefixes.makeRoom(run.scope, [{ scope: run.scope, positions: KvBudget.reserveOf(ids.length, 0) }], { keep: match?.entry })) return 0
+  const reserved = KvBudget.reserveOf(ids.length, 0)
+  if (!run.prefixes.makeRoom(run.scope, [{ scope: run.scope, positions: reserved }], { keep: match?.entry })) return 0
   let cache = match ? run.prefixes.take(match) : run.layout.empty(1)
   const start = cache.lengths[0]
   let cached = start
   try {
     while (cached < ids.length) {
       const chunk = ids.slice(cached, cached + run.chunk)
-      cache = await run.feed(cache, chunk)
+      cache = await run.feed(cache, chunk, reserved)
       cached += chunk.length
       if (run.interrupted()) break
     }

@@ -7,9 +7,8 @@
 // doubles instead, up to that, so a long prompt fed in chunks and a long reply
 // copy the cache a few times rather than once a chunk or every CAPACITY_STEP
 // steps (each copy is the whole cache: 450 MB at 8k positions of a 1.5B model).
-// The append layout feeds
-// these buffers to the graph as they are; the device layout keeps them as the
-// host's copy of a cache that lives in GPU memory.
+// The append layout feeds these buffers to the graph as they are; the device
+// layout keeps them as the host's copy of a cache that lives in GPU memory.
 
 export type CacheData = Float32Array | Uint16Array
 

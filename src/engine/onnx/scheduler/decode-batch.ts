@@ -11,7 +11,7 @@
 // beside the others' one token each (mixed batches: one pass over the
 // weights for both, where a separate prompt run would take another).
 import type { CacheLayout, RowCache } from '../cache/kv-cache.ts'
-import type { Sequence } from './sequence.ts'
+import { roomFor, type Sequence } from './sequence.ts'
 
 export class DecodeBatch {
   readonly capacity: number
@@ -83,8 +83,7 @@ export class DecodeBatch {
   async step (promptChunk = 0): Promise<{ logits: Float32Array; promptTokens: number }> {
     const feeds = this.rows.map(r => r.prefilling ? r.nextPromptChunk(Math.max(1, promptChunk)) : r.pending)
     // Never a prompt-graph run: rows join before their prompts are in only without a prompt graph (mixed batches).
-    // The cache may grow to the largest reservation: admission pads every row to it (kv-budget.ts).
-    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1, false, Math.max(...this.rows.map(r => r.reservedPositions)))
+    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1, false, roomFor(this.rows))
     this.cache = cache
     let promptTokens = 0
     this.rows.forEach((row, b) => {

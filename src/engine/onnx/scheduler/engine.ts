@@ -305,8 +305,8 @@ export class LocalEngine {
       scope: pending.scope,
       chunk: Math.min(AHEAD_CHUNK, this.#positionsPerRun),
       interrupted: () => this.#waiting.length > 0 || this.#closing,
-      feed: async (cache, tokens) => {
-        const out = await this.cacheLayout.run(cache, [tokens], 1, true, KvBudget.reserveOf(ids.length, 0))
+      feed: async (cache, tokens, room) => {
+        const out = await this.cacheLayout.run(cache, [tokens], 1, true, room)
         // New requests arrive as messages: let them in before deciding on the next chunk.
         await yieldToEventLoop()
         return out.cache

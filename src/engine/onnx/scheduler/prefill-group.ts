@@ -13,7 +13,7 @@
 // in whole mode: fresh prompts, each fed whole in one run, the shorter
 // left-padded (the cache layout's padsFirstRun).
 import type { CacheLayout, RowCache } from '../cache/kv-cache.ts'
-import type { Sequence } from './sequence.ts'
+import { roomFor, type Sequence } from './sequence.ts'
 
 export class PrefillGroup {
   readonly #layout: CacheLayout
@@ -64,7 +64,7 @@ export class PrefillGroup {
   async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
     if (this.whole) {
       const prompts = this.rows.map(r => r.nextPromptChunk(r.promptIds.length))
-      const out = await this.#layout.run(this.#cache as RowCache, prompts, 1, true, this.#room)
+      const out = await this.#layout.run(this.#cache as RowCache, prompts, 1, true, roomFor(this.rows))
       this.#cache = out.cache
       this.rows.forEach((row, b) => { row.cachedTokens += prompts[b].length })
       return { logits: out.logits, tokens: prompts.reduce((sum, p) => sum + p.length, 0) }
@@ -72,7 +72,7 @@ export class PrefillGroup {
     const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
     const onPast = this.rows.length > 1 && Math.max(...(this.#cache as RowCache).lengths) > 0
     const count = !this.#batchesChunks && onPast ? 1 : Math.max(1, Math.min(perRow, remaining))
-    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true, this.#room)
+    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true, roomFor(this.rows))
     this.#cache = out.cache
     for (const row of this.rows) row.cachedTokens += count
     return { logits: out.logits, tokens: count * this.rows.length }
@@ -99,11 +99,6 @@ export class PrefillGroup {
     this.#cache = keep.length > 0 ? this.#layout.gather(keep.map(r => ({ cache: old, row: r.row }))) : null
     this.#layout.free(old)
     this.rows = keep.map(r => r.seq)
-  }
-
-  /** What the rows' cache may grow to: the largest reservation (admission pads rows to it). */
-  get #room (): number {
-    return Math.max(...this.rows.map(r => r.reservedPositions))
   }
 
   /** Frees the group's cache (the group failed); a group whose rows all left has nothing to free. */

@@ -40,6 +40,11 @@ interface PendingLogprob {
   end: number
 }
 
+/** What a cache holding these rows may grow to: the largest reservation (admission pads every row to it, kv-budget.ts). */
+export function roomFor (rows: Sequence[]): number {
+  return Math.max(...rows.map(r => r.reservedPositions))
+}
+
 export class Sequence {
   readonly id: string
   readonly promptIds: number[]
