@@ -24,3 +24,9 @@ export async function needWebgpu (t: Test): Promise<boolean> {
   else t.pass(`${t.name} needs WebGPU`, { skip: reason })
   return false
 }
+
+/**
+ * The device the engine's own tests load their models on: the CPU, or WebGPU when
+ * CHATD_TEST_DEVICE=webgpu (`npm run test:webgpu` runs those files again so, on lavapipe in CI).
+ */
+export const TEST_DEVICE: 'cpu' | 'webgpu' = process.env.CHATD_TEST_DEVICE === 'webgpu' ? 'webgpu' : 'cpu'

@@ -231,12 +231,13 @@ export class DecoderSession {
   /**
    * Most tokens one run may feed a row. On a software Vulkan renderer (Mesa's lavapipe, where the
    * tests run), onnxruntime's WebGPU GroupQueryAttention parts from the CPU's results from 32 new
-   * tokens a run on (by 4e-2 in the logits; 1e-6 below 32), so gqa-masked graphs feed prompts
+   * tokens a run on (by 4e-2 in the logits; 1e-6 below 32), so GroupQueryAttention graphs (gqa-masked,
+   * and onnxruntime-genai's gqa, whose greedy tokens then differed from the CPU's) feed prompts
    * there 31 tokens a run. On a GPU (an NVIDIA H200, measured) a 128-token run agrees with the CPU
    * as the plain-attention graph does (4.6e-5), and 31-token runs would cost 3.6x the prompt time.
    */
   get tokensPerRunLimit (): number {
-    return this.graphStyle === 'gqa-masked' && this.softwareRenderer ? GQA_SOFTWARE_EXACT_TOKENS : Infinity
+    return (this.graphStyle === 'gqa-masked' || this.graphStyle === 'gqa') && this.softwareRenderer ? GQA_SOFTWARE_EXACT_TOKENS : Infinity
   }
 
   static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {

@@ -5,6 +5,7 @@ import type { FinishReason, GenerateRequest } from '../../../../src/engine/backe
 import type { ForwardInput } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { randomGpuFormModelDir, randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
+import { TEST_DEVICE } from '../../../helpers/webgpu.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -14,7 +15,7 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
   const done = new Map<string, (o: Outcome) => void>()
   const deltaCounts = new Map<string, number>()
   const cachedTokens = new Map<string, number>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: 'cpu', threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: TEST_DEVICE, threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
     delta: (id, text) => {
       texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
       deltaCounts.set(id, (deltaCounts.get(id) ?? 0) + 1)
@@ -193,10 +194,15 @@ t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole a
   // Each long enough for the prefix cache to find it again (a block of 16 tokens or more).
   const prompts: Array<[string, number]> = [['Once upon a time', 12], ['The dog ran to the park', 12], ['Lily and Tom went to the park', 12]]
   const { burst, expected } = await burstEqualsSolo(t, dir, 'q4', prompts)
-  t.equal(burst.runs[0], 3, 'the first run feeds all three whole prompts')
-  t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'no run fed prompt tokens on a past')
-  t.ok(burst.runs.slice(1).every(n => n <= 3), 'then they decode together')
-  t.ok(burst.runs.filter(n => n === 3).length >= 10, 'most decode steps hold all three')
+  // On a software renderer (CHATD_TEST_DEVICE=webgpu on lavapipe) prompts go 31 tokens a run
+  // (DecoderSession.tokensPerRunLimit), so the runs are planned otherwise: the replies are still checked.
+  const planned = burst.engine.session.tokensPerRunLimit === Infinity
+  if (planned) {
+    t.equal(burst.runs[0], 3, 'the first run feeds all three whole prompts')
+    t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'no run fed prompt tokens on a past')
+    t.ok(burst.runs.slice(1).every(n => n <= 3), 'then they decode together')
+    t.ok(burst.runs.filter(n => n === 3).length >= 10, 'most decode steps hold all three')
+  }
 
   // The same prompts again: cached but for their last token, which all three feed in one run on
   // their cached prefixes, one token a row (as a decode step: GroupQueryAttention takes that).
@@ -205,8 +211,10 @@ t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole a
   const againReplies = await Promise.all(again.map(r => r.result))
   againReplies.forEach((g, i) => t.same(g, expected[i], `prompt ${i} again: the same reply`))
   t.ok(again.every(r => burst.cachedOf(r.id) > 0), 'each from its cached prefix')
-  t.equal(burst.runs[before], 3, 'their last prompt tokens in one run')
-  t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'no run fed several tokens a row on a past')
+  if (planned) {
+    t.equal(burst.runs[before], 3, 'their last prompt tokens in one run')
+    t.equal(burst.graphRuns.widestPromptRunOnPast, 0, 'no run fed several tokens a row on a past')
+  }
   // A prompt whose cached prefix is long is fed alone from it, and the burst it came in waits its turn.
   const story = 'Once upon a time there was a little girl named Lily. She loved to play in the park with her dog.'
   await burst.generate(greedy(story, 2)).result
@@ -214,7 +222,7 @@ t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole a
   const other = burst.generate(greedy('The cat', 12))
   const [followed, alone] = await Promise.all([follow.result, other.result])
   t.ok(burst.cachedOf(follow.id) >= 64, `${burst.cachedOf(follow.id)} prompt tokens came from the cache`)
-  t.equal(burst.graphRuns.widestPromptRunOnPast, 1, 'the rest of its prompt went in a run of its own')
+  if (planned) t.equal(burst.graphRuns.widestPromptRunOnPast, 1, 'the rest of its prompt went in a run of its own')
   const soloAgain = await engineFor(dir, 'q4')
   t.same(followed, await soloAgain.generate(greedy(story + ' One day', 12)).result, 'the same reply as alone and uncached')
   t.same(alone, await soloAgain.generate(greedy('The cat', 12)).result)
@@ -233,7 +241,7 @@ t.test('gqa-masked graph: a burst of fresh prompts goes in one run, each whole a
   }
   const replies = await Promise.all(long.map(p => wide.generate(greedy(p, 2)).result))
   t.ok(replies.every(r => r.completion === 2), 'every prompt answered')
-  t.same(firstRuns, [3, 1], 'three whole prompts in the first run, the fourth in its own')
+  if (planned) t.same(firstRuns, [3, 1], 'three whole prompts in the first run, the fourth in its own')
   await wide.engine.close()
 })
 
