@@ -9,7 +9,12 @@
 // kernels); each against the CPU provider's logits and greedy tokens on the same
 // file (gqa-causal against gqa-masked's), and the long prompt's last logits against
 // gqa-masked's on the GPU and, for each run size, against the CPU's (the GPU form on the
-// CPU, in the CPU engine's 512-token runs): whether larger runs on a GPU stay exact. It is how the GPU form is chosen by measurement on a
+// CPU, in the CPU engine's 512-token runs): whether larger runs on a GPU stay exact. On
+// the GPU it also times decode steps at the long prompt's context (an agent's), and
+// runs the GPU form with its cache in place (one fixed GPU buffer per layer's keys and
+// values, passed as the run's past and its present, which GroupQueryAttention then
+// writes into instead of copying the whole cache into a new buffer every run; the
+// buffers a graph capture would need). It is how the GPU form is chosen by measurement on a
 // machine (docs/performance.md); scripts/gpu-check.sh runs it as its `forms` step,
 // before the server benchmark.
 //
@@ -25,6 +30,8 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import ort from 'onnxruntime-node'
 import { benchModelDir } from '../bench-model.ts'
+import { GraphBuilder } from '../../src/convert/graph-builder.ts'
+import { DataType, encodeModel } from '../../src/convert/onnx-proto.ts'
 import { GQA_SOFTWARE_EXACT_TOKENS } from '../../src/engine/onnx/device/decoder-session.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { median } from './rounds.ts'
@@ -35,8 +42,15 @@ const CHUNK = GQA_SOFTWARE_EXACT_TOKENS
 const BATCH = 8
 
 type Form = 'gqa-masked' | 'standard' | 'gqa-causal' | 'gqa-masked-int8'
-/** `ref`: the CPU variant whose logits and tokens this one is compared with. */
-interface Variant { name: string; form: Form; device: 'webgpu' | 'cpu'; ref?: string }
+/**
+ * `ref`: the CPU variant whose logits and tokens this one is compared with. `inPlace`: the cache is
+ * one fixed GPU buffer per layer's keys and values, with room for every position the run will
+ * hold, given as each run's past and as its present.N.* (onnxruntime-node takes preallocated
+ * outputs when no preferredOutputLocation is set): GroupQueryAttention then writes the new
+ * positions into it where they go (its shared past/present buffer) instead of copying the whole
+ * cache into a new buffer every run.
+ */
+interface Variant { name: string; form: Form; device: 'webgpu' | 'cpu'; ref?: string; inPlace?: boolean }
 
 // (Dawn's validation off and 64 dispatches a submit were measured on 2026-11-27 and gave
 // nothing measurable: docs/performance.md.)
@@ -46,6 +60,7 @@ const VARIANTS: Variant[] = [
   { name: 'gqa-masked-int8, cpu', form: 'gqa-masked-int8', device: 'cpu' },
   { name: 'standard', form: 'standard', device: 'webgpu', ref: 'standard, cpu' },
   { name: 'gqa-masked', form: 'gqa-masked', device: 'webgpu', ref: 'gqa-masked, cpu' },
+  { name: 'gqa-masked, cache in place', form: 'gqa-masked', device: 'webgpu', ref: 'gqa-masked, cpu', inPlace: true },
   { name: 'gqa-causal', form: 'gqa-causal', device: 'webgpu', ref: 'gqa-masked, cpu' },
   { name: 'gqa-masked-int8', form: 'gqa-masked-int8', device: 'webgpu', ref: 'gqa-masked-int8, cpu' },
 ]
@@ -54,6 +69,8 @@ const LONG_REF = 'gqa-masked'
 /** The CPU variant that computes the long prompt too (in the CPU engine's runs), for the GPU's exactness at each run size. */
 const LONG_CPU_REF = 'gqa-masked, cpu'
 const CPU_LONG_RUN = 512
+/** Decode steps timed after the long prompt on the GPU. */
+const LONG_DECODE = 32
 
 interface Measured {
   load_s: number
@@ -71,6 +88,8 @@ interface Measured {
   /** The long prompt's last logits (first 4096 entries) and greedy next token for each run size; on the CPU, runs of 512. */
   logits_long_by_run?: Record<string, number[]>
   next_token_long_by_run?: Record<string, number>
+  /** GPU only: decode steps on one row after the long prompt (an agent's context), ms each. */
+  long_decode_ms?: number[]
 }
 
 const { values } = parseArgs({
@@ -158,6 +177,7 @@ for (const [i, v] of VARIANTS.entries()) {
       ? {
           long_prompt_ms: m.long_ms,
           long_prompt_tok_s: Object.fromEntries(Object.entries(m.long_ms).map(([runs, ms]) => [runs, long / ms * 1000])),
+          ...(m.long_decode_ms ? { long_decode_ms_median: median(m.long_decode_ms), long_decode_tok_s: 1000 / median(m.long_decode_ms) } : {}),
           ...(longRef?.logits_long && v.name !== LONG_REF ? { max_long_logit_diff_vs_gqa_masked: maxDiff(m.logits_long!, longRef.logits_long) } : {}),
           ...(cpuLong && m.logits_long_by_run
             ? {
@@ -192,27 +212,45 @@ async function measure (v: Variant): Promise<Measured> {
   const headDim: number = cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads
   const cacheNames = Array.from({ length: layers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat()
   const gpu = v.device === 'webgpu'
+  const inPlace = v.inPlace === true
   const started = performance.now()
   const session = await ort.InferenceSession.create(model, {
     executionProviders: [gpu ? 'webgpu' : 'cpu'],
     graphOptimizationLevel: 'all',
-    ...(gpu ? { preferredOutputLocation: Object.fromEntries([...cacheNames.map(n => [n, 'gpu-buffer']), ['logits', 'cpu'], ['cache_delta', 'cpu']]) } : {}),
+    ...(gpu && !inPlace ? { preferredOutputLocation: Object.fromEntries([...cacheNames.map(n => [n, 'gpu-buffer']), ['logits', 'cpu'], ['cache_delta', 'cpu']]) } : {}),
   } as ort.InferenceSession.SessionOptions)
   const loadS = (performance.now() - started) / 1000
   const int64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0].length])
   type Cache = Record<string, ort.Tensor>
-  const empty = (rows: number): Cache => Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, new ort.Tensor('float32', new Float32Array(0), [rows, kvHeads, 0, headDim])])).flat())
+  // In place: zero-filled GPU buffers [rows, kv heads, room, head_dim] from a one-node session.
+  const zeros = inPlace ? await zeroBuffers() : null
+  /** An empty cache for `rows`; in place, with `room` positions. */
+  const empty = async (rows: number, room = 0): Promise<Cache> => {
+    if (zeros) {
+      // A buffer of its own for each layer's keys and values: each run of the zeros session returns a new one.
+      const cache: Cache = {}
+      for (const name of cacheNames) {
+        cache[name.replace('present', 'past_key_values')] = (await zeros.run({ shape: new ort.Tensor('int64', BigInt64Array.from([rows, kvHeads, room, headDim], BigInt), [4]) })).zeros
+      }
+      return cache
+    }
+    return Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, new ort.Tensor('float32', new Float32Array(0), [rows, kvHeads, 0, headDim])])).flat())
+  }
   const dispose = (cache: Cache) => { for (const t of Object.values(cache)) if (t.location === 'gpu-buffer') t.dispose() }
-  /** Feeds `ids` (rows of equal length) after `past` positions; returns the last logits of row 0 and the new cache. */
+  /** Feeds `ids` (rows of equal length) after `past` positions; returns the last logits of row 0 and the new cache (in place: the same). */
   const run = async (ids: number[][], cache: Cache, past: number) => {
-    const out = await session.run({
+    const feeds = {
       input_ids: int64(ids),
       attention_mask: int64(ids.map(row => new Array(past + row.length).fill(1))),
       position_ids: int64(ids.map(row => row.map((_, k) => past + k))),
       num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
       ...cache,
-    })
+    }
+    const out = inPlace
+      ? await session.run(feeds, { logits: null, cache_delta: null, ...Object.fromEntries(cacheNames.map(n => [n, cache[n.replace('present', 'past_key_values')]])) })
+      : await session.run(feeds)
     const logits = out.logits.data as Float32Array
+    if (inPlace) return { logits: logits.slice(0, cfg.vocab_size), next: cache }
     const next: Cache = {}
     for (let i = 0; i < layers; i++) for (const kv of ['key', 'value']) next[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
     dispose(cache)
@@ -220,18 +258,19 @@ async function measure (v: Variant): Promise<Measured> {
   }
   const ids = Array.from({ length: prompt }, (_, i) => 1000 + ((i * 7919) % 50000))
   // Warm-up: shaders compiled and buffers allocated for each shape used below.
-  dispose((await run([ids.slice(0, CHUNK)], empty(1), 0)).next)
-  dispose((await run([ids], empty(1), 0)).next)
+  dispose((await run([ids.slice(0, CHUNK)], await empty(1, prompt), 0)).next)
+  dispose((await run([ids], await empty(1, prompt), 0)).next)
 
   let t0 = performance.now()
-  const single = await run([ids], empty(1), 0)
+  const single = await run([ids], await empty(1, prompt), 0)
   const promptMsSingle = performance.now() - t0
   dispose(single.next)
 
   /** `tokens` fed on one row in runs of `size`, timed; returns the cache and the last logits. */
-  const inRuns = async (tokens: number[], size: number): Promise<{ ms: number; cache: Cache; last: Float32Array }> => {
+  const inRuns = async (tokens: number[], size: number, room = tokens.length): Promise<{ ms: number; cache: Cache; last: Float32Array }> => {
+    const room0 = await empty(1, room)
     const started = performance.now()
-    let cache = empty(1)
+    let cache = room0
     let last = new Float32Array(0)
     for (let at = 0; at < tokens.length; at += size) {
       const out = await run([tokens.slice(at, at + size)], cache, at)
@@ -240,7 +279,7 @@ async function measure (v: Variant): Promise<Measured> {
     }
     return { ms: performance.now() - started, cache, last }
   }
-  const chunked = await inRuns(ids, CHUNK)
+  const chunked = await inRuns(ids, CHUNK, prompt + gen)
   let cache = chunked.cache
   const last = chunked.last
   const promptMsChunked = chunked.ms
@@ -260,7 +299,7 @@ async function measure (v: Variant): Promise<Measured> {
 
   // BATCH rows decoding together (a first run of CHUNK tokens each, then one token a row a step).
   const rows = Array.from({ length: BATCH }, (_, b) => ids.slice(b, b + CHUNK))
-  let batch = (await run(rows, empty(BATCH), 0)).next
+  let batch = (await run(rows, await empty(BATCH, CHUNK + 32), 0)).next
   const batchMs: number[] = []
   for (let step = 0; step < Math.min(gen, 32); step++) {
     t0 = performance.now()
@@ -276,18 +315,32 @@ async function measure (v: Variant): Promise<Measured> {
   let logitsLong: Float32Array | undefined
   const byRun: Record<string, number[]> = {}
   const nextByRun: Record<string, number> = {}
+  let longDecodeMs: number[] | undefined
   const sizes = gpu ? longRuns : v.name === LONG_CPU_REF ? [CPU_LONG_RUN] : []
   const longIds = Array.from({ length: long }, (_, i) => 1000 + ((i * 104729) % 50000))
   for (const size of long > 0 ? sizes : []) {
     longMs ??= {}
     if (gpu) {
       // Warm-up: a first run and one on a past, in this run size.
-      const first = await run([longIds.slice(0, size)], empty(1), 0)
+      const first = await run([longIds.slice(0, size)], await empty(1, 2 * size), 0)
       dispose((await run([longIds.slice(size, 2 * size)], first.next, size)).next)
     }
-    const timed = await inRuns(longIds, size)
+    const timed = await inRuns(longIds, size, long + LONG_DECODE + 1)
     longMs[String(size)] = timed.ms
-    dispose(timed.cache)
+    if (gpu && longDecodeMs === undefined) {
+      // Decode steps at the long prompt's context (the first run size's cache).
+      longDecodeMs = []
+      let cache = timed.cache
+      let token = argmax(timed.last)
+      for (let step = 0; step < LONG_DECODE; step++) {
+        const t0 = performance.now()
+        const out = await run([[token]], cache, long + step)
+        longDecodeMs.push(performance.now() - t0)
+        cache = out.next
+        token = argmax(out.logits)
+      }
+      dispose(cache)
+    } else dispose(timed.cache)
     logitsLong ??= timed.last
     byRun[String(size)] = Array.from(timed.last.subarray(0, 4096))
     nextByRun[String(size)] = argmax(timed.last)
@@ -303,5 +356,15 @@ async function measure (v: Variant): Promise<Measured> {
     tokens,
     batch_decode_ms: batchMs.slice(2),
     ...(longMs ? { long_ms: longMs, logits_long: Array.from(logitsLong!.subarray(0, 4096)), logits_long_by_run: byRun, next_token_long_by_run: nextByRun } : {}),
+    ...(longDecodeMs ? { long_decode_ms: longDecodeMs.slice(2) } : {}),
   }
+}
+
+/** A one-node session (Expand of a zero) that returns a zero-filled float32 GPU buffer of the shape it is given. */
+async function zeroBuffers (): Promise<ort.InferenceSession> {
+  const g = new GraphBuilder(null)
+  const shape = g.input('shape', DataType.INT64, [4])
+  g.op('Expand', [g.float([0], true), shape], {}, { output: 'zeros' })
+  g.output('zeros', DataType.FLOAT, ['rows', 'heads', 'room', 'dim'])
+  return ort.InferenceSession.create(encodeModel(g.build([{ domain: '', version: 17 }], {})), { executionProviders: ['webgpu'], preferredOutputLocation: 'gpu-buffer' })
 }
