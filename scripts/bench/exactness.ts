@@ -78,7 +78,7 @@ export async function batches (dir: string, dtype: ModelDtype, device: Device) {
       if (++tokens === 4) joined = generate(user(USER_TURNS[2]), 24)
     })
     const join = [await first, await joined!]
-    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, softwareRenderer: engine.session.softwareRenderer, replies: { solo, together, join } }
+    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, cacheInPlace: engine.session.cacheInPlace, softwareRenderer: engine.session.softwareRenderer, replies: { solo, together, join } }
   } finally {
     await engine.close()
   }

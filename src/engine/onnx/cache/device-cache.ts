@@ -9,6 +9,13 @@
 // GPU buffer back, and the scheduler's gathers (rows joining or leaving a
 // batch, the prefix cache's copies) are the host's work: they read the host's
 // copy, and the cache they make is uploaded once, by the run that first uses it.
+//
+// gqa-masked graphs keep the cache in place (DecoderSession.cacheInPlace): the GPU
+// holds one buffer per layer's keys and values with room for more positions, and
+// each run writes its positions into it (no new buffers, no copy of the whole
+// cache every run). A buffer is made with room for the rows' reservation (what
+// admission counted against the KV budget), from the host's copy when there is no
+// GPU one, and made bigger (in GPU memory) when a run would not fit.
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
@@ -52,8 +59,11 @@ export class DeviceLayout implements CacheLayout {
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: number): Promise<CacheRun> {
     const cache = rowCache as DeviceCache
-    const past = cache.device ?? this.#upload(cache)
-    const { inputIds, attentionMask, positionIds, counts, seqLen } = alignedRun(cache.lengths, past.length, tokens, this.padsFirstRun)
+    const pastLength = cache.device?.length ?? Math.max(...cache.lengths)
+    const { inputIds, attentionMask, positionIds, counts, seqLen } = alignedRun(cache.lengths, pastLength, tokens, this.padsFirstRun)
+    const past = this.#session.cacheInPlace
+      ? await this.#inPlace(cache, pastLength + seqLen, room)
+      : cache.device ?? this.#upload(cache)
     let out
     try {
       out = await this.#session.forward({
@@ -80,9 +90,12 @@ export class DeviceLayout implements CacheLayout {
     if (!entries) throw new Error(`${this.#session.model.onnxPath}: the run returned no cache_delta`)
     // A left-padded row's entries are the last of its run's (alignedRun).
     this.#slots.write(cache, name => entries[name], counts, seqLen, counts.map(n => seqLen - n))
-    if (cache.device) this.#release(cache.device)
+    // A new present replaces the old; kept in place, it is the past's buffers (counted when made).
+    if (cache.device?.tensors !== out.present.tensors) {
+      if (cache.device) this.#release(cache.device)
+      this.#deviceBytes += kvBytes(out.present)
+    }
     cache.device = out.present
-    this.#deviceBytes += kvBytes(out.present)
     return { logits: out.logits, cache }
   }
 
@@ -119,11 +132,42 @@ export class DeviceLayout implements CacheLayout {
     return { tensors, length }
   }
 
+  /**
+   * The GPU buffers a run on a cache kept in place writes into, with room for `total` positions:
+   * the cache's own when they have it; else made from it (the GPU's copy, or the host's), with
+   * twice the old room (64 more positions than the run needs at first), never past the rows'
+   * reservation `room` unless the run needs it, in steps of 64: the host's copy grows alike
+   * (SlotBuffers.grown).
+   */
+  async #inPlace (cache: DeviceCache, total: number, room?: number): Promise<KvCache> {
+    const held = cache.device ? Object.values(cache.device.tensors)[0].dims[2] : 0
+    if (cache.device && held >= total) return cache.device
+    const size = Math.ceil(Math.max(total, Math.min(room ?? Infinity, Math.max(2 * held, total + ROOM_STEP))) / ROOM_STEP) * ROOM_STEP
+    const source = cache.device ?? this.#upload(cache)
+    const buffers = await this.#session.gpuBuffers()
+    const tensors: Record<string, OrtTensor> = {}
+    try {
+      for (const name of this.#names) tensors[name] = await buffers.padded(source.tensors[name], size)
+    } catch (err) {
+      DecoderSession.disposeCache({ tensors, length: 0 })
+      throw err
+    } finally {
+      if (source !== cache.device) DecoderSession.disposeCache(source)
+    }
+    if (cache.device) this.#release(cache.device)
+    cache.device = { tensors, length: source.length }
+    this.#deviceBytes += kvBytes(cache.device)
+    return cache.device
+  }
+
   #release (kv: KvCache): void {
     this.#deviceBytes -= kvBytes(kv)
     DecoderSession.disposeCache(kv)
   }
 }
+
+/** Positions a cache kept in place grows by at least, and rounds its room to. */
+const ROOM_STEP = 64
 
 /** Bytes of a cache's tensors, from their shapes (a GPU buffer's data cannot be read here). */
 function kvBytes (kv: KvCache): number {

@@ -20,6 +20,7 @@ import fs from 'node:fs'
 import type { ModelDir } from '../model-dir.ts'
 import { ModelDirError } from '../model-dir.ts'
 import { float16BitsToFloat32, freeTensor, ort, type OrtTensor } from './ort.ts'
+import { GpuBuffers } from './gpu-buffers.ts'
 import { createSession, DeviceError, type Device, type LoadedSession, type SessionSettings } from './providers.ts'
 
 export type CacheType = 'float32' | 'float16'
@@ -109,6 +110,13 @@ export class DecoderSession {
    * new positions from cache_delta. WebGPU with a concat graph that has cache_delta.
    */
   readonly cacheOnDevice: boolean
+  /**
+   * With cacheOnDevice, gqa-masked graphs keep their cache in place: each layer's keys and values
+   * are one GPU buffer with room for more positions (gpuBuffers makes them), given to a run as its
+   * past and as its present.N.* (preallocated outputs), and GroupQueryAttention writes the run's
+   * positions into it instead of copying the whole cache into a new buffer every run.
+   */
+  readonly cacheInPlace: boolean
   readonly cacheType: CacheType
   readonly hasPositionIds: boolean
   /** The graph takes num_logits_to_keep; without it, logits come back for every position fed (unless it packs rows). */
@@ -128,6 +136,7 @@ export class DecoderSession {
   readonly #hasCacheDelta: boolean
   /** The outputs each run fetches. */
   readonly #fetches: string[]
+  #gpuBuffers: Promise<GpuBuffers> | null = null
   /** The prompt graph's session (model_prompt.onnx), on the CPU only; null without one. */
   #promptSession: ort.InferenceSession | null = null
 
@@ -203,6 +212,7 @@ export class DecoderSession {
       throw new ModelDirError(`${where}: the graph mentions ${CACHE_DELTA} but does not return it beside present.N.key/value; rebuild it with chatd convert --cache concat`)
     }
     this.cacheOnDevice = loaded.outputsOnDevice.length > 0
+    this.cacheInPlace = this.cacheOnDevice && graphStyle === 'gqa-masked'
     // Without cacheOnDevice, cache_delta duplicates what present holds: not fetched.
     this.#fetches = session.outputNames.filter(name => name !== CACHE_DELTA || this.cacheOnDevice)
   }
@@ -257,13 +267,14 @@ export class DecoderSession {
 
   static async #open (model: ModelDir, file: string, settings: SessionSettings): Promise<DecoderSession> {
     const scan = scanGraph(file)
-    // A concat graph with cache_delta keeps its cache in GPU memory (used only if the session runs on WebGPU).
+    // A concat graph with cache_delta keeps its cache in GPU memory (used only if the session runs on
+    // WebGPU); a gqa-masked one in place, in buffers each run is given (cacheInPlace).
     const deviceOutputs = scan.cacheDelta && scan.present
       ? Array.from({ length: model.numLayers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat()
       : undefined
     let loaded
     try {
-      loaded = await createSession(file, { ...settings, deviceOutputs })
+      loaded = await createSession(file, { ...settings, deviceOutputs, deviceOutputsPreallocated: scan.style === 'gqa-masked' })
     } catch (err) {
       if (err instanceof DeviceError) throw err
       throw new ModelDirError(`${file}: onnxruntime cannot load it: ${(err as Error).message}`)
@@ -332,7 +343,7 @@ export class DecoderSession {
     }
     const out = input.prompt && this.#promptSession
       ? await this.#promptSession.run(feeds)
-      : await this.#session.run(feeds, this.#fetches)
+      : await this.#session.run(feeds, this.cacheInPlace ? this.#inPlaceFetches(input.past, totalLen) : this.#fetches)
     const logitsTensor = out.logits
     const [, positions, vocab] = logitsTensor.dims
     // Graphs without num_logits_to_keep return every position's logits: keep the last ones of each row.
@@ -343,9 +354,13 @@ export class DecoderSession {
     const logits = logitsTensor.type === 'float16' ? float16BitsToFloat32(kept as Uint16Array) : kept as Float32Array
     const prefix = this.#cacheOutputPrefix
     const present: KvCache = { tensors: {}, length: this.cacheOutputs === 'append' ? seqLen : totalLen }
-    for (let i = 0; i < this.model.numLayers; i++) {
-      present.tensors[`past_key_values.${i}.key`] = out[`${prefix}.${i}.key`]
-      present.tensors[`past_key_values.${i}.value`] = out[`${prefix}.${i}.value`]
+    // In place, present.N.* are the past's own buffers, now holding this run's positions too.
+    if (this.cacheInPlace) present.tensors = input.past.tensors
+    else {
+      for (let i = 0; i < this.model.numLayers; i++) {
+        present.tensors[`past_key_values.${i}.key`] = out[`${prefix}.${i}.key`]
+        present.tensors[`past_key_values.${i}.value`] = out[`${prefix}.${i}.value`]
+      }
     }
     logitsTensor.dispose()
     if (!this.cacheOnDevice) return { logits, rows, present }
@@ -361,12 +376,32 @@ export class DecoderSession {
     return { logits, rows, present, newEntries }
   }
 
+  /** A run's outputs when the cache is kept in place: present.N.* are the past's buffers, which must have room for the run. */
+  #inPlaceFetches (past: KvCache, totalLen: number): Record<string, OrtTensor | null> {
+    const fetches: Record<string, OrtTensor | null> = { logits: null, [CACHE_DELTA]: null }
+    for (const [name, tensor] of Object.entries(past.tensors)) {
+      if (tensor.location !== 'gpu-buffer' || tensor.dims[2] < totalLen) throw new Error(`${this.model.onnxPath}: a cache kept in place needs GPU buffers with room for ${totalLen} positions (${name} has ${tensor.dims[2]}, ${tensor.location})`)
+      fetches[name.replace('past_key_values', 'present')] = tensor
+    }
+    return fetches
+  }
+
+  /** The GPU buffers of caches kept in place (cacheInPlace), made on first use. */
+  async gpuBuffers (): Promise<GpuBuffers> {
+    if (!this.cacheInPlace) throw new Error(`${this.model.onnxPath}: only a cache kept in place has GPU buffers made for it`)
+    this.#gpuBuffers ??= GpuBuffers.open()
+    return await this.#gpuBuffers
+  }
+
   /** Frees a cache that no step will read again (its memory at once, see freeTensor). */
   static disposeCache (cache: KvCache): void {
     for (const t of Object.values(cache.tensors)) freeTensor(t)
   }
 
   async close (): Promise<void> {
+    const buffers = this.#gpuBuffers
+    this.#gpuBuffers = null
+    await (await buffers?.catch(() => null))?.close()
     await this.#session.release()
     await this.#promptSession?.release()
     this.#promptSession = null

@@ -32,6 +32,12 @@ export interface SessionSettings {
   profilePrefix?: string
   /** Outputs that stay in GPU memory (gpu-buffer tensors) when the session runs on WebGPU. */
   deviceOutputs?: string[]
+  /**
+   * On WebGPU, deviceOutputs are given to each run as GPU buffers the caller holds (preallocated
+   * outputs, which onnxruntime-node takes only when no preferredOutputLocation is set) rather than
+   * made anew by every run.
+   */
+  deviceOutputsPreallocated?: boolean
 }
 
 export interface LoadedSession {
@@ -94,7 +100,8 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
     const create = ort.InferenceSession.create as (m: string | Uint8Array, o: ort.InferenceSession.SessionOptions) => Promise<ort.InferenceSession>
     if (device !== 'webgpu') return create(model, { ...base, executionProviders: [device] })
     const onDevice = Object.fromEntries((settings.deviceOutputs ?? []).map(name => [name, 'gpu-buffer' as const]))
-    return create(model, { ...base, executionProviders: ['webgpu'], ...(settings.deviceOutputs?.length ? { preferredOutputLocation: onDevice } : {}) })
+    const made = settings.deviceOutputs?.length && !settings.deviceOutputsPreallocated
+    return create(model, { ...base, executionProviders: ['webgpu'], ...(made ? { preferredOutputLocation: onDevice } : {}) })
   }
   const from = settings.deviceFrom
   const onDevice = (device: Device): string[] => device === 'webgpu' ? settings.deviceOutputs ?? [] : []

@@ -31,14 +31,15 @@ import { needWebgpu } from '../../../helpers/webgpu.ts'
 /**
  * `plansDiffer`: on a software renderer the devices schedule a GroupQueryAttention graph's prompts
  * differently (tokensOf). `endsEarly`: the model's end-of-sequence token ends a reply before max_tokens.
+ * `inPlace`: the cache is kept in place in GPU memory (DecoderSession.cacheInPlace).
  */
-const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheOnDevice: boolean; plansDiffer?: boolean; endsEarly?: boolean }> = [
+const MODELS: Array<{ name: string; dir: () => string; dtype: ModelDtype; cacheOnDevice: boolean; plansDiffer?: boolean; endsEarly?: boolean; inPlace?: boolean }> = [
   { name: 'fp32 concat graph (the cache in GPU memory)', dir: () => storiesModelDir('fp32', 'concat'), dtype: 'fp32', cacheOnDevice: true },
   { name: 'int4 concat graph, float compute (the cache in GPU memory)', dir: () => storiesModelDir('int4', 'concat', 'float'), dtype: 'q4', cacheOnDevice: true },
   { name: 'fp32 append graph (the cache on the host)', dir: () => storiesModelDir('fp32'), dtype: 'fp32', cacheOnDevice: false },
   // The form for GPU hosts (attention's core in GroupQueryAttention under the mask), on a random
   // model with heads 16 wide (stories260k's are 8, which GroupQueryAttention does not take).
-  { name: 'int4 gqa-masked graph, float compute (the GPU form; the cache in GPU memory)', dir: () => randomGpuFormModelDir('int4'), dtype: 'q4', cacheOnDevice: true, plansDiffer: true },
+  { name: 'int4 gqa-masked graph, float compute (the GPU form; the cache in GPU memory)', dir: () => randomGpuFormModelDir('int4'), dtype: 'q4', cacheOnDevice: true, inPlace: true, plansDiffer: true },
   // onnxruntime-genai's style (GroupQueryAttention with its own rotary, positions from the mask),
   // as users' files may have it: the cache on the host, prompts in 31-token runs on a software renderer.
   { name: 'fp32 GroupQueryAttention graph (onnxruntime-genai style; the cache on the host)', dir: () => randomGqaModelDir('fp32'), dtype: 'fp32', cacheOnDevice: false, plansDiffer: true, endsEarly: true },
@@ -62,6 +63,7 @@ for (const model of MODELS) {
     const gpu = await batches(model.dir(), model.dtype, 'webgpu')
     t.equal(gpu.device, 'webgpu')
     t.equal(gpu.cacheOnDevice, model.cacheOnDevice, `the cache ${model.cacheOnDevice ? 'stays in GPU memory' : 'is kept on the host'}`)
+    t.equal(gpu.cacheInPlace, model.inPlace === true, model.inPlace ? 'kept in place: each run writes into the cache\'s GPU buffers' : 'each run returns a new cache')
     if (model.endsEarly) t.ok([cpu.replies.solo, ...cpu.replies.together].every(r => r.completion >= 20), 'the replies run to max_tokens or to the end-of-sequence token, 20 or more each')
     else t.ok(cpu.replies.solo.completion === 40 && cpu.replies.together.every(r => r.completion === 30), 'the replies run to max_tokens: every token is compared')
     if (!model.plansDiffer || !gpu.softwareRenderer) {
@@ -91,11 +93,14 @@ t.test('a conversation on the GPU form (gqa-masked, int4): the CPU\'s tokens and
   t.same(gpu, cpu, 'replies, cached positions and positions computed ahead')
 })
 
-/** Feeds the same runs through a layout; returns every run's logits. */
-async function layoutRuns (t: Test, layout: CacheLayout): Promise<Float32Array[]> {
+/**
+ * Feeds the same runs through a layout; returns every run's logits. `chunk`: the long prompt's
+ * tokens a run; token ids are taken modulo `vocab`.
+ */
+async function layoutRuns (t: Test, layout: CacheLayout, { chunk = 40, vocab = 512 } = {}): Promise<Float32Array[]> {
   const logits: Float32Array[] = []
   const run = async (cache: RowCache, tokens: number[][], room?: number): Promise<RowCache> => {
-    const out = await layout.run(cache, tokens, 1, false, room)
+    const out = await layout.run(cache, tokens.map(row => row.map(id => id % vocab)), 1, false, room)
     logits.push(out.logits.slice())
     return out.cache
   }
@@ -123,7 +128,7 @@ async function layoutRuns (t: Test, layout: CacheLayout): Promise<Float32Array[]
   // A prompt in chunks past several capacity steps, the host's copy growing ahead (room: the row's
   // reservation), then a row regrouped from that copy, which must hold every position.
   let long: RowCache = layout.empty(1)
-  for (let k = 0; k < 5; k++) long = await run(long, [Array.from({ length: 40 }, (_, i) => 260 + (((k * 40 + i) * 37) % 200))], 300)
+  for (let k = 0; k < 5; k++) long = await run(long, [Array.from({ length: chunk }, (_, i) => 260 + (((k * chunk + i) * 37) % 200))], 300)
   const copied = layout.gather([{ cache: long, row: 0 }])
   layout.free(long)
   layout.free(await run(copied, [[12]]))
@@ -131,19 +136,25 @@ async function layoutRuns (t: Test, layout: CacheLayout): Promise<Float32Array[]
   return logits
 }
 
-t.test('the device layout\'s gathers (rows joining, regrouped, a prefix cut) continue as the host\'s concat layout does', async t => {
-  if (!await needWebgpu(t)) return
-  const model = readModelDir(storiesModelDir('fp32', 'concat'), 'fp32')
-  const cpu = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
-  const gpu = await DecoderSession.load(model, { device: 'webgpu', threads: 1 })
-  t.teardown(async () => { await cpu.close(); await gpu.close() })
-  t.ok(gpu.cacheOnDevice && !cpu.cacheOnDevice)
-  const expected = await layoutRuns(t, cacheLayoutFor(cpu))
-  const got = await layoutRuns(t, cacheLayoutFor(gpu))
-  t.equal(got.length, expected.length)
-  let worst = 0
-  got.forEach((logits, i) => {
-    for (let k = 0; k < logits.length; k++) worst = Math.max(worst, Math.abs(logits[k] - expected[i][k]))
+for (const form of ['fp32 concat graph', 'the GPU form (gqa-masked, fp32), its cache kept in place'] as const) {
+  t.test(`the device layout's gathers (rows joining, regrouped, a prefix cut) and growth continue as the host's concat layout does: ${form}`, async t => {
+    if (!await needWebgpu(t)) return
+    const inPlace = form !== 'fp32 concat graph'
+    const model = readModelDir(inPlace ? randomGpuFormModelDir('fp32') : storiesModelDir('fp32', 'concat'), 'fp32')
+    const cpu = await DecoderSession.load(model, { device: 'cpu', threads: 1 })
+    const gpu = await DecoderSession.load(model, { device: 'webgpu', threads: 1 })
+    t.teardown(async () => { await cpu.close(); await gpu.close() })
+    t.ok(gpu.cacheOnDevice && !cpu.cacheOnDevice)
+    t.equal(gpu.cacheInPlace, inPlace)
+    // The GPU form's runs keep to 31 tokens (tokensPerRunLimit on lavapipe) and its vocabulary of 320.
+    const options = inPlace ? { chunk: 31, vocab: 320 } : {}
+    const expected = await layoutRuns(t, cacheLayoutFor(cpu), options)
+    const got = await layoutRuns(t, cacheLayoutFor(gpu), options)
+    t.equal(got.length, expected.length)
+    let worst = 0
+    got.forEach((logits, i) => {
+      for (let k = 0; k < logits.length; k++) worst = Math.max(worst, Math.abs(logits[k] - expected[i][k]))
+    })
+    t.ok(worst < 1e-3, `max |webgpu - cpu| over every run's logits = ${worst.toExponential(2)}`)
   })
-  t.ok(worst < 1e-3, `max |webgpu - cpu| over every run's logits = ${worst.toExponential(2)}`)
-})
+}

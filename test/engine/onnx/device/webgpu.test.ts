@@ -7,9 +7,9 @@ import fs from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import { createSession } from '../../../../src/engine/onnx/device/providers.ts'
-import { PROBE_MODEL } from '../../../../src/engine/onnx/device/probe-model.ts'
+import { PAD_MODEL, PROBE_MODEL } from '../../../../src/engine/onnx/device/probe-model.ts'
 import { gpuDeviceNodes, isSoftwareDriver, probeGpuAdapter, probeInChild, vulkanDriverFiles, vulkanLoader } from '../../../../src/engine/onnx/device/webgpu.ts'
-import { GraphBuilder } from '../../../../src/convert/graph-builder.ts'
+import { attr, GraphBuilder } from '../../../../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../../../../src/convert/onnx-proto.ts'
 import { runModuleSource } from '../../../helpers/node-script.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
@@ -21,6 +21,14 @@ t.test('the probe graph is y = x + x over float[4], as chatd\'s graph writer wri
   g.op('Add', [g.input('x', DataType.FLOAT, [4]), 'x'], {}, { output: 'y' })
   g.output('y', DataType.FLOAT, [4])
   t.same(Buffer.from(encodeModel(g.build([{ domain: '', version: 17 }], {}))), PROBE_MODEL)
+})
+
+t.test('the graph that makes a kept-in-place cache\'s GPU buffers is Pad with zeros on [rows, heads, positions, dim], as chatd\'s graph writer writes it', async t => {
+  const g = new GraphBuilder(null)
+  const source = g.input('source', DataType.FLOAT, ['rows', 'heads', 'held', 'dim'])
+  g.op('Pad', [source, g.input('pads', DataType.INT64, [8])], { mode: attr.s('constant') }, { output: 'padded' })
+  g.output('padded', DataType.FLOAT, ['rows', 'heads', 'room', 'dim'])
+  t.same(Buffer.from(encodeModel(g.build([{ domain: '', version: 17 }], {}))), PAD_MODEL)
 })
 
 t.test('GPU device nodes: NVIDIA\'s, DRM render nodes and WSL\'s count; a card node or anything else does not', async t => {
