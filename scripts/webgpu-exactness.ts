@@ -68,7 +68,7 @@ for (const check of checks) {
   const gpu = await batches(check.dir, check.dtype, 'webgpu')
   // Tokens decide; cached counts may differ where the devices schedule differently (tokensOf).
   const same = JSON.stringify(tokensOf(gpu.replies)) === JSON.stringify(tokensOf(cpu.replies))
-  const result: Record<string, unknown> = { check: check.name, device: gpu.device, cache_on_device: gpu.cacheOnDevice, same_tokens: same, same_cached: JSON.stringify(gpu.replies) === JSON.stringify(cpu.replies), seconds: Math.round((performance.now() - started) / 100) / 10 }
+  const result: Record<string, unknown> = { check: check.name, device: gpu.device, cache_on_device: gpu.cacheOnDevice, cache_in_place: gpu.cacheInPlace, same_tokens: same, same_cached: JSON.stringify(gpu.replies) === JSON.stringify(cpu.replies), seconds: Math.round((performance.now() - started) / 100) / 10 }
   if (!same) result.replies = { cpu: cpu.replies, webgpu: gpu.replies }
   if (check.conversation) {
     const expected = await conversation(check.dir, check.dtype, 'cpu')
