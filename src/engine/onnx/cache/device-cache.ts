@@ -13,9 +13,9 @@
 // gqa-masked graphs keep the cache in place (DecoderSession.cacheInPlace): the GPU
 // holds one buffer per layer's keys and values with room for more positions, and
 // each run writes its positions into it (no new buffers, no copy of the whole
-// cache every run). A buffer is made with room for the rows' reservation (what
-// admission counted against the KV budget), from the host's copy when there is no
-// GPU one, and made bigger (in GPU memory) when a run would not fit.
+// cache every run). A buffer is made from the host's copy when there is no GPU
+// one, and made bigger (in GPU memory) when a run would not fit, its room doubling
+// up to the rows' reservation (what admission counted against the KV budget).
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
