@@ -386,10 +386,13 @@ export class DecoderSession {
     return fetches
   }
 
-  /** The GPU buffers of caches kept in place (cacheInPlace), made on first use. */
+  /** The GPU buffers of caches kept in place (cacheInPlace), made on first use (tried again after a failure). */
   async gpuBuffers (): Promise<GpuBuffers> {
     if (!this.cacheInPlace) throw new Error(`${this.model.onnxPath}: only a cache kept in place has GPU buffers made for it`)
-    this.#gpuBuffers ??= GpuBuffers.open()
+    this.#gpuBuffers ??= GpuBuffers.open().catch(err => {
+      this.#gpuBuffers = null
+      throw err
+    })
     return await this.#gpuBuffers
   }
 

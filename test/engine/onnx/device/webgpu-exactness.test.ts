@@ -158,3 +158,30 @@ for (const form of ['fp32 concat graph', 'the GPU form (gqa-masked, fp32), its c
     t.ok(worst < 1e-3, `max |webgpu - cpu| over every run's logits = ${worst.toExponential(2)}`)
   })
 }
+
+t.test('the GPU form kept in place: decode steps write into the cache\'s buffers, made again only when their room runs out, with twice the room', async t => {
+  if (!await needWebgpu(t)) return
+  const gpu = await DecoderSession.load(readModelDir(randomGpuFormModelDir('fp32'), 'fp32'), { device: 'webgpu', threads: 1 })
+  t.teardown(() => gpu.close())
+  t.ok(gpu.cacheInPlace)
+  const layout = cacheLayoutFor(gpu)
+  /** The cache's GPU buffer for layer 0's keys. */
+  const keys = (cache: RowCache) => (cache as unknown as { device: { tensors: Record<string, { dims: number[] }> } }).device.tensors['past_key_values.0.key']
+  // An 8-token prompt: buffers with room for 64 more, rounded to 64 positions.
+  let cache: RowCache = (await layout.run(layout.empty(1), [[1, 5, 9, 17, 33, 65, 129, 200]], 1)).cache
+  const first = keys(cache)
+  t.equal(first.dims[2], 128, 'room for 128 positions')
+  let token = 7
+  let kept = true
+  for (let length = 9; length <= 128; length++) {
+    cache = (await layout.run(cache, [[token]], 1)).cache
+    token = (token * 31 + 11) % 320
+    kept &&= keys(cache) === first
+  }
+  t.ok(kept, 'every decode step up to 128 positions wrote into the same buffers')
+  cache = (await layout.run(cache, [[token]], 1)).cache
+  t.not(keys(cache), first, 'the 129th position: new buffers')
+  t.equal(keys(cache).dims[2], 256, 'with twice the room')
+  layout.free(cache)
+  t.equal(layout.bytesHeld, 0, 'every buffer freed')
+})
