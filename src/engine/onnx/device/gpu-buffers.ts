@@ -5,7 +5,11 @@
 // (Pad) makes them: a cache's positions, on the host (an upload) or in GPU memory
 // (a bigger buffer), followed by zeros up to the room asked for.
 import { ort, type OrtTensor } from './ort.ts'
-import { PAD_MODEL } from './probe-model.ts'
+
+// padded = Pad(source, pads), constant zeros; source and padded float [rows, heads, held or room,
+// dim], pads int64[8]. Kept as bytes as chatd's graph writer writes them (the runtime never imports
+// the converter; test/engine/onnx/device/webgpu.test.ts rebuilds it and compares).
+export const PAD_MODEL = Buffer.from('CAgSBWNoYXRkGgExOrwBCjkKBnNvdXJjZQoEcGFkcxIGcGFkZGVkGgVQYWRfMCIDUGFkKhMKBG1vZGUiCGNvbnN0YW50oAEDOgASB2RlY29kZXJaMAoGc291cmNlEiYKJAgBEiAKBhIEcm93cwoHEgVoZWFkcwoGEgRoZWxkCgUSA2RpbVoSCgRwYWRzEgoKCAgHEgQKAggIYjAKBnBhZGRlZBImCiQIARIgCgYSBHJvd3MKBxIFaGVhZHMKBhIEcm9vbQoFEgNkaW1CBAoAEBE=', 'base64')
 
 export class GpuBuffers {
   readonly #session: ort.InferenceSession
