@@ -63,7 +63,7 @@ async function measure (rows: number, steps: number): Promise<{ prefill: number;
 }
 
 await measure(1, 8) // warm-up: the first runs allocate and prepack
-console.log(`${modelDir} (${session.cacheOutputs} cache${session.cacheOnDevice ? ' in GPU memory' : ''}) on ${session.device}, ${promptLen}-token prompts\n`)
+console.log(`${modelDir} (${session.cacheOutputs} cache${session.cacheInPlace ? ' kept in place in GPU memory' : session.cacheOnDevice ? ' in GPU memory' : ''}) on ${session.device}, ${promptLen}-token prompts\n`)
 console.log('| rows | prompt tok/s | step ms (median) | decode tok/s |')
 console.log('|---:|---:|---:|---:|')
 for (const rows of values.rows.split(',').map(Number)) {
