@@ -123,6 +123,8 @@ setup () {
     echo "vulkan loader: $("$LDCONFIG" -p | grep -m1 'libvulkan\.so\.1 ' | sed 's/.*=> //')"
     echo "VK_DRIVER_FILES: ${VK_DRIVER_FILES:-unset}; ICD files: $(ls /etc/vulkan/icd.d /usr/share/vulkan/icd.d /usr/local/nvidia/share/vulkan/icd.d 2>/dev/null | grep json | tr '\n' ' ')"
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    # Whether this onnxruntime-node lets the WebGPU provider's graph capture be turned on.
+    (cd "$REPO" && node scripts/graph-capture-check.ts)
   } > "$OUT/environment.txt" 2>&1 || true
   cat "$OUT/environment.txt"
 }
