@@ -212,7 +212,8 @@ export class DecoderSession {
       throw new ModelDirError(`${where}: the graph mentions ${CACHE_DELTA} but does not return it beside present.N.key/value; rebuild it with chatd convert --cache concat`)
     }
     this.cacheOnDevice = loaded.outputsOnDevice.length > 0
-    this.cacheInPlace = this.cacheOnDevice && graphStyle === 'gqa-masked'
+    // The session was opened for it (#open): a run must then be given its present.N.* buffers.
+    this.cacheInPlace = loaded.outputsPreallocated
     // Without cacheOnDevice, cache_delta duplicates what present holds: not fetched.
     this.#fetches = session.outputNames.filter(name => name !== CACHE_DELTA || this.cacheOnDevice)
   }

@@ -48,6 +48,8 @@ export interface LoadedSession {
   why: string
   /** The outputs that come back as GPU buffers (deviceOutputs, on WebGPU); none elsewhere. */
   outputsOnDevice: string[]
+  /** outputsOnDevice are written into GPU buffers each run is given (deviceOutputsPreallocated), not made by the run. */
+  outputsPreallocated: boolean
   /** WebGPU with no GPU device on this machine: a software Vulkan renderer (such as lavapipe) runs it. */
   softwareRenderer: boolean
 }
@@ -105,8 +107,11 @@ export async function createSession (model: string | Uint8Array, settings: Sessi
   }
   const from = settings.deviceFrom
   const onDevice = (device: Device): string[] => device === 'webgpu' ? settings.deviceOutputs ?? [] : []
-  const loaded = async (device: Device, why: string, softwareRenderer = false): Promise<LoadedSession> =>
-    ({ session: await open(device), device, why, outputsOnDevice: onDevice(device), softwareRenderer })
+  const loaded = async (device: Device, why: string, softwareRenderer = false): Promise<LoadedSession> => {
+    const outputsOnDevice = onDevice(device)
+    const outputsPreallocated = outputsOnDevice.length > 0 && settings.deviceOutputsPreallocated === true
+    return { session: await open(device), device, why, outputsOnDevice, outputsPreallocated, softwareRenderer }
+  }
   switch (settings.device) {
     case 'cpu':
       return loaded('cpu', `asked for (${asked('cpu', from)})`)
