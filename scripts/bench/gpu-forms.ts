@@ -30,9 +30,8 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import ort from 'onnxruntime-node'
 import { benchModelDir } from '../bench-model.ts'
-import { GraphBuilder } from '../../src/convert/graph-builder.ts'
-import { DataType, encodeModel } from '../../src/convert/onnx-proto.ts'
 import { GQA_SOFTWARE_EXACT_TOKENS } from '../../src/engine/onnx/device/decoder-session.ts'
+import { GpuBuffers } from '../../src/engine/onnx/device/gpu-buffers.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { median } from './rounds.ts'
 
@@ -222,19 +221,13 @@ async function measure (v: Variant): Promise<Measured> {
   const loadS = (performance.now() - started) / 1000
   const int64 = (rows: number[][]) => new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0].length])
   type Cache = Record<string, ort.Tensor>
-  // In place: zero-filled GPU buffers [rows, kv heads, room, head_dim] from a one-node session.
-  const zeros = inPlace ? await zeroBuffers() : null
+  // In place: zero-filled GPU buffers [rows, kv heads, room, head_dim], made as the engine makes them.
+  const buffers = inPlace ? await GpuBuffers.open() : null
   /** An empty cache for `rows`; in place, with `room` positions. */
   const empty = async (rows: number, room = 0): Promise<Cache> => {
-    if (zeros) {
-      // A buffer of its own for each layer's keys and values: each run of the zeros session returns a new one.
-      const cache: Cache = {}
-      for (const name of cacheNames) {
-        cache[name.replace('present', 'past_key_values')] = (await zeros.run({ shape: new ort.Tensor('int64', BigInt64Array.from([rows, kvHeads, room, headDim], BigInt), [4]) })).zeros
-      }
-      return cache
-    }
-    return Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, new ort.Tensor('float32', new Float32Array(0), [rows, kvHeads, 0, headDim])])).flat())
+    const cache: Cache = Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map(kv => [`past_key_values.${i}.${kv}`, new ort.Tensor('float32', new Float32Array(0), [rows, kvHeads, 0, headDim])])).flat())
+    if (buffers) for (const name of Object.keys(cache)) cache[name] = await buffers.padded(cache[name], room)
+    return cache
   }
   const dispose = (cache: Cache) => { for (const t of Object.values(cache)) if (t.location === 'gpu-buffer') t.dispose() }
   /** Feeds `ids` (rows of equal length) after `past` positions; returns the last logits of row 0 and the new cache (in place: the same). */
@@ -268,9 +261,8 @@ async function measure (v: Variant): Promise<Measured> {
 
   /** `tokens` fed on one row in runs of `size`, timed; returns the cache and the last logits. */
   const inRuns = async (tokens: number[], size: number, room = tokens.length): Promise<{ ms: number; cache: Cache; last: Float32Array }> => {
-    const room0 = await empty(1, room)
+    let cache = await empty(1, room)
     const started = performance.now()
-    let cache = room0
     let last = new Float32Array(0)
     for (let at = 0; at < tokens.length; at += size) {
       const out = await run([tokens.slice(at, at + size)], cache, at)
@@ -345,6 +337,7 @@ async function measure (v: Variant): Promise<Measured> {
     byRun[String(size)] = Array.from(timed.last.subarray(0, 4096))
     nextByRun[String(size)] = argmax(timed.last)
   }
+  await buffers?.close()
   await session.release()
   return {
     load_s: loadS,
@@ -358,13 +351,4 @@ async function measure (v: Variant): Promise<Measured> {
     ...(longMs ? { long_ms: longMs, logits_long: Array.from(logitsLong!.subarray(0, 4096)), logits_long_by_run: byRun, next_token_long_by_run: nextByRun } : {}),
     ...(longDecodeMs ? { long_decode_ms: longDecodeMs.slice(2) } : {}),
   }
-}
-
-/** A one-node session (Expand of a zero) that returns a zero-filled float32 GPU buffer of the shape it is given. */
-async function zeroBuffers (): Promise<ort.InferenceSession> {
-  const g = new GraphBuilder(null)
-  const shape = g.input('shape', DataType.INT64, [4])
-  g.op('Expand', [g.float([0], true), shape], {}, { output: 'zeros' })
-  g.output('zeros', DataType.FLOAT, ['rows', 'heads', 'room', 'dim'])
-  return ort.InferenceSession.create(encodeModel(g.build([{ domain: '', version: 17 }], {})), { executionProviders: ['webgpu'], preferredOutputLocation: 'gpu-buffer' })
 }
