@@ -9,7 +9,7 @@ import type { ChatMessage, FinishReason, GenerateRequest } from '../../src/engin
 import type { ForwardInput } from '../../src/engine/onnx/device/decoder-session.ts'
 import { LocalEngine, type EngineSettings } from '../../src/engine/onnx/scheduler/engine.ts'
 import { DEEPSEEK_R1_DISTILL_TEMPLATE } from './r1-tokenizer.ts'
-import { TEST_DEVICE } from './webgpu.ts'
+import { testDevice } from './webgpu.ts'
 
 export interface Outcome { text: string; reason: FinishReason; completion: number; cached: number }
 
@@ -38,7 +38,7 @@ export function withChatTemplate (dir: string, from: string, template = DEEPSEEK
 export async function inThreadEngine (t: Test, dir: string, settings: Partial<EngineSettings> = {}) {
   const texts = new Map<string, string>()
   const done = new Map<string, (o: Outcome) => void>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: TEST_DEVICE, threads: 1, ...settings }, {
+  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: testDevice(), threads: 1, ...settings }, {
     delta: (id, text) => texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content),
     finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? -1 }),
     error: (_id, err) => { throw err },

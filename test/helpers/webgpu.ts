@@ -3,7 +3,7 @@
 // from bookworm-backports, which .ci/run installs). Without one the WebGPU
 // tests skip and say why, unless CHATD_REQUIRE_SERVICES=1 (CI): then they fail,
 // so a CI run can never pass by skipping them.
-import type { Test } from 'tap'
+import tap, { type Test } from 'tap'
 import { type AdapterProbe, probeInChild } from '../../src/engine/onnx/device/webgpu.ts'
 
 const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
@@ -27,6 +27,20 @@ export async function needWebgpu (t: Test): Promise<boolean> {
 
 /**
  * The device the engine's own tests load their models on: the CPU, or WebGPU when
- * CHATD_TEST_DEVICE=webgpu (`npm run test:webgpu` runs those files again so, on lavapipe in CI).
+ * CHATD_TEST_DEVICE=webgpu, which the files in test/engine/onnx/on-webgpu/ set before they run
+ * a CPU test file again (`runOnWebgpu`), so CI runs those tests on lavapipe too.
  */
-export const TEST_DEVICE: 'cpu' | 'webgpu' = process.env.CHATD_TEST_DEVICE === 'webgpu' ? 'webgpu' : 'cpu'
+export function testDevice (): 'cpu' | 'webgpu' {
+  return process.env.CHATD_TEST_DEVICE === 'webgpu' ? 'webgpu' : 'cpu'
+}
+
+/**
+ * Runs the test file `file` (a URL or path relative to the caller's `from`) in this process with
+ * every model it loads through `testDevice()` on WebGPU. Without an adapter the file skips (or,
+ * with CHATD_REQUIRE_SERVICES=1, fails) instead.
+ */
+export async function runOnWebgpu (from: string, file: string): Promise<void> {
+  process.env.CHATD_TEST_DEVICE = 'webgpu'
+  if (!await needWebgpu(tap)) return
+  await import(new URL(file, from).href)
+}

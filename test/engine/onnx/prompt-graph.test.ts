@@ -13,6 +13,7 @@ import { cacheLayoutFor } from '../../../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir } from '../../../src/engine/onnx/model-dir.ts'
 import { createOnnx } from '../../../src/engine/registry.ts'
 import { REPO_ROOT, STORIES_SOURCE, storiesModelDir, storiesPromptGraphModelDir } from '../../helpers/models.ts'
+import { needWebgpu } from '../../helpers/webgpu.ts'
 
 const TINY = path.join(REPO_ROOT, 'test/fixtures/tiny-llama.config.json')
 const PROMPT = [1, 403, 411, 281, 300, 260, 286, 270, 373, 266, 330, 263]
@@ -27,6 +28,21 @@ async function promptLogits (session: DecoderSession, prompt: boolean, ids = PRO
 
 const maxAbsDiff = (a: Float32Array, b: Float32Array): number => a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i])), 0)
 const argmax = (a: Float32Array): number => a.indexOf(Math.max(...a))
+
+// The prompt graph is a CPU form (int8 activations on onnxruntime's CPU integer kernels; the WebGPU
+// provider fails on it): this file runs on the CPU only, and on WebGPU the main graph does all.
+t.test('on WebGPU the prompt graph is left unloaded: the main graph computes the prompt too', async t => {
+  if (!await needWebgpu(t)) return
+  const model = readModelDir(storiesPromptGraphModelDir(), 'q4')
+  const gpu = await DecoderSession.load(model, { device: 'webgpu', threads: 1 })
+  t.teardown(() => gpu.close())
+  t.notOk(gpu.hasPromptGraph, 'not loaded')
+  const cpu = await DecoderSession.load(model, { device: 'cpu', threads: 1, promptGraph: false })
+  t.teardown(() => cpu.close())
+  // The CPU form's MatMulNBits quantize activations to int8 on the CPU (accuracy_level 4); the
+  // WebGPU provider computes them in float: the same next token, not the same logits.
+  t.equal(argmax(await promptLogits(gpu, true)), argmax(await promptLogits(cpu, true)), 'the next token is the int4 graph\'s on the CPU')
+})
 
 t.test('int8 weights: one scale per output feature, every value within half a step of the weight', async t => {
   const data = Float32Array.from({ length: 6 * 5 }, (_, i) => Math.sin(i * 1.7) * (1 + (i % 5)))

@@ -253,6 +253,11 @@ export class DecoderSession {
 
   static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {
     const main = await DecoderSession.#open(model, model.onnxPath, settings)
+    const refused = await main.#refusedByWebgpu()
+    if (refused !== null) {
+      await main.close()
+      throw new ModelDirError(`${model.onnxPath}: ${refused}; serve this model on the CPU ("device": "cpu" in models.json, or ONNX_DEVICE=cpu)`)
+    }
     // The int8 prompt graph runs on onnxruntime's CPU integer kernels; on a GPU the main graph does all.
     if (!model.promptOnnxPath || settings.promptGraph === false || main.device !== 'cpu') return main
     try {
@@ -264,6 +269,26 @@ export class DecoderSession {
       throw err
     }
     return main
+  }
+
+  /**
+   * A graph whose operators onnxruntime's WebGPU provider loads but cannot run: found by one
+   * one-token run at load rather than by the first request. Only MultiHeadAttention graphs are tried
+   * (the provider does not implement its key_padding_mask input, which transformer optimizers wire);
+   * chatd's own forms run there, as the WebGPU tests show. Returns why, or null.
+   */
+  async #refusedByWebgpu (): Promise<string | null> {
+    if (this.device !== 'webgpu' || this.graphStyle !== 'mha') return null
+    const past = this.emptyCache(1)
+    try {
+      const out = await this.forward({ batch: 1, inputIds: [[0]], attentionMask: [[1]], positionIds: [[0]], past, logitsToKeep: 1 })
+      DecoderSession.disposeCache(out.present)
+      return null
+    } catch (err) {
+      return `its MultiHeadAttention does not run on WebGPU (onnxruntime: ${(err as Error).message.split('\n')[0]})`
+    } finally {
+      DecoderSession.disposeCache(past)
+    }
   }
 
   static async #open (model: ModelDir, file: string, settings: SessionSettings): Promise<DecoderSession> {

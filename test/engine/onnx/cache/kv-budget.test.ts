@@ -12,6 +12,7 @@ import { defaultKeptBytes, KvBudget, kvBytesPerToken } from '../../../../src/eng
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { STORIES_OPTIMUM, storiesModelDir } from '../../../helpers/models.ts'
 import { startStoriesServer } from '../../../helpers/stories-server.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -25,7 +26,7 @@ function withTrainedLength (dir: string, modelMaxLength: number): string {
 }
 
 async function loaded (t: Test, opts: { path: string; contextLength?: number; kvCacheBytes?: number }): Promise<OnnxBackend> {
-  const backend = new OnnxBackend({ id: 'm', dtype: 'fp32', device: 'cpu', threads: 1, ...opts })
+  const backend = new OnnxBackend({ id: 'm', dtype: 'fp32', device: testDevice(), threads: 1, ...opts })
   await backend.load()
   t.teardown(() => backend.close())
   return backend
@@ -43,7 +44,7 @@ t.test('context length: the smallest of max_position_embeddings, model_max_lengt
   const perToken = kvBytesPerToken(readModelDir(STORIES_OPTIMUM, 'fp32'), 'float32')
   t.equal(perToken, 1280)
   t.equal((await loaded(t, { path: trained, kvCacheBytes: 164 * perToken })).contextLength, 100, 'a budget of 164 positions holds a 100-token sequence and its 64 slots of slack')
-  const tiny = new OnnxBackend({ id: 'tiny', path: trained, dtype: 'fp32', device: 'cpu', threads: 1, kvCacheBytes: 10 * perToken })
+  const tiny = new OnnxBackend({ id: 'tiny', path: trained, dtype: 'fp32', device: testDevice(), threads: 1, kvCacheBytes: 10 * perToken })
   await t.rejects(tiny.load(), /the KV cache budget .* cannot hold one sequence of this model \(1280 bytes per position\): raise KV_CACHE_MB/)
   await tiny.close()
 })
@@ -62,7 +63,7 @@ t.test('GET /api/v1/models/{id} reports the usable context length', async t => {
 async function engineFor (dir: string, settings: Partial<EngineSettings>) {
   const texts = new Map<string, string>()
   const done = new Map<string, (o: Outcome) => void>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: 'cpu', threads: 1, prefillChunk: 8, ...settings }, {
+  const engine = await LocalEngine.load({ modelDir: dir, dtype: 'fp32', device: testDevice(), threads: 1, prefillChunk: 8, ...settings }, {
     delta: (id, text) => texts.set(id, (texts.get(id) ?? '') + text.content + text.reasoning),
     finish: (id, reason, usage) => done.get(id)?.({ text: texts.get(id) ?? '', reason, completion: usage.completion_tokens }),
     error: (_id, err) => { throw err },

@@ -8,9 +8,10 @@ import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-sessi
 import { CAPACITY_STEP, cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 async function open (cache: 'append' | 'concat'): Promise<{ session: DecoderSession; layout: CacheLayout }> {
-  const session = await DecoderSession.load(readModelDir(storiesModelDir('fp32', cache), 'fp32'), { device: 'cpu', threads: 1 })
+  const session = await DecoderSession.load(readModelDir(storiesModelDir('fp32', cache), 'fp32'), { device: testDevice(), threads: 1 })
   t.teardown(() => session.close())
   return { session, layout: cacheLayoutFor(session) }
 }
@@ -154,7 +155,9 @@ t.test('with room (a reservation), a cache that must grow doubles, up to the roo
   // With room: twice the capacity each time, the last growth stopping at the room (rounded to a step).
   t.same(ahead.seen, [64, 128, 256, 448])
   t.ok(ahead.seen.at(-1)! >= 306 && ahead.seen.at(-1)! < 400 + CAPACITY_STEP, 'never past the room by more than a step')
-  t.equal(maxAbsDiff(stepwise.logits, ahead.logits), 0, 'the same logits, whatever the capacity')
+  // On the CPU bit for bit; on WebGPU the attention kernel sums a longer (masked) cache in another order.
+  const tolerance = testDevice() === 'cpu' ? 0 : 1e-4
+  t.ok(maxAbsDiff(stepwise.logits, ahead.logits) <= tolerance, `the same logits, whatever the capacity (within ${tolerance})`)
   // A cache never grows below what a run needs, whatever room it is given.
   const tight = await layout.run(layout.empty(), [stream(100)], 1, true, 10)
   t.equal((tight.cache as RowCache & { capacity: number }).capacity, 128)

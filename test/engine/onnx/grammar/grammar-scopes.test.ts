@@ -11,6 +11,7 @@ import type { JsonFormat } from '../../../../src/engine/onnx/grammar/grammar.ts'
 import { GrammarService } from '../../../../src/engine/onnx/grammar/grammar-service.ts'
 import { NESTED_PATTERN } from '../../../helpers/hostile-schemas.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 const MODEL = { modelDir: storiesModelDir(), dtype: 'fp32' as const }
 const format = (schema: Record<string, unknown>): JsonFormat => ({ type: 'json_schema', json_schema: { name: 'x', schema, strict: true } })
@@ -20,7 +21,7 @@ async function engineWith (t: Test) {
   const events: string[] = []
   const done = new Map<string, (reason: string) => void>()
   const failed = new Map<string, (err: Error) => void>()
-  const engine = await LocalEngine.load({ modelDir: MODEL.modelDir, dtype: 'fp32', device: 'cpu', threads: 1 }, {
+  const engine = await LocalEngine.load({ modelDir: MODEL.modelDir, dtype: 'fp32', device: testDevice(), threads: 1 }, {
     delta: id => { events.push(`${id}:delta`) },
     finish: (id, reason) => done.get(id)?.(reason),
     error: (id, err) => failed.get(id)?.(err),

@@ -11,6 +11,7 @@ import type { JsonFormat } from '../../../../src/engine/onnx/grammar/grammar.ts'
 import { CompileCancelled, GrammarService } from '../../../../src/engine/onnx/grammar/grammar-service.ts'
 import { NESTED_PATTERN } from '../../../helpers/hostile-schemas.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 const MODEL = { modelDir: storiesModelDir(), dtype: 'fp32' as const }
 const format = (schema: Record<string, unknown>): JsonFormat => ({ type: 'json_schema', json_schema: { name: 'x', schema, strict: true } })
@@ -56,7 +57,7 @@ t.test('an aborted signal stops the compile; the slots are bounded per scope and
 })
 
 t.test('a serving worker past its memory bound is replaced once idle; generation goes on through the new one', async t => {
-  const engine = await LocalEngine.load({ modelDir: MODEL.modelDir, dtype: 'fp32', device: 'cpu', threads: 1 }, {
+  const engine = await LocalEngine.load({ modelDir: MODEL.modelDir, dtype: 'fp32', device: testDevice(), threads: 1 }, {
     delta: (id, d) => { texts.set(id, (texts.get(id) ?? '') + d.content) },
     finish: (id, reason) => done.get(id)?.(reason),
     error: (id, err) => failed.get(id)?.(err),

@@ -14,6 +14,7 @@ import { TokenTable } from '../../../../src/engine/onnx/text/token-bytes.ts'
 import { loadTokenizer, TextTokenizer } from '../../../../src/engine/onnx/text/tokenizer.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
 import { R1_TOKENS, r1TokenizerFiles } from '../../../helpers/r1-tokenizer.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 const stories = await loadTokenizer(storiesModelDir())
 const { tokenizerJson, config } = r1TokenizerFiles()
@@ -86,7 +87,7 @@ t.test('batched: a constrained and an unconstrained request decode together, eac
     const texts = new Map<string, string>()
     const logprobs = new Map<string, number>()
     const done = new Map<string, (o: Outcome) => void>()
-    const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: 'cpu', threads: 1, maxBatch: 4 }, {
+    const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: testDevice(), threads: 1, maxBatch: 4 }, {
       delta: (id, d) => {
         texts.set(id, (texts.get(id) ?? '') + d.content)
         logprobs.set(id, (logprobs.get(id) ?? 0) + (d.logprobs?.content.length ?? 0))

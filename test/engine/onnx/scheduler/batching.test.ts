@@ -5,7 +5,7 @@ import type { FinishReason, GenerateRequest } from '../../../../src/engine/backe
 import type { ForwardInput } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { randomGpuFormModelDir, randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
-import { TEST_DEVICE } from '../../../helpers/webgpu.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -15,7 +15,7 @@ async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch =
   const done = new Map<string, (o: Outcome) => void>()
   const deltaCounts = new Map<string, number>()
   const cachedTokens = new Map<string, number>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: TEST_DEVICE, threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: testDevice(), threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
     delta: (id, text) => {
       texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
       deltaCounts.set(id, (deltaCounts.get(id) ?? 0) + 1)

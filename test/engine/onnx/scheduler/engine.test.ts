@@ -11,7 +11,7 @@ import { OnnxBackend } from '../../../../src/engine/onnx/backend.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { loadTokenizer } from '../../../../src/engine/onnx/text/tokenizer.ts'
 import { randomModelDir, storiesModelDir } from '../../../helpers/models.ts'
-import { TEST_DEVICE } from '../../../helpers/webgpu.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 import { goldens, replayGolden } from '../../../../scripts/bench/exactness.ts'
 
 const GREEDY = { temperature: 0, topP: 1, topK: 0, stop: [] as string[] }
@@ -29,7 +29,7 @@ async function collect (events: AsyncIterable<GenerateEvent>): Promise<{ deltas:
 }
 
 async function startBackend (t: Test, dir: string, dtype = 'fp32'): Promise<OnnxBackend> {
-  const backend = new OnnxBackend({ id: 'test-model', path: dir, dtype, device: TEST_DEVICE, threads: 1 })
+  const backend = new OnnxBackend({ id: 'test-model', path: dir, dtype, device: testDevice(), threads: 1 })
   await backend.load()
   t.teardown(() => backend.close())
   return backend
@@ -38,7 +38,7 @@ async function startBackend (t: Test, dir: string, dtype = 'fp32'): Promise<Onnx
 for (const cacheStyle of ['append', 'concat'] as const) {
   t.test(`stories260k (${cacheStyle} cache): greedy decoding reproduces the reference token for token`, async t => {
     const model = readModelDir(storiesModelDir('fp32', cacheStyle), 'fp32')
-    const session = await DecoderSession.load(model, { device: TEST_DEVICE, threads: 1 })
+    const session = await DecoderSession.load(model, { device: testDevice(), threads: 1 })
     t.equal(session.cacheOutputs, cacheStyle, 'cache outputs discovered from the graph')
     const layout = cacheLayoutFor(session)
     for (const golden of goldens) {

@@ -13,6 +13,7 @@ import { loadTokenizer, TextTokenizer } from '../../../../src/engine/onnx/text/t
 import { ApiError } from '../../../../src/errors.ts'
 import { randomModelDir, storiesModelDir } from '../../../helpers/models.ts'
 import { r1TokenizerFiles } from '../../../helpers/r1-tokenizer.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 const { tokenizerJson, config } = r1TokenizerFiles()
 const tokenizers: Array<[string, TextTokenizer]> = [
@@ -46,7 +47,7 @@ for (const [name, tok] of tokenizers) {
 }
 
 t.test('stories260k engine: a megabyte prompt is refused in well under the seconds it takes to tokenize', async t => {
-  const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: 'cpu', threads: 1 }, { delta () {}, finish () {}, error () {} })
+  const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: testDevice(), threads: 1 }, { delta () {}, finish () {}, error () {} })
   t.teardown(() => engine.close())
   const content = 'Once upon a time '.repeat(15420) // 262,140 characters, four times: ~14 s to tokenize in full
   const started = performance.now()

@@ -11,6 +11,7 @@ import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { loadTokenizer, TextTokenizer } from '../../../../src/engine/onnx/text/tokenizer.ts'
 import { randomModelDir, storiesModelDir } from '../../../helpers/models.ts'
 import { R1_TOKENS, r1TokenizerFiles } from '../../../helpers/r1-tokenizer.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 const { tokenizerJson, config } = r1TokenizerFiles()
 const r1 = new TextTokenizer(tokenizerJson, config)
@@ -86,7 +87,7 @@ t.test('quoting round-trips any text, markers included', async t => {
 })
 
 t.test('stories260k (Llama): <s> and </s> in a message are text, through the engine', async t => {
-  const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: 'cpu', threads: 1 }, { delta () {}, finish () {}, error () {} })
+  const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: testDevice(), threads: 1 }, { delta () {}, finish () {}, error () {} })
   t.teardown(() => engine.close())
   const tok = engine.tokenizer
   const ids = engine.encodePrompt({ messages: [{ role: 'user', content: 'Hello </s><s> world <unk>' }] })

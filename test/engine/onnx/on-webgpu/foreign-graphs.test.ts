@@ -1,0 +1,3 @@
+// ../foreign-graphs.test.ts again, every model it loads on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../foreign-graphs.test.ts')

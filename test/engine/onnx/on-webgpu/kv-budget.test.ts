@@ -1,0 +1,3 @@
+// ../cache/kv-budget.test.ts again, every model it loads on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../cache/kv-budget.test.ts')
