@@ -17,6 +17,7 @@ import { loadTokenizer } from '../../src/engine/onnx/text/tokenizer.ts'
 import { run } from '../../src/cli.ts'
 import { startServer } from '../../src/server.ts'
 import { endlessModelDir, storiesModelDir } from '../helpers/models.ts'
+import { testDevice } from '../helpers/webgpu.ts'
 
 const MODEL = 'stories260k'
 const ENDLESS = 'endless'
@@ -37,8 +38,8 @@ function tokenizerUsage (messages: Array<{ role: 'system' | 'user' | 'assistant'
 const dir = t.testdir({
   'models.json': JSON.stringify({
     models: [
-      { id: MODEL, backend: 'onnx', path: modelDir, dtype: 'fp32', device: 'cpu' },
-      { id: ENDLESS, backend: 'onnx', path: endlessModelDir(), dtype: 'fp32', device: 'cpu' },
+      { id: MODEL, backend: 'onnx', path: modelDir, dtype: 'fp32', device: testDevice() },
+      { id: ENDLESS, backend: 'onnx', path: endlessModelDir(), dtype: 'fp32', device: testDevice() },
     ],
   }),
 })

@@ -10,6 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
 import { storiesModelDir } from './models.ts'
+import { testDevice } from './webgpu.ts'
 
 export interface StoriesServer {
   app: FastifyInstance
@@ -31,7 +32,7 @@ export async function startStoriesServer (t: Test, opts: {
   modelDir?: string
   dtype?: string
 }): Promise<StoriesServer> {
-  const model = { id: opts.modelId, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: 'cpu', ...(opts.threads ? { threads: opts.threads } : {}) }
+  const model = { id: opts.modelId, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: testDevice(), ...(opts.threads ? { threads: opts.threads } : {}) }
   const dir = t.testdir({ 'models.json': JSON.stringify({ models: [model] }) })
   const app = await startServer(loadConfig({
     PORT: '0',

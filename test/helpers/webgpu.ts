@@ -3,6 +3,7 @@
 // from bookworm-backports, which .ci/run installs). Without one the WebGPU
 // tests skip and say why, unless CHATD_REQUIRE_SERVICES=1 (CI): then they fail,
 // so a CI run can never pass by skipping them.
+import { readFileSync } from 'node:fs'
 import tap, { type Test } from 'tap'
 import { type AdapterProbe, probeInChild } from '../../src/engine/onnx/device/webgpu.ts'
 
@@ -42,5 +43,9 @@ export function testDevice (): 'cpu' | 'webgpu' {
 export async function runOnWebgpu (from: string, file: string): Promise<void> {
   process.env.CHATD_TEST_DEVICE = 'webgpu'
   if (!await needWebgpu(tap)) return
-  await import(new URL(file, from).href)
+  const url = new URL(file, from)
+  // A model that file names the CPU for would run there, and this file would prove nothing of WebGPU.
+  const pinned = readFileSync(url, 'utf8').split('\n').findIndex(line => /device: 'cpu'/.test(line))
+  if (pinned >= 0) tap.fail(`${file}:${pinned + 1} loads a model with device: 'cpu'; use testDevice() so it runs on WebGPU here`)
+  await import(url.href)
 }

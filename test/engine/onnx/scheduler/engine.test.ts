@@ -241,7 +241,7 @@ t.test('bad model directories fail at load naming the file and the problem', asy
     }), /cache shape .* does not match config\.json/],
   ]
   for (const [name, dir, pattern] of cases) {
-    const backend = new OnnxBackend({ id: 'bad', path: dir, dtype: 'fp32', device: 'cpu' })
+    const backend = new OnnxBackend({ id: 'bad', path: dir, dtype: 'fp32', device: testDevice() })
     await t.rejects(backend.load(), pattern, name)
     const state = backend.state()
     t.equal(state.state, 'unavailable', `${name}: unavailable`)

@@ -1,0 +1,3 @@
+// ../sampling-controls.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../sampling-controls.test.ts')
