@@ -28,8 +28,8 @@ export async function needWebgpu (t: Test): Promise<boolean> {
 
 /**
  * The device the engine's own tests load their models on: the CPU, or WebGPU when
- * CHATD_TEST_DEVICE=webgpu, which the files in test/engine/onnx/on-webgpu/ set before they run
- * a CPU test file again (`runOnWebgpu`), so CI runs those tests on lavapipe too.
+ * CHATD_TEST_DEVICE=webgpu, which the files in test/engine/onnx/on-webgpu/ and test/api/on-webgpu/
+ * set before they run a CPU test file again (`runOnWebgpu`), so CI runs those tests on lavapipe too.
  */
 export function testDevice (): 'cpu' | 'webgpu' {
   return process.env.CHATD_TEST_DEVICE === 'webgpu' ? 'webgpu' : 'cpu'
