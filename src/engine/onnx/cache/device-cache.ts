@@ -132,6 +132,14 @@ export class DeviceLayout implements CacheLayout {
     return { tensors, length }
   }
 
+  /** A one-row cache's host copy as a past of `capacity` positions, its length the row's: views, not copies. */
+  #hostView (cache: DeviceCache): KvCache {
+    const dims = [1, this.#session.model.numKvHeads, cache.capacity, this.#session.model.headDim]
+    const tensors: Record<string, OrtTensor> = {}
+    for (const name of this.#names) tensors[name] = new ort.Tensor(this.#session.cacheType, cache.buffers[name], dims)
+    return { tensors, length: cache.lengths[0] }
+  }
+
   /**
    * The GPU buffers a run on a cache kept in place writes into, with room for `total` positions:
    * the cache's own when they have it; else made from it (the GPU's copy, or the host's), with
@@ -142,8 +150,12 @@ export class DeviceLayout implements CacheLayout {
   async #inPlace (cache: DeviceCache, total: number, room?: number): Promise<KvCache> {
     const held = cache.device ? Object.values(cache.device.tensors)[0].dims[2] : 0
     if (cache.device && held >= total) return cache.device
-    const size = Math.ceil(Math.max(total, Math.min(room ?? Infinity, Math.max(2 * held, total + ROOM_STEP))) / ROOM_STEP) * ROOM_STEP
-    const source = cache.device ?? this.#upload(cache)
+    // One row's host copy goes up as it is (its slots past its length are zeros, as the padding is);
+    // rows of several lengths are right-aligned first (#upload).
+    const borrowed = !cache.device && cache.lengths.length === 1
+    const source = cache.device ?? (borrowed ? this.#hostView(cache) : this.#upload(cache))
+    const sourceRoom = Object.values(source.tensors)[0].dims[2]
+    const size = Math.max(sourceRoom, Math.ceil(Math.max(total, Math.min(room ?? Infinity, Math.max(2 * held, total + ROOM_STEP))) / ROOM_STEP) * ROOM_STEP)
     const buffers = await this.#session.gpuBuffers()
     const tensors: Record<string, OrtTensor> = {}
     try {
@@ -152,7 +164,9 @@ export class DeviceLayout implements CacheLayout {
       DecoderSession.disposeCache({ tensors, length: 0 })
       throw err
     } finally {
-      if (source !== cache.device) DecoderSession.disposeCache(source)
+      // A borrowed view's data is the host's copy, kept; an upload's is freed.
+      if (borrowed) for (const t of Object.values(source.tensors)) t.dispose()
+      else if (source !== cache.device) DecoderSession.disposeCache(source)
     }
     if (cache.device) this.#release(cache.device)
     cache.device = { tensors, length: source.length }

@@ -86,8 +86,14 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
 const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256, webgpu: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
-/** Prompt tokens of whole prompts fed together in one run where prompt chunks do not batch (#prefillPlan). */
-const GROUP_PREFILL_TOKENS = 2 * SOLO_PREFILL_CHUNK
+/**
+ * The same for a GroupQueryAttention graph on a GPU (WebGPU), whose kernel takes long prompts faster
+ * in larger runs: on an H200, 4,096 tokens in runs of 2,048 took 997 ms against 1,304 in runs of
+ * 512, the same next token as the CPU's, and a Codex turn's first token 2.8 s against 4.4 s
+ * (docs/performance.md). Its scratch memory, heads x run x context x 4 bytes, is GPU memory:
+ * 1.6 GB at the 1.5B's 12 heads and 16,384-token context.
+ */
+const GPU_SOLO_PREFILL_CHUNK = 2048
 /** A cached prefix this long is worth a run of its own rather than computing it again in a group (#prefillPlan). */
 const GROUP_REUSE_TOKENS = 64
 /** Bound on one run's logits for graphs that return every position's. */
@@ -99,6 +105,12 @@ const ALL_POSITION_LOGITS_BYTES = 64 << 20
  * first step, instead of one decoding alone while the others' prompts are fed between its steps.
  */
 const ADMISSION_WINDOW_MS = 10
+
+/** Prompt tokens a run takes when nobody else is waiting on the engine, for a session's device and graph. */
+export function soloPrefillChunk (session: Pick<DecoderSession, 'device' | 'graphStyle'>): number {
+  const groupQueryAttention = session.graphStyle === 'gqa' || session.graphStyle === 'gqa-masked'
+  return session.device === 'webgpu' && groupQueryAttention ? GPU_SOLO_PREFILL_CHUNK : SOLO_PREFILL_CHUNK
+}
 
 /** Cache positions a sequence may come to hold, and for which cache scope. */
 function reserveOf (seq: Sequence): Reservation {
@@ -122,6 +134,8 @@ export class LocalEngine {
   #looping = false
   /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
   readonly #pacer: PrefillPacer
+  /** Prompt tokens a run takes when nobody else is waiting on the engine (SOLO_PREFILL_CHUNK, GPU_SOLO_PREFILL_CHUNK). */
+  readonly #soloChunk: number
   /** Admission: sequences start only while their reserved caches fit in it. */
   readonly kvBudget: KvBudget
   /** Prompt plus generated tokens of one sequence; see contextLength. */
@@ -155,6 +169,7 @@ export class LocalEngine {
     this.scheduler = scheduler
     this.cacheLayout = cacheLayoutFor(session)
     this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
+    this.#soloChunk = soloPrefillChunk(session)
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
     this.tokens = new TokenTable(tokenizer)
@@ -226,7 +241,8 @@ export class LocalEngine {
       while (rows < waiting.length && lastTokenOnly(rows)) rows++
       return { count: rows, whole: false }
     }
-    const tokens = this.#decodingCount === 0 ? GROUP_PREFILL_TOKENS : this.scheduler.prefillChunk || this.#pacer.chunkSize()
+    // Whole prompts fed together in one run: twice a lone prompt's run.
+    const tokens = this.#decodingCount === 0 ? 2 * this.#soloChunk : this.scheduler.prefillChunk || this.#pacer.chunkSize()
     let longest = 0
     let rows = 0
     for (let i = 0; i < waiting.length; i++) {
@@ -244,7 +260,7 @@ export class LocalEngine {
    * by where onnxruntime's kernel stays exact (DecoderSession.tokensPerRunLimit).
    */
   get #positionsPerRun (): number {
-    const limit = Math.min(SOLO_PREFILL_CHUNK, this.session.tokensPerRunLimit)
+    const limit = Math.min(this.#soloChunk, this.session.tokensPerRunLimit)
     if (this.session.hasLogitsToKeep) return limit
     return Math.max(1, Math.min(limit, Math.floor(ALL_POSITION_LOGITS_BYTES / (4 * this.model.vocabSize))))
   }
@@ -452,7 +468,7 @@ export class LocalEngine {
     // Tokens for this run, shared by the rows: alone, large chunks (bounded for attention's scratch
     // memory); beside decoding streams, what the pacer allows between their steps.
     const budget = Math.min(this.#positionsPerRun, this.#decodingCount === 0
-      ? SOLO_PREFILL_CHUNK
+      ? this.#soloChunk
       : this.scheduler.prefillChunk || this.#pacer.chunkSize())
     const started = performance.now()
     let logits: Float32Array
@@ -506,7 +522,7 @@ export class LocalEngine {
     const decoding = batch.size - prefilling.size
     let promptChunk = 0
     if (prefilling.size > 0) {
-      const budget = Math.min(this.#positionsPerRun, decoding === 0 ? SOLO_PREFILL_CHUNK : this.scheduler.prefillChunk || this.#pacer.chunkSize(decoding))
+      const budget = Math.min(this.#positionsPerRun, decoding === 0 ? this.#soloChunk : this.scheduler.prefillChunk || this.#pacer.chunkSize(decoding))
       promptChunk = Math.floor(budget / prefilling.size)
     }
     const started = performance.now()

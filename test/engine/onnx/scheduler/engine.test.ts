@@ -8,6 +8,7 @@ import { ApiError } from '../../../../src/errors.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { cacheLayoutFor } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { OnnxBackend } from '../../../../src/engine/onnx/backend.ts'
+import { soloPrefillChunk } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { loadTokenizer } from '../../../../src/engine/onnx/text/tokenizer.ts'
 import { randomModelDir, storiesModelDir } from '../../../helpers/models.ts'
@@ -251,4 +252,12 @@ t.test('bad model directories fail at load naming the file and the problem', asy
   await t.rejects(missing.load(), /model directory not found/)
   const state = missing.state()
   t.equal(state.state === 'unavailable' && state.hint, 'npx chatd pull absent', 'a missing model points at the pull command')
+})
+
+t.test('a lone prompt goes in larger runs only where GroupQueryAttention runs on a GPU (measured faster there, the same tokens)', async t => {
+  t.equal(soloPrefillChunk({ device: 'webgpu', graphStyle: 'gqa-masked' }), 2048, 'the GPU form on WebGPU')
+  t.equal(soloPrefillChunk({ device: 'webgpu', graphStyle: 'gqa' }), 2048, "onnxruntime-genai's GroupQueryAttention graphs on WebGPU")
+  t.equal(soloPrefillChunk({ device: 'webgpu', graphStyle: 'standard' }), 512, 'plain attention on WebGPU: slower in larger runs (docs/performance.md)')
+  t.equal(soloPrefillChunk({ device: 'cpu', graphStyle: 'gqa-masked' }), 512, "the CPU: attention's scratch memory is the host's")
+  t.equal(soloPrefillChunk({ device: 'cuda', graphStyle: 'gqa' }), 512, 'CUDA: not measured')
 })
