@@ -34,6 +34,8 @@ export interface ModelDir {
   /** onnx/model_prompt.onnx when the directory has one (its external data checked), else null. */
   promptOnnxPath: string | null
   numLayers: number
+  /** Attention (query) heads. */
+  numHeads: number
   numKvHeads: number
   headDim: number
   /** Logits width of the graph (may exceed the tokenizer's real vocabulary). */
@@ -93,6 +95,7 @@ export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): M
     onnxPath,
     promptOnnxPath,
     numLayers: int('num_hidden_layers'),
+    numHeads: heads,
     numKvHeads: int('num_key_value_heads', heads),
     headDim: int('head_dim', hidden / heads),
     vocabSize: int('vocab_size'),

@@ -87,13 +87,18 @@ const INITIAL_PREFILL_CHUNK = { cpu: 16, cuda: 256, webgpu: 256 }
 /** Prompt tokens per run when nobody else is waiting on the engine; bounds attention's scratch memory. */
 const SOLO_PREFILL_CHUNK = 512
 /**
- * The same for a GroupQueryAttention graph on a GPU (WebGPU), whose kernel takes long prompts faster
+ * The most for a GroupQueryAttention graph on a GPU (WebGPU), whose kernel takes long prompts faster
  * in larger runs: on an H200, 4,096 tokens in runs of 2,048 took 997 ms against 1,304 in runs of
- * 512, the same next token as the CPU's, and a Codex turn's first token 2.8 s against 4.4 s
- * (docs/performance.md). Its scratch memory, heads x run x context x 4 bytes, is GPU memory:
- * 1.6 GB at the 1.5B's 12 heads and 16,384-token context.
+ * 512, the same next token as the CPU's, and a Codex turn's first token 2.9 s against 4.4 s
+ * (docs/performance.md).
  */
 const GPU_SOLO_PREFILL_CHUNK = 2048
+/**
+ * GPU memory a lone prompt's run may take for attention's scores (heads x run x context x 4 bytes,
+ * which the kernel holds whole): the 1.5B's 12 heads at its 16,384-token context take runs of 2,048
+ * in 1.6 GB; a longer context gets shorter runs, never below SOLO_PREFILL_CHUNK.
+ */
+const GPU_ATTENTION_SCRATCH_BYTES = 2 * 2 ** 30
 /** A cached prefix this long is worth a run of its own rather than computing it again in a group (#prefillPlan). */
 const GROUP_REUSE_TOKENS = 64
 /** Bound on one run's logits for graphs that return every position's. */
@@ -106,10 +111,15 @@ const ALL_POSITION_LOGITS_BYTES = 64 << 20
  */
 const ADMISSION_WINDOW_MS = 10
 
-/** Prompt tokens a run takes when nobody else is waiting on the engine, for a session's device and graph. */
-export function soloPrefillChunk (session: Pick<DecoderSession, 'device' | 'graphStyle'>): number {
+/**
+ * Prompt tokens a run takes when nobody else is waiting on the engine, for a session's device and
+ * graph, and the longest sequence the engine allows (`contextLimit`).
+ */
+export function soloPrefillChunk (session: Pick<DecoderSession, 'device' | 'graphStyle'> & { model: Pick<ModelDir, 'numHeads'> }, contextLimit: number): number {
   const groupQueryAttention = session.graphStyle === 'gqa' || session.graphStyle === 'gqa-masked'
-  return session.device === 'webgpu' && groupQueryAttention ? GPU_SOLO_PREFILL_CHUNK : SOLO_PREFILL_CHUNK
+  if (session.device !== 'webgpu' || !groupQueryAttention) return SOLO_PREFILL_CHUNK
+  const fits = Math.floor(GPU_ATTENTION_SCRATCH_BYTES / (4 * session.model.numHeads * contextLimit) / 64) * 64
+  return Math.max(SOLO_PREFILL_CHUNK, Math.min(GPU_SOLO_PREFILL_CHUNK, fits))
 }
 
 /** Cache positions a sequence may come to hold, and for which cache scope. */
@@ -169,9 +179,9 @@ export class LocalEngine {
     this.scheduler = scheduler
     this.cacheLayout = cacheLayoutFor(session)
     this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
-    this.#soloChunk = soloPrefillChunk(session)
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    this.#soloChunk = soloPrefillChunk(session, this.#contextLimit)
     this.tokens = new TokenTable(tokenizer)
     this.#intake = new RequestIntake({ model, tokenizer, template, tokens: this.tokens, grammars: this.grammars, contextLength: this.#contextLimit })
     this.prefixes = limits.prefixCache === false

@@ -254,10 +254,15 @@ t.test('bad model directories fail at load naming the file and the problem', asy
   t.equal(state.state === 'unavailable' && state.hint, 'npx chatd pull absent', 'a missing model points at the pull command')
 })
 
-t.test('a lone prompt goes in larger runs only where GroupQueryAttention runs on a GPU (measured faster there, the same tokens)', async t => {
-  t.equal(soloPrefillChunk({ device: 'webgpu', graphStyle: 'gqa-masked' }), 2048, 'the GPU form on WebGPU')
-  t.equal(soloPrefillChunk({ device: 'webgpu', graphStyle: 'gqa' }), 2048, "onnxruntime-genai's GroupQueryAttention graphs on WebGPU")
-  t.equal(soloPrefillChunk({ device: 'webgpu', graphStyle: 'standard' }), 512, 'plain attention on WebGPU: slower in larger runs (docs/performance.md)')
-  t.equal(soloPrefillChunk({ device: 'cpu', graphStyle: 'gqa-masked' }), 512, "the CPU: attention's scratch memory is the host's")
-  t.equal(soloPrefillChunk({ device: 'cuda', graphStyle: 'gqa' }), 512, 'CUDA: not measured')
+t.test('a lone prompt goes in larger runs only where GroupQueryAttention runs on a GPU (measured faster there, the same tokens), bounded by the GPU memory its scores take', async t => {
+  const onGpu = (graphStyle: 'gqa' | 'gqa-masked' | 'standard', numHeads = 12, device: 'webgpu' | 'cpu' | 'cuda' = 'webgpu') => ({ device, graphStyle, model: { numHeads } })
+  // The 1.5B: 12 heads, a 16,384-token context.
+  t.equal(soloPrefillChunk(onGpu('gqa-masked'), 16384), 2048, 'the GPU form on WebGPU')
+  t.equal(soloPrefillChunk(onGpu('gqa'), 16384), 2048, "onnxruntime-genai's GroupQueryAttention graphs on WebGPU")
+  t.equal(soloPrefillChunk(onGpu('gqa-masked'), 32768), 1344, 'twice the context: shorter runs (2 GiB of scores at most)')
+  t.ok(4 * 12 * 1344 * 32768 <= 2 * 2 ** 30)
+  t.equal(soloPrefillChunk(onGpu('gqa-masked', 28), 131072), 512, 'a long context on many heads: never below the CPU size')
+  t.equal(soloPrefillChunk(onGpu('standard'), 16384), 512, 'plain attention on WebGPU: slower in larger runs (docs/performance.md)')
+  t.equal(soloPrefillChunk(onGpu('gqa-masked', 12, 'cpu'), 16384), 512, "the CPU: attention's scratch memory is the host's")
+  t.equal(soloPrefillChunk(onGpu('gqa', 12, 'cuda'), 16384), 512, 'CUDA: not measured')
 })
