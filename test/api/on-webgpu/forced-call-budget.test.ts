@@ -1,0 +1,3 @@
+// ../forced-call-budget.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../forced-call-budget.test.ts')

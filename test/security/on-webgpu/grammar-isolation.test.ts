@@ -1,0 +1,3 @@
+// ../grammar-isolation.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../grammar-isolation.test.ts')
