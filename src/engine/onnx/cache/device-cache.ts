@@ -148,14 +148,13 @@ export class DeviceLayout implements CacheLayout {
    * (SlotBuffers.grown).
    */
   async #inPlace (cache: DeviceCache, total: number, room?: number): Promise<KvCache> {
-    const held = cache.device ? Object.values(cache.device.tensors)[0].dims[2] : 0
+    const held = cache.device ? roomOf(cache.device) : 0
     if (cache.device && held >= total) return cache.device
     // One row's host copy goes up as it is (its slots past its length are zeros, as the padding is);
     // rows of several lengths are right-aligned first (#upload).
     const borrowed = !cache.device && cache.lengths.length === 1
     const source = cache.device ?? (borrowed ? this.#hostView(cache) : this.#upload(cache))
-    const sourceRoom = Object.values(source.tensors)[0].dims[2]
-    const size = Math.max(sourceRoom, Math.ceil(Math.max(total, Math.min(room ?? Infinity, Math.max(2 * held, total + ROOM_STEP))) / ROOM_STEP) * ROOM_STEP)
+    const size = Math.max(roomOf(source), Math.ceil(Math.max(total, Math.min(room ?? Infinity, Math.max(2 * held, total + ROOM_STEP))) / ROOM_STEP) * ROOM_STEP)
     const buffers = await this.#session.gpuBuffers()
     const tensors: Record<string, OrtTensor> = {}
     try {
@@ -182,6 +181,11 @@ export class DeviceLayout implements CacheLayout {
 
 /** Positions a cache kept in place grows by at least, and rounds its room to. */
 const ROOM_STEP = 64
+
+/** Positions a cache's tensors have room for, [rows, heads, room, dim] (a GPU buffer's or a host view's). */
+function roomOf (kv: KvCache): number {
+  return Object.values(kv.tensors)[0].dims[2]
+}
 
 /** Bytes of a cache's tensors, from their shapes (a GPU buffer's data cannot be read here). */
 function kvBytes (kv: KvCache): number {

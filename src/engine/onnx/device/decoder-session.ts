@@ -36,6 +36,11 @@ export type CacheType = 'float32' | 'float16'
  */
 export type GraphStyle = 'standard' | 'gqa' | 'mha' | 'gqa-masked'
 
+/** Whether a graph's attention is onnxruntime's GroupQueryAttention (onnxruntime-genai's graphs, and chatd's GPU form). */
+export function usesGroupQueryAttention (style: GraphStyle): boolean {
+  return style === 'gqa' || style === 'gqa-masked'
+}
+
 /**
  * concat: present.N.* outputs hold the past with the new positions appended.
  * append: new_key_values.N.* outputs hold only the new positions.
@@ -196,7 +201,7 @@ export class DecoderSession {
     // Spare cache slots are masked out and every row's positions come from position_ids; a graph
     // that derives positions from the mask would count the slots wrong.
     if (this.cacheOutputs === 'append' && !this.hasPositionIds) throw new ModelDirError(`${where}: a graph that returns new_key_values.N.* must take position_ids`)
-    if ((graphStyle === 'gqa' || graphStyle === 'gqa-masked') && model.headDim % 16 !== 0) {
+    if (usesGroupQueryAttention(graphStyle) && model.headDim % 16 !== 0) {
       throw new ModelDirError(`${where}: GroupQueryAttention needs a head size that is a multiple of 16 (onnxruntime's kernel); config.json gives head_dim ${model.headDim}`)
     }
     for (let i = 0; i < model.numLayers; i++) {
@@ -248,7 +253,7 @@ export class DecoderSession {
    * as the plain-attention graph does (4.6e-5), and 31-token runs would cost 3.6x the prompt time.
    */
   get tokensPerRunLimit (): number {
-    return (this.graphStyle === 'gqa-masked' || this.graphStyle === 'gqa') && this.softwareRenderer ? GQA_SOFTWARE_EXACT_TOKENS : Infinity
+    return usesGroupQueryAttention(this.graphStyle) && this.softwareRenderer ? GQA_SOFTWARE_EXACT_TOKENS : Infinity
   }
 
   static async load (model: ModelDir, settings: SessionSettings & { promptGraph?: boolean }): Promise<DecoderSession> {

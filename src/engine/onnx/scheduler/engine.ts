@@ -32,7 +32,7 @@ import { ChatTemplate } from '../text/chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
 import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
-import { DecoderSession } from '../device/decoder-session.ts'
+import { DecoderSession, usesGroupQueryAttention } from '../device/decoder-session.ts'
 import { GrammarClient } from '../grammar/grammar-client.ts'
 import { TokenTable } from '../text/token-bytes.ts'
 import { defaultKeptBytes, defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
@@ -116,8 +116,7 @@ const ADMISSION_WINDOW_MS = 10
  * graph, and the longest sequence the engine allows (`contextLimit`).
  */
 export function soloPrefillChunk (session: Pick<DecoderSession, 'device' | 'graphStyle'> & { model: Pick<ModelDir, 'numHeads'> }, contextLimit: number): number {
-  const groupQueryAttention = session.graphStyle === 'gqa' || session.graphStyle === 'gqa-masked'
-  if (session.device !== 'webgpu' || !groupQueryAttention) return SOLO_PREFILL_CHUNK
+  if (session.device !== 'webgpu' || !usesGroupQueryAttention(session.graphStyle)) return SOLO_PREFILL_CHUNK
   const fits = Math.floor(GPU_ATTENTION_SCRATCH_BYTES / (4 * session.model.numHeads * contextLimit) / 64) * 64
   return Math.max(SOLO_PREFILL_CHUNK, Math.min(GPU_SOLO_PREFILL_CHUNK, fits))
 }
