@@ -19,12 +19,13 @@ import { estimatePromptTokens } from '../../src/limits/request-cost.ts'
 import { startServer } from '../../src/server.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 import { storiesModelDir } from '../helpers/models.ts'
+import { testDevice } from '../helpers/test-device.ts'
 
 const MODEL = 'stories260k'
 const TPM = 100
 
 const dir = t.testdir({
-  'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu' }] }),
+  'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }),
   'tiers.json': JSON.stringify({
     tiers: {
       free: {},

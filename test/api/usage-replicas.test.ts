@@ -12,6 +12,7 @@ import { Agent } from 'undici'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
 import { REPO_ROOT, storiesModelDir } from '../helpers/models.ts'
+import { testDevice } from '../helpers/test-device.ts'
 import { throwawayPostgres, throwawayRedis } from '../helpers/services.ts'
 
 const MODEL = 'stories260k'
@@ -52,7 +53,7 @@ t.test('two replicas on PostgreSQL and Redis enforce one account\'s limits exact
   if (databaseUrl === undefined || redis === undefined) return
 
   const dir = t.testdir({
-    'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: 'cpu' }] }),
+    'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }),
     'tiers.json': JSON.stringify({
       tiers: {
         free: {},

@@ -26,14 +26,7 @@ export async function needWebgpu (t: Test): Promise<boolean> {
   return false
 }
 
-/**
- * The device the engine's own tests load their models on: the CPU, or WebGPU when
- * CHATD_TEST_DEVICE=webgpu, which the files in test/engine/onnx/on-webgpu/ and test/api/on-webgpu/
- * set before they run a CPU test file again (`runOnWebgpu`), so CI runs those tests on lavapipe too.
- */
-export function testDevice (): 'cpu' | 'webgpu' {
-  return process.env.CHATD_TEST_DEVICE === 'webgpu' ? 'webgpu' : 'cpu'
-}
+export { testDevice } from './test-device.ts'
 
 /**
  * Runs the test file `file` (a URL or path relative to the caller's `from`) in this process with

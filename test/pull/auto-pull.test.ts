@@ -10,6 +10,7 @@ import t, { type Test } from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
 import { storiesModelDir } from '../helpers/models.ts'
+import { testDevice } from '../helpers/test-device.ts'
 import { REFUSED_URL } from '../helpers/refused.ts'
 import { repoFromDir, startHub } from './hub-server.ts'
 
@@ -20,7 +21,7 @@ const source = storiesModelDir('int4')
 /** A server on a temp database whose one model (id "stories") must come from `endpoint`. */
 async function serve (t: Test, endpoint: string, env: Record<string, string> = {}) {
   const dir = t.testdir({
-    'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: 'stories', dtype: 'q4', device: 'cpu', hubRepo: REPO }] }),
+    'models.json': JSON.stringify({ models: [{ id: 'stories', backend: 'onnx', path: 'stories', dtype: 'q4', device: testDevice(), hubRepo: REPO }] }),
   })
   const config = loadConfig({
     PORT: '0',
@@ -97,7 +98,7 @@ t.test('missing files are fetched at start; 503 model_unavailable with progress 
   const messages = logs.map(l => l.msg)
   t.ok(messages.includes('model files missing: downloading them (CHATD_AUTO_PULL=0 turns this off)'))
   t.ok(messages.some(m => typeof m === 'string' && /^pull: complete: 7 files, [\d.]+ KiB, verified$/.test(m)))
-  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: 'cpu' }, 'the execution provider is logged')
+  t.match(logs.find(l => l.msg === 'model ready'), { model: 'stories', device: testDevice() }, 'the execution provider is logged')
 })
 
 t.test('an unreachable hub: the model is unavailable, and the error names the hub and the exact pull command', async t => {

@@ -19,7 +19,9 @@ import { streamChat, type StreamOutcome } from '../helpers/load/sse-client.ts'
 const SEED = Number(process.env.CHATD_DISCONNECT_SEED ?? 20261122)
 const QUEUE_SIZE = 24
 const WAVES = 4
-const MAX_TOKENS = 300
+// Long enough that clients leaving after a few kilobytes leave part-way through the text (each
+// token is a frame of ~150 bytes), short enough for a software renderer (its WebGPU twin).
+const MAX_TOKENS = 120
 
 /** mulberry32: a small seeded generator, so a failing run can be replayed. */
 function seeded (seed: number): () => number {

@@ -15,6 +15,7 @@ import { loadConfig } from '../../../src/config.ts'
 import { startServer } from '../../../src/server.ts'
 import { openMigratedDatabase, type Db } from '../../../src/store/database.ts'
 import { storiesModelDir } from '../models.ts'
+import { testDevice } from '../test-device.ts'
 
 export const LOAD_MODEL = 'stories260k'
 
@@ -45,7 +46,7 @@ export async function startLoadServer (opts: LoadServerOptions = {}): Promise<Lo
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'chatd-load-'))
   const modelsFile = path.join(dir, 'models.json')
   const tiersFile = path.join(dir, 'tiers.json')
-  fs.writeFileSync(modelsFile, JSON.stringify({ models: [{ id: LOAD_MODEL, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: 'cpu' }] }))
+  fs.writeFileSync(modelsFile, JSON.stringify({ models: [{ id: LOAD_MODEL, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: testDevice() }] }))
   fs.writeFileSync(tiersFile, JSON.stringify({ default: 'load', tiers: { load: COUNTED_NOT_LIMITING } }))
   const config = loadConfig({
     PORT: '0',

@@ -1,0 +1,3 @@
+// ../tools.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../tools.test.ts')

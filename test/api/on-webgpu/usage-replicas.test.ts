@@ -1,0 +1,3 @@
+// ../usage-replicas.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../usage-replicas.test.ts')

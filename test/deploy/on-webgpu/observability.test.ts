@@ -1,0 +1,3 @@
+// ../observability.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../observability.test.ts')

@@ -1,0 +1,3 @@
+// ../sigterm-drain.test.ts again, the server's model on WebGPU (lavapipe in CI).
+import { runOnWebgpu } from '../../helpers/webgpu.ts'
+await runOnWebgpu(import.meta.url, '../sigterm-drain.test.ts')
