@@ -7,6 +7,7 @@
 import t from 'tap'
 import OpenAI from 'openai'
 import { startStoriesServer } from '../helpers/stories-server.ts'
+import { testDevice } from '../helpers/test-device.ts'
 
 const MODEL = 'stories260k'
 const KEY = `sk-chatd-${'jsonSchm'.repeat(4)}`
@@ -70,8 +71,9 @@ t.test('json_object: the reply is a JSON object', async t => {
   t.match(greedy.choices[0].message.content, /^\{"/, 'an object, one key in')
   // Sampled hot, some replies do close it (seed 9 of these ten, at 224 tokens): every one that
   // ends by itself parses as an object. Sent together, so the engine decodes them side by side
-  // (a seed's reply is the same either way).
-  const seeds = Array.from({ length: 10 }, (_, i) => i + 1)
+  // (a seed's reply is the same either way). On a software renderer (the WebGPU twin in CI), which
+  // decodes ~25x slower, the three around seed 9.
+  const seeds = testDevice() === 'webgpu' ? [8, 9, 10] : Array.from({ length: 10 }, (_, i) => i + 1)
   const replies = await Promise.all(seeds.map(seed =>
     client.chat.completions.create({ model: MODEL, messages, temperature: 2, seed, max_tokens: 300, response_format: { type: 'json_object' } })))
   let closed = 0
