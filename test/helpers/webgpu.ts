@@ -10,7 +10,7 @@ import { type AdapterProbe, probeInChild } from '../../src/engine/onnx/device/we
 const REQUIRED = process.env.CHATD_REQUIRE_SERVICES === '1'
 let probed: Promise<AdapterProbe> | null = null
 // Lavapipe (the software renderer CI runs these tests on) runs each kernel on a pool of threads;
-// for kernels this small the hand-off costs more than it saves: dispatched on its own thread,
+// for kernels this small the hand-off costs more than it saves: run on the thread that submits them,
 // the WebGPU tests take ~12 % less time there. Read by lavapipe alone, never by a real GPU's driver;
 // servers a test starts as processes of their own inherit it.
 process.env.LP_NUM_THREADS ??= '0'
