@@ -18,14 +18,13 @@ import { loadTokenizer } from '../../src/engine/onnx/text/tokenizer.ts'
 import { estimatePromptTokens } from '../../src/limits/request-cost.ts'
 import { startServer } from '../../src/server.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
-import { storiesModelDir } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { storiesModelDir, storiesModelEntry } from '../helpers/models.ts'
 
 const MODEL = 'stories260k'
 const TPM = 100
 
 const dir = t.testdir({
-  'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }),
+  'models.json': JSON.stringify({ models: [storiesModelEntry(MODEL)] }),
   'tiers.json': JSON.stringify({
     tiers: {
       free: {},

@@ -11,8 +11,7 @@ import t, { type Test } from 'tap'
 import { Agent } from 'undici'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
-import { REPO_ROOT, storiesModelDir } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { REPO_ROOT, storiesModelEntry } from '../helpers/models.ts'
 import { throwawayPostgres, throwawayRedis } from '../helpers/services.ts'
 
 const MODEL = 'stories260k'
@@ -53,7 +52,7 @@ t.test('two replicas on PostgreSQL and Redis enforce one account\'s limits exact
   if (databaseUrl === undefined || redis === undefined) return
 
   const dir = t.testdir({
-    'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }),
+    'models.json': JSON.stringify({ models: [storiesModelEntry(MODEL)] }),
     'tiers.json': JSON.stringify({
       tiers: {
         free: {},

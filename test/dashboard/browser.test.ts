@@ -20,8 +20,7 @@ import { Accounts } from '../../src/accounts/accounts.ts'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
-import { REPO_ROOT, storiesModelDir } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { REPO_ROOT, storiesModelEntry } from '../helpers/models.ts'
 
 const CHROMIUM = '/usr/bin/chromium'
 const SHOTS = join(REPO_ROOT, 'bench-out', 'screenshots')
@@ -39,7 +38,7 @@ if (!existsSync(CHROMIUM)) {
 async function run (): Promise<void> {
   mkdirSync(SHOTS, { recursive: true })
   const dir = t.testdir({
-    'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }),
+    'models.json': JSON.stringify({ models: [storiesModelEntry(MODEL)] }),
     'tiers.json': JSON.stringify({
       tiers: {
         free: { requests_per_minute: 20, tokens_per_minute: 20000, calls_per_month: 1000, max_tokens_per_request: 256, models: ['*'] },

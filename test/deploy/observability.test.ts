@@ -18,8 +18,7 @@ import { startServer } from '../../src/server.ts'
 import { freePort } from '../helpers/chatd-process.ts'
 import { fakeUpstream } from '../helpers/fake-upstream.ts'
 import { metricSamples } from '../helpers/load/metrics-scrape.ts'
-import { REPO_ROOT, storiesModelDir } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { REPO_ROOT, storiesModelEntry } from '../helpers/models.ts'
 
 const KEY = `sk-chatd-${'observability'.repeat(2)}abcdef`
 const TOKEN = 'scrape-token-0123456789abcdef01234567'
@@ -47,7 +46,7 @@ const upstream = await fakeUpstream(t, { delayMs: 5 })
 const dir = t.testdir({
   'models.json': JSON.stringify({
     models: [
-      { id: 'stories', backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice(), threads: 1 },
+      storiesModelEntry('stories', { threads: 1 }),
       { id: 'relay', backend: 'openai', baseUrl: `${upstream.url}/v1`, upstreamModel: 'm' },
     ],
   }),

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { convertCheckpoint, convertRandom } from '../../src/convert/index.ts'
 import type { CacheStyle, Int4Compute, WeightFormat } from '../../src/convert/decoder-graph.ts'
 import { converterFingerprint } from '../../src/convert/fingerprint.ts'
+import { testDevice } from './test-device.ts'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
 export const REPO_ROOT = path.resolve(here, '../..')
@@ -45,6 +46,14 @@ function cached (name: string, build: (out: string) => void): string {
  */
 export function storiesModelDir (weights: WeightFormat = 'fp32', cache?: CacheStyle, int4Compute?: Int4Compute): string {
   return cached(`stories260k-${weights}${cache ? `-${cache}` : ''}${int4Compute ? `-${int4Compute}` : ''}`, out => { convertCheckpoint({ from: STORIES_SOURCE, out, weights, cache, int4Compute }) })
+}
+
+/**
+ * A models.json entry serving stories260k (chatd's fp32 build unless `path` says otherwise) on the
+ * tests' device, `testDevice()`: the CPU, or WebGPU in an on-webgpu/ twin.
+ */
+export function storiesModelEntry (id: string, more: { path?: string; dtype?: string; threads?: number } = {}): Record<string, unknown> {
+  return { id, backend: 'onnx', path: more.path ?? storiesModelDir(), dtype: more.dtype ?? 'fp32', device: testDevice(), ...(more.threads ? { threads: more.threads } : {}) }
 }
 
 /** stories260k as `chatd pull` writes the default model: int4, and the int8 prompt graph beside it. */

@@ -9,8 +9,7 @@ import type { Test } from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
-import { storiesModelDir } from './models.ts'
-import { testDevice } from './webgpu.ts'
+import { storiesModelEntry } from './models.ts'
 
 export interface StoriesServer {
   app: FastifyInstance
@@ -32,7 +31,7 @@ export async function startStoriesServer (t: Test, opts: {
   modelDir?: string
   dtype?: string
 }): Promise<StoriesServer> {
-  const model = { id: opts.modelId, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: testDevice(), ...(opts.threads ? { threads: opts.threads } : {}) }
+  const model = storiesModelEntry(opts.modelId, { path: opts.modelDir, dtype: opts.dtype, threads: opts.threads })
   const dir = t.testdir({ 'models.json': JSON.stringify({ models: [model] }) })
   const app = await startServer(loadConfig({
     PORT: '0',

@@ -7,14 +7,13 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { startChatd } from '../helpers/chatd-process.ts'
 import { refChain } from '../helpers/hostile-schemas.ts'
-import { storiesModelDir } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { storiesModelEntry } from '../helpers/models.ts'
 
 const KEY = `sk-chatd-${'faultSig'.repeat(4)}`
 const MODEL = 'stories260k'
 
 async function start (t: Test) {
-  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }) })
+  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [storiesModelEntry(MODEL)] }) })
   return await startChatd(t, { DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, MODELS_FILE: join(dir, 'models.json'), CHATD_ADMIN_KEY: KEY })
 }
 

@@ -15,7 +15,7 @@ import t, { type Test } from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { openDatabase } from '../../src/store/database.ts'
 import { streamChat, type StreamOutcome } from '../helpers/load/sse-client.ts'
-import { REPO_ROOT, storiesModelDir } from '../helpers/models.ts'
+import { REPO_ROOT, storiesModelEntry } from '../helpers/models.ts'
 import { testDevice } from '../helpers/test-device.ts'
 
 const KEY = `sk-chatd-${'sigTerm0'.repeat(4)}`
@@ -34,7 +34,7 @@ interface Server {
 }
 
 async function serve (t: Test, env: Record<string, string>): Promise<Server> {
-  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: MODEL, backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }] }) })
+  const dir = t.testdir({ 'models.json': JSON.stringify({ models: [storiesModelEntry(MODEL)] }) })
   const dbUrl = `sqlite://${join(dir, 'chatd.db')}`
   const child = spawn(process.execPath, ['src/cli.ts', 'serve'], {
     cwd: REPO_ROOT,

@@ -14,8 +14,7 @@ import OpenAI from 'openai'
 import type { FastifyInstance } from 'fastify'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
-import { storiesModelDir } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { storiesModelEntry } from '../helpers/models.ts'
 
 const KEY = `sk-chatd-${'relayTst'.repeat(4)}`
 const UPSTREAM_KEY = `sk-chatd-${'upstream'.repeat(4)}`
@@ -39,7 +38,7 @@ async function start (name: string, models: unknown[], adminKey: string): Promis
 }
 
 // Started one after the other: the relay needs the upstream's port.
-const upstream = await start('upstream', [{ id: 'stories260k', backend: 'onnx', path: storiesModelDir(), dtype: 'fp32', device: testDevice() }], UPSTREAM_KEY)
+const upstream = await start('upstream', [storiesModelEntry('stories260k')], UPSTREAM_KEY)
 const relay = await start('relay', [
   { id: 'relay', backend: 'openai', baseUrl: `http://127.0.0.1:${upstream.port}/api/v1`, apiKey: UPSTREAM_KEY, upstreamModel: 'stories260k', passTopK: true, passCacheSalt: true },
 ], KEY)

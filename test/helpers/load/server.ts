@@ -14,8 +14,7 @@ import { Accounts } from '../../../src/accounts/accounts.ts'
 import { loadConfig } from '../../../src/config.ts'
 import { startServer } from '../../../src/server.ts'
 import { openMigratedDatabase, type Db } from '../../../src/store/database.ts'
-import { storiesModelDir } from '../models.ts'
-import { testDevice } from '../test-device.ts'
+import { storiesModelEntry } from '../models.ts'
 
 export const LOAD_MODEL = 'stories260k'
 
@@ -46,7 +45,7 @@ export async function startLoadServer (opts: LoadServerOptions = {}): Promise<Lo
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'chatd-load-'))
   const modelsFile = path.join(dir, 'models.json')
   const tiersFile = path.join(dir, 'tiers.json')
-  fs.writeFileSync(modelsFile, JSON.stringify({ models: [{ id: LOAD_MODEL, backend: 'onnx', path: opts.modelDir ?? storiesModelDir(), dtype: opts.dtype ?? 'fp32', device: testDevice() }] }))
+  fs.writeFileSync(modelsFile, JSON.stringify({ models: [storiesModelEntry(LOAD_MODEL, { path: opts.modelDir, dtype: opts.dtype })] }))
   fs.writeFileSync(tiersFile, JSON.stringify({ default: 'load', tiers: { load: COUNTED_NOT_LIMITING } }))
   const config = loadConfig({
     PORT: '0',
