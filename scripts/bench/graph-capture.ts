@@ -1,0 +1,354 @@
+// The WebGPU provider's graph capture, measured from Node: the one way found to take
+// the host's dispatch of every kernel out of a decode step (docs/performance.md, "On a
+// GPU: WebGPU"). onnxruntime-node 1.30 cannot turn capture on
+// (scripts/graph-capture-check.ts); onnxruntime-web 1.30 can, and runs in Node over
+// Dawn's Node binding (npm `webgpu`), the same Dawn that onnxruntime-node carries.
+//
+// What it does, for one model shape (seeded random int4 weights, chatd's converter):
+//   - the reference: chatd's GPU form (gqa-masked) on onnxruntime-node's CPU provider,
+//     a prompt and `--gen` greedy tokens;
+//   - on onnxruntime-web's WebGPU provider (each variant in a child process: one device
+//     a process), the prompt on the GPU form with the cache in place (one GPU buffer per
+//     layer's keys and values, `--max-len` positions long, given as past and present),
+//     then every decode step on the converter's static decode step
+//     (`staticDecode`: the same shapes every run, the mask as long as the cache
+//     buffer), its inputs and outputs in fixed GPU buffers written and read from
+//     JavaScript, with graph capture off and on;
+//   - the greedy tokens of each against the CPU's, the first step's logits' largest
+//     difference, and the decode step's time (the median; with capture, the steps after
+//     the one that records the graph).
+// It is a measurement for deciding whether chatd's WebGPU device should run on
+// onnxruntime-web; chatd's engine does not use it. scripts/gpu-check.sh runs it as its
+// `capture` step.
+//
+//   node scripts/bench/graph-capture.ts [--model-config FILE | --bench-model]
+//     [--prompt 24] [--gen 48] [--max-len 512] [--json FILE]
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+import ort from 'onnxruntime-node'
+import { convertRandom } from '../../src/convert/index.ts'
+import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
+import { benchModelDir } from '../bench-model.ts'
+import { median } from './rounds.ts'
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+const SMALL_SHAPE = path.join(ROOT, 'scripts/models/qwen2-small-shape.config.json')
+const ONNX_FILE = 'onnx/model_q4.onnx'
+
+interface ModelShape { layers: number; kvHeads: number; headDim: number; vocab: number }
+
+interface VariantResult {
+  name: string
+  capture: boolean
+  tokens: number[]
+  tokens_equal_cpu: boolean
+  first_logits_max_diff_vs_cpu: number
+  prompt_ms: number
+  /** The median decode step: inputs written, the run, the logits read back and argmax. */
+  step_ms_median: number
+  step_ms_min: number
+  /** The first decode step (with capture: the run that records the graph). */
+  first_step_ms: number
+  session_load_s: number
+  adapter: string
+}
+
+export interface GraphCaptureReport {
+  shape: string
+  prompt_tokens: number
+  gen: number
+  max_len: number
+  onnxruntime_web: string
+  cpu_tokens: number[]
+  variants: VariantResult[]
+  /** No capture's median step over capture's. */
+  capture_speedup: number | null
+}
+
+function promptIds (n: number, vocab: number): number[] {
+  return Array.from({ length: n }, (_, i) => (i * 7919 + 13) % vocab)
+}
+
+function readShape (dir: string): ModelShape {
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8')) as Record<string, number>
+  return { layers: cfg.num_hidden_layers, kvHeads: cfg.num_key_value_heads, headDim: cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads, vocab: cfg.vocab_size }
+}
+
+/** The GPU form and its static decode step, from the same seeded weights. */
+function buildModels (opts: { config: string; bench: boolean; work: string }): { form: string; decode: string } {
+  if (opts.bench) {
+    return { form: benchModelDir(32, 'chatd', { gpu: true }), decode: benchModelDir(32, 'chatd', { gpu: true, gpuAttention: 'gqa-static-decode' }) }
+  }
+  const build = (name: string, staticDecode: boolean): string => {
+    const out = path.join(opts.work, name)
+    if (!fs.existsSync(path.join(out, ONNX_FILE))) {
+      convertRandom({ configPath: opts.config, out, weights: 'int4', seed: 1, cache: 'concat', int4Compute: 'float', attention: 'gqa-masked', staticDecode })
+    }
+    return out
+  }
+  return { form: build('gpu-form', false), decode: build('static-decode', true) }
+}
+
+const int64 = (values: number[], dims: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
+
+/** The reference: the GPU form on onnxruntime-node's CPU provider, the cache concatenated run by run. */
+async function cpuReference (dir: string, shape: ModelShape, prompt: number[], gen: number): Promise<{ tokens: number[]; firstLogits: Float32Array }> {
+  const session = await ort.InferenceSession.create(path.join(dir, ONNX_FILE), { executionProviders: ['cpu'], intraOpNumThreads: Math.min(4, os.availableParallelism()) })
+  let past: Record<string, ort.Tensor> = {}
+  for (let i = 0; i < shape.layers; i++) {
+    for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim])
+  }
+  const tokens: number[] = []
+  let firstLogits = new Float32Array(0)
+  let ids = prompt
+  let length = 0
+  for (let step = 0; step < gen; step++) {
+    const total = length + ids.length
+    const out = await session.run({
+      input_ids: int64(ids, [1, ids.length]),
+      attention_mask: int64(new Array<number>(total).fill(1), [1, total]),
+      position_ids: int64(ids.map((_, j) => length + j), [1, ids.length]),
+      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+      ...past,
+    })
+    const logits = out.logits.data as Float32Array
+    if (step === 1) firstLogits = logits.slice()
+    const next = argmax(logits)
+    tokens.push(next)
+    past = {}
+    for (let i = 0; i < shape.layers; i++) {
+      for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
+    }
+    length = total
+    ids = [next]
+  }
+  await session.release()
+  // The prompt's next token, then each decode step's.
+  return { tokens, firstLogits }
+}
+
+/**
+ * Keeps onnxruntime-web's registration of each buffer alive after the run `run`.
+ * With graph capture, onnxruntime-web 1.30 binds a session's inputs and outputs on its first run
+ * only, under the numbers it registered the buffers with for that run, and drops a buffer's number
+ * when its run ends; the next run then finds its outputs under numbers it no longer knows
+ * ("Cannot set properties of undefined"), and the captured graph keeps the first run's. Its
+ * registration lives on the buffer as a [number, count] pair under a symbol of its own, present
+ * only while a run holds the buffer: caught there during the first run and given a count that
+ * never reaches zero, the number stays for the session's life.
+ */
+async function pinRegistrations (buffers: GPUBuffer[], run: Promise<unknown>): Promise<void> {
+  const pinned = new Set<GPUBuffer>()
+  const state = { done: false }
+  void run.finally(() => { state.done = true }).catch(() => {})
+  const pin = (): void => {
+    for (const buffer of buffers) {
+      if (pinned.has(buffer)) continue
+      for (const sym of Object.getOwnPropertySymbols(buffer)) {
+        const entry = (buffer as unknown as Record<symbol, unknown>)[sym]
+        if (sym.description === 'gpuBufferMetadata' && Array.isArray(entry)) {
+          entry[1] = Number.NaN
+          pinned.add(buffer)
+        }
+      }
+    }
+  }
+  while (!state.done && pinned.size < buffers.length) {
+    pin()
+    await new Promise(resolve => setImmediate(resolve))
+  }
+  if (pinned.size < buffers.length) throw new Error(`onnxruntime-web's registration of ${buffers.length - pinned.size} of the step's ${buffers.length} buffers was not caught during its first run`)
+}
+
+/** One variant in this process: onnxruntime-web over Dawn's Node binding. */
+async function runWeb (args: { form: string; decode: string; capture: boolean; prompt: number[]; gen: number; maxLen: number; shape: ModelShape }): Promise<Omit<VariantResult, 'name' | 'tokens_equal_cpu' | 'first_logits_max_diff_vs_cpu'> & { first_logits: number[] }> {
+  const { create, globals } = await import('webgpu')
+  Object.assign(globalThis, globals)
+  Object.defineProperty(globalThis.navigator, 'gpu', { value: create([]), configurable: true })
+  const web = await import('onnxruntime-web/webgpu')
+  web.env.wasm.numThreads = 1
+  web.env.logLevel = (process.env.ORT_WEB_LOG ?? 'warning') as 'warning'
+  type WebSession = Awaited<ReturnType<typeof web.InferenceSession.create>>
+  const { shape, maxLen } = args
+  // The decode step's dimensions, fixed: onnxruntime then folds the graph's shape arithmetic into
+  // constants, and capture takes only graphs whose every node runs on the GPU.
+  const fixedDims = { batch_size: 1, sequence_length: 1, total_sequence_length: args.maxLen, past_sequence_length: args.maxLen }
+  const load = async (dir: string, capture: boolean, freeDimensionOverrides?: Record<string, number>): Promise<WebSession> => {
+    const file = path.join(dir, ONNX_FILE)
+    const data = `${path.basename(file)}_data`
+    return await web.InferenceSession.create(new Uint8Array(fs.readFileSync(file)), {
+      // As an object: onnxruntime-web hands enableGraphCapture to the provider only then.
+      executionProviders: [{ name: 'webgpu' }],
+      enableGraphCapture: capture,
+      ...(freeDimensionOverrides ? { freeDimensionOverrides } : {}),
+      ...(process.env.ORT_WEB_LOG === 'verbose' ? { logSeverityLevel: 0 as const, logVerbosityLevel: 1 } : {}),
+      externalData: [{ path: data, data: new Uint8Array(fs.readFileSync(path.join(path.dirname(file), data))) }],
+    })
+  }
+  const started = performance.now()
+  const promptSession = await load(args.form, false)
+  const decodeSession = await load(args.decode, args.capture, fixedDims)
+  const sessionLoad = (performance.now() - started) / 1000
+  const device = await web.env.webgpu.device
+  const info = (device as unknown as { adapterInfo?: { vendor?: string; architecture?: string; device?: string; description?: string } }).adapterInfo
+  const adapter = [info?.vendor, info?.architecture, info?.device, info?.description].filter(Boolean).join(' ')
+  const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST
+  const buffer = (bytes: number): GPUBuffer => device.createBuffer({ size: Math.max(16, Math.ceil(bytes / 16) * 16), usage: STORAGE })
+  const gpuTensor = (buf: GPUBuffer, dataType: 'float32' | 'int64', dims: number[]): InstanceType<typeof web.Tensor> =>
+    web.Tensor.fromGpuBuffer(buf, { dataType, dims })
+
+  // The cache: one buffer per layer's keys and values, maxLen positions, past and present of every run.
+  const cacheDims = [1, shape.kvHeads, maxLen, shape.headDim]
+  const cache: Record<string, InstanceType<typeof web.Tensor>> = {}
+  const present: Record<string, InstanceType<typeof web.Tensor>> = {}
+  for (let i = 0; i < shape.layers; i++) {
+    for (const kv of ['key', 'value']) {
+      const t = gpuTensor(buffer(4 * shape.kvHeads * maxLen * shape.headDim), 'float32', cacheDims)
+      cache[`past_key_values.${i}.${kv}`] = t
+      present[`present.${i}.${kv}`] = t
+    }
+  }
+  const cpuInt64 = (values: number[], dims: number[]): InstanceType<typeof web.Tensor> => new web.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
+
+  // The prompt, on the GPU form with the cache in place.
+  const { prompt, gen } = args
+  let t0 = performance.now()
+  const promptOut = await promptSession.run({
+    input_ids: cpuInt64(prompt, [1, prompt.length]),
+    attention_mask: cpuInt64(new Array<number>(prompt.length).fill(1), [1, prompt.length]),
+    position_ids: cpuInt64(prompt.map((_, j) => j), [1, prompt.length]),
+    num_logits_to_keep: new web.Tensor('int64', BigInt64Array.of(1n), []),
+    ...cache,
+  }, { logits: null, cache_delta: null, ...present } as never)
+  let next = argmax(await promptOut.logits.getData() as Float32Array)
+  const promptMs = performance.now() - t0
+
+  // The decode step's inputs and outputs, fixed GPU buffers written from here.
+  const ids = buffer(8)
+  const positions = buffer(8)
+  const mask = buffer(8 * maxLen)
+  const logits = buffer(4 * shape.vocab)
+  const readback = device.createBuffer({ size: 4 * shape.vocab, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST })
+  const ones = new BigInt64Array(maxLen)
+  ones.fill(1n, 0, prompt.length + 1)
+  device.queue.writeBuffer(mask, 0, ones)
+  const feeds = {
+    input_ids: gpuTensor(ids, 'int64', [1, 1]),
+    attention_mask: gpuTensor(mask, 'int64', [1, maxLen]),
+    position_ids: gpuTensor(positions, 'int64', [1, 1]),
+    ...cache,
+  }
+  const fetches = { logits: gpuTensor(logits, 'float32', [1, 1, shape.vocab]), ...present }
+  const fixedBuffers = [ids, positions, mask, logits, ...Object.values(cache).map(t => t.gpuBuffer as GPUBuffer)]
+  const tokens: number[] = [next]
+  const steps: number[] = []
+  let firstLogits: number[] = []
+  for (let step = 0; step < gen; step++) {
+    const position = prompt.length + step
+    if (position >= maxLen) throw new Error(`--max-len ${maxLen} is too short for ${prompt.length} + ${gen} tokens`)
+    t0 = performance.now()
+    device.queue.writeBuffer(ids, 0, BigInt64Array.of(BigInt(next)))
+    device.queue.writeBuffer(positions, 0, BigInt64Array.of(BigInt(position)))
+    if (step > 0) device.queue.writeBuffer(mask, 8 * position, BigInt64Array.of(1n))
+    const run = decodeSession.run(feeds, fetches as never)
+    if (step === 0) await pinRegistrations(fixedBuffers, run)
+    await run
+    const encoder = device.createCommandEncoder()
+    encoder.copyBufferToBuffer(logits, 0, readback, 0, 4 * shape.vocab)
+    device.queue.submit([encoder.finish()])
+    await readback.mapAsync(GPUMapMode.READ)
+    const row = new Float32Array(readback.getMappedRange().slice(0))
+    readback.unmap()
+    next = argmax(row)
+    steps.push(performance.now() - t0)
+    if (step === 0) firstLogits = Array.from(row)
+    tokens.push(next)
+  }
+  tokens.pop() // the last step's token has no step of its own in the CPU's list
+  await promptSession.release()
+  await decodeSession.release()
+  // With capture the first run records the graph (and may run a few times before): time the rest.
+  const timed = steps.slice(args.capture ? 2 : 1)
+  return {
+    capture: args.capture,
+    tokens,
+    prompt_ms: promptMs,
+    step_ms_median: median(timed),
+    step_ms_min: Math.min(...timed),
+    first_step_ms: steps[0],
+    session_load_s: sessionLoad,
+    adapter,
+    first_logits: firstLogits,
+  }
+}
+
+async function main (): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      'model-config': { type: 'string' },
+      'bench-model': { type: 'boolean', default: false },
+      prompt: { type: 'string', default: '24' },
+      gen: { type: 'string', default: '48' },
+      'max-len': { type: 'string', default: '512' },
+      json: { type: 'string' },
+      child: { type: 'string' },
+      work: { type: 'string' },
+      result: { type: 'string' },
+    },
+  })
+  const config = values['model-config'] ?? SMALL_SHAPE
+  const work = values.work ?? path.join(ROOT, 'bench-out', 'graph-capture', path.basename(config, '.config.json'))
+  const gen = Number(values.gen)
+  const maxLen = Number(values['max-len'])
+  const models = buildModels({ config, bench: values['bench-model'], work })
+  const shape = readShape(models.form)
+  const prompt = promptIds(Number(values.prompt), shape.vocab)
+  if (values.child !== undefined) {
+    const result = await runWeb({ ...models, capture: values.child === 'capture', prompt, gen, maxLen, shape })
+    fs.writeFileSync(values.result as string, JSON.stringify(result))
+    process.exit(0)
+  }
+  fs.mkdirSync(work, { recursive: true })
+  const cpu = await cpuReference(models.form, shape, prompt, gen)
+  const variants: VariantResult[] = []
+  for (const capture of [false, true]) {
+    const name = capture ? 'onnxruntime-web, graph capture' : 'onnxruntime-web, no capture'
+    const forward = process.argv.slice(2).filter((a, i, all) => a !== '--json' && all[i - 1] !== '--json')
+    const resultFile = path.join(work, `result-${capture ? 'capture' : 'plain'}.json`)
+    fs.rmSync(resultFile, { force: true })
+    try {
+      execFileSync(process.execPath, [fileURLToPath(import.meta.url), ...forward, '--work', work, '--child', capture ? 'capture' : 'plain', '--result', resultFile], { stdio: ['ignore', 'inherit', 'inherit'] })
+    } catch (err) {
+      console.error(`${name}: failed (${(err as Error).message.split('\n')[0]})`)
+      continue
+    }
+    const r = JSON.parse(fs.readFileSync(resultFile, 'utf8')) as Awaited<ReturnType<typeof runWeb>>
+    let diff = 0
+    r.first_logits.forEach((v, k) => { diff = Math.max(diff, Math.abs(v - cpu.firstLogits[k])) })
+    const { first_logits: _, ...rest } = r
+    variants.push({ name, ...rest, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff })
+  }
+  const plain = variants.find(v => !v.capture)
+  const captured = variants.find(v => v.capture)
+  const report: GraphCaptureReport = {
+    shape: values['bench-model'] ? 'qwen2-1.5b-shape' : path.basename(config, '.config.json'),
+    prompt_tokens: prompt.length,
+    gen,
+    max_len: maxLen,
+    onnxruntime_web: (JSON.parse(fs.readFileSync(path.join(ROOT, 'node_modules/onnxruntime-web/package.json'), 'utf8')) as { version: string }).version,
+    cpu_tokens: cpu.tokens,
+    variants,
+    capture_speedup: plain && captured ? plain.step_ms_median / captured.step_ms_median : null,
+  }
+  for (const v of variants) {
+    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms (min ${v.step_ms_min.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
+  }
+  if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)
+  if (values.json) fs.writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`)
+}
+
+await main()
