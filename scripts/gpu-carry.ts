@@ -5,6 +5,9 @@
 //                            load: the production dependencies (onnxruntime-node
 //                            for Linux x64 only), openai and @anthropic-ai/sdk (the
 //                            benchmark's clients) and the Qwen tokenizer file
+//   graph-capture.tar.xz     what scripts/bench/graph-capture.ts loads beside them:
+//                            onnxruntime-web's WebGPU bundle and its WebAssembly, and
+//                            Dawn's Node binding (npm webgpu) for Linux x64
 //   llama.cpp-vulkan.tar.xz  llama.cpp's Vulkan build (scripts/llama-cpp/vulkan.ts:
 //                            node-llama-cpp's npm libraries, the tools compiled here)
 // The Vulkan loader's Debian packages (debs/) come from apt-get download, in
@@ -96,6 +99,20 @@ try {
   xz('node_modules', linked, files.map(f => f))
 } finally {
   fs.rmSync(linked, { recursive: true, force: true })
+}
+
+// ---- graph capture's runtime: onnxruntime-web's WebGPU build and Dawn for Node -------
+// Only the files graph-capture.ts loads: the bundle carries onnxruntime-common inside it.
+const captureFiles = [
+  ...['package.json', 'dist/ort.webgpu.bundle.min.mjs', 'dist/ort-wasm-simd-threaded.asyncify.mjs', 'dist/ort-wasm-simd-threaded.asyncify.wasm'].map(f => `node_modules/onnxruntime-web/${f}`),
+  ...['package.json', 'index.js', 'dist/linux-x64/dawn.node'].map(f => `node_modules/webgpu/${f}`),
+]
+const captureLinked = fs.mkdtempSync(path.join(OUT, '.modules-'))
+try {
+  fs.symlinkSync(modules, path.join(captureLinked, 'node_modules'))
+  xz('graph-capture', captureLinked, captureFiles)
+} finally {
+  fs.rmSync(captureLinked, { recursive: true, force: true })
 }
 
 // ---- llama.cpp's Vulkan build ----------------------------------------------------

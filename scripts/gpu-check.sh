@@ -12,12 +12,14 @@
 #    debs/: the Vulkan loader and glvnd (apt-get download libvulkan1 libglvnd0
 #    libglx0 libegl1 libgl1 libopengl0 libgles2; NVIDIA's Vulkan driver needs
 #    glvnd), and scripts/gpu-carry.ts's Node, node_modules and llama.cpp's Vulkan
-#    build (node-llama-cpp's npm libraries, its tools compiled here).
+#    build (node-llama-cpp's npm libraries, its tools compiled here), and graph
+#    capture's runtime (onnxruntime-web's WebGPU build, Dawn's Node binding).
 # 2. There, with the repository and .gpu-carry/ copied over, as root (the Vulkan
 #    loader's packages are unpacked into / when the machine has no loader):
 #      scripts/gpu-check.sh OUT_DIR [--small] [--step STEPS] [--rounds N] [-- BENCH OPTIONS]
 #    writes into OUT_DIR: environment.txt, exactness.json, forms.json,
-#    steps-webgpu.txt, server-profile.json, bench-webgpu.json, and gpu-check.log.
+#    steps-webgpu.txt, graph-capture.json, server-profile.json, bench-webgpu.json,
+#    and gpu-check.log.
 #    It works in a copy of the repository under $CHATD_GPU_WORK (default
 #    /tmp/chatd-gpu-check), where it unpacks what it carried, so the repository
 #    itself is left as it was. STEPS, comma-separated, in order (the default,
@@ -26,7 +28,9 @@
 #    for bench the CPU form and llama.cpp's GGUF unless its options leave them
 #    out), side by side; forms measures the GPU forms on onnxruntime directly
 #    (scripts/bench/gpu-forms.ts, forms.json) and the engine's decode step
-#    (bench:steps, steps-webgpu.txt); profile runs the server under V8's profiler
+#    (bench:steps, steps-webgpu.txt); capture measures the decode step with the
+#    WebGPU provider's graph capture, through onnxruntime-web over Dawn's Node
+#    binding (scripts/bench/graph-capture.ts, graph-capture.json); profile runs the server under V8's profiler
 #    (scripts/bench/server-profile.ts, server-profile.json); bench measures.
 #    Steps can run in separate calls on the same machine (the work folder stays),
 #    e.g. where one command may run 10 minutes: --step setup,exactness,prepare,
@@ -54,7 +58,7 @@ fi
 
 OUT="${1:-}"
 if [ -z "$OUT" ] || [ "${OUT#-}" != "$OUT" ]; then
-  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,forms,profile,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
+  echo "usage: scripts/gpu-check.sh OUT_DIR [--small] [--step setup,exactness,prepare,forms,capture,profile,bench|all] [--rounds N] [-- BENCH OPTIONS]" >&2
   echo "       scripts/gpu-check.sh --pack" >&2
   exit 2
 fi
@@ -73,10 +77,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ "$STEP" = all ] && STEP=setup,exactness,prepare,forms,profile,bench
+[ "$STEP" = all ] && STEP=setup,exactness,prepare,capture,forms,profile,bench
 IFS=, read -r -a STEPS <<< "$STEP"
 for step in "${STEPS[@]}"; do
-  case "$step" in setup|exactness|prepare|forms|profile|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare, forms, profile and bench, comma-separated, or all" >&2; exit 2 ;; esac
+  case "$step" in setup|exactness|prepare|forms|capture|profile|bench) ;; *) echo "gpu-check: --step takes setup, exactness, prepare, forms, capture, profile and bench, comma-separated, or all" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -99,7 +103,7 @@ REPO="$WORK/repo"
 LDCONFIG="$(command -v ldconfig || echo /sbin/ldconfig)"
 
 setup () {
-  for f in node.tar.xz node_modules.tar.xz llama.cpp-vulkan.tar.xz; do
+  for f in node.tar.xz node_modules.tar.xz graph-capture.tar.xz llama.cpp-vulkan.tar.xz; do
     [ -f "$CARRY/$f" ] || { echo "gpu-check: $CARRY/$f is missing: run scripts/gpu-check.sh --pack where there is a network, and carry .gpu-carry/ over" >&2; exit 1; }
   done
   if ! "$LDCONFIG" -p | grep -q 'libvulkan\.so\.1 '; then
@@ -114,6 +118,7 @@ setup () {
   tar -C "$WORK/node" -xJf "$CARRY/node.tar.xz"
   tar -C "$ROOT" --exclude=./node_modules --exclude=./.gpu-carry --exclude=./bench-out --exclude=./.git --exclude=./.tap -cf - . | tar -C "$REPO" -xf -
   tar -C "$REPO" -xJf "$CARRY/node_modules.tar.xz"
+  tar -C "$REPO" -xJf "$CARRY/graph-capture.tar.xz"
   tar -C "$REPO/bench-out/llama.cpp-vulkan" -xJf "$CARRY/llama.cpp-vulkan.tar.xz"
   {
     echo "date: $(date -u +%FT%TZ)"
@@ -145,6 +150,7 @@ prepare () {
     [[ " ${BENCH_ARGS[*]} " == *" --no-cpu-compare "* ]] || parts+=(cpu-model)
   fi
   [[ ",$STEP," == *",forms,"* ]] && parts+=(gpu-model-standard gpu-model-causal gpu-model-int8)
+  [[ ",$STEP," == *",capture,"* ]] && parts+=(gpu-model-static-decode)
   say "building the models side by side (chatd's converter, llama.cpp's GGUF): ${parts[*]}"
   for part in "${parts[@]}"; do
     (cd "$REPO" && node scripts/bench/gpu-prepare.ts "$part" "${MODEL_CONFIG[@]}") &
@@ -164,6 +170,14 @@ forms () {
   [ "$SMALL" = 1 ] && steps+=(--steps 8 --prompt 31)
   say "the engine's decode step on the GPU (npm run bench:steps)"
   (cd "$REPO" && node scripts/bench-steps.ts "${steps[@]}") | tee "$OUT/steps-webgpu.txt"
+}
+
+capture () {
+  # One stream's decode step with and without the provider's graph capture, each against the CPU's tokens.
+  local args=(--json "$OUT/graph-capture.json" "${MODEL_CONFIG[@]}")
+  if [ "$SMALL" = 1 ]; then args+=(--gen 16 --max-len 128); else args+=(--gen 128 --max-len 1024); fi
+  say "the decode step with the WebGPU provider's graph capture (onnxruntime-web over Dawn's Node binding)"
+  (cd "$REPO" && node scripts/bench/graph-capture.ts "${args[@]}")
 }
 
 profile () {
@@ -191,6 +205,7 @@ for step in "${STEPS[@]}"; do
     exactness) exactness || status=$? ;;
     prepare) prepare ;;
     forms) forms || status=$? ;;
+    capture) capture || status=$? ;;
     profile) profile || status=$? ;;
     bench) bench ;;
   esac

@@ -4,10 +4,12 @@
 // earlier GPU form with plain attention (gpu-forms.ts compares the two), the
 // chatd model in the CPU form, or llama.cpp's Q4_0 GGUF (its Vulkan build must
 // be in bench-out/ already); gpu-model-causal and gpu-model-int8 are the GPU form
-// without its mask and with int8 activations, measured by gpu-forms.ts only.
+// without its mask and with int8 activations, measured by gpu-forms.ts only;
+// gpu-model-static-decode the GPU form's decode step for graph capture, measured
+// by graph-capture.ts only.
 // `npm run bench -- --device webgpu` finds them built.
 //
-//   node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|gpu-model-causal|gpu-model-int8|cpu-model|llama [--model-config FILE]
+//   node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|gpu-model-causal|gpu-model-int8|gpu-model-static-decode|cpu-model|llama [--model-config FILE]
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import { benchModelDir } from '../bench-model.ts'
@@ -21,11 +23,12 @@ const started = performance.now()
 if (part === 'gpu-model') benchModelDir(32, 'chatd', { gpu: true, config })
 else if (part === 'gpu-model-standard') benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: 'standard' })
 else if (part === 'gpu-model-causal') benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: 'gqa-causal' })
+else if (part === 'gpu-model-static-decode') benchModelDir(32, 'chatd', { gpu: true, config, gpuAttention: 'gqa-static-decode' })
 else if (part === 'gpu-model-int8') benchModelDir(32, 'chatd', { gpu: true, config, gpuInt8: true })
 else if (part === 'cpu-model') benchModelDir(32, 'chatd', { config })
 else if (part === 'llama') prepareLlamaCppVulkan({ out: path.join(ROOT, 'bench-out'), threads: 0, config })
 else {
-  console.error('usage: node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|gpu-model-causal|gpu-model-int8|cpu-model|llama [--model-config FILE]')
+  console.error('usage: node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|gpu-model-causal|gpu-model-int8|gpu-model-static-decode|cpu-model|llama [--model-config FILE]')
   process.exit(2)
 }
 console.error(`${part}: ready in ${((performance.now() - started) / 1000).toFixed(0)} s`)

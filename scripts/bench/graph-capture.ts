@@ -21,7 +21,10 @@
 // onnxruntime-web; chatd's engine does not use it. scripts/gpu-check.sh runs it as its
 // `capture` step.
 //
-//   node scripts/bench/graph-capture.ts [--model-config FILE | --bench-model]
+// The models are the benchmark's (bench-model.ts: the 1.5B shape unless --model-config names
+// another; built once into bench-out/models), or, with --work DIR, built into DIR.
+//
+//   node scripts/bench/graph-capture.ts [--model-config FILE] [--work DIR]
 //     [--prompt 24] [--gen 48] [--max-len 512] [--json FILE]
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -32,11 +35,10 @@ import { parseArgs } from 'node:util'
 import ort from 'onnxruntime-node'
 import { convertRandom } from '../../src/convert/index.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
-import { benchModelDir } from '../bench-model.ts'
+import { BENCH_MODEL_CONFIG, benchModelDir } from '../bench-model.ts'
 import { median } from './rounds.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
-const SMALL_SHAPE = path.join(ROOT, 'scripts/models/qwen2-small-shape.config.json')
 const ONNX_FILE = 'onnx/model_q4.onnx'
 
 interface ModelShape { layers: number; kvHeads: number; headDim: number; vocab: number }
@@ -79,12 +81,13 @@ function readShape (dir: string): ModelShape {
 }
 
 /** The GPU form and its static decode step, from the same seeded weights. */
-function buildModels (opts: { config: string; bench: boolean; work: string }): { form: string; decode: string } {
-  if (opts.bench) {
-    return { form: benchModelDir(32, 'chatd', { gpu: true }), decode: benchModelDir(32, 'chatd', { gpu: true, gpuAttention: 'gqa-static-decode' }) }
+function buildModels (opts: { config: string; work?: string }): { form: string; decode: string } {
+  const work = opts.work
+  if (work === undefined) {
+    return { form: benchModelDir(32, 'chatd', { gpu: true, config: opts.config }), decode: benchModelDir(32, 'chatd', { gpu: true, config: opts.config, gpuAttention: 'gqa-static-decode' }) }
   }
   const build = (name: string, staticDecode: boolean): string => {
-    const out = path.join(opts.work, name)
+    const out = path.join(work, name)
     if (!fs.existsSync(path.join(out, ONNX_FILE))) {
       convertRandom({ configPath: opts.config, out, weights: 'int4', seed: 1, cache: 'concat', int4Compute: 'float', attention: 'gqa-masked', staticDecode })
     }
@@ -290,7 +293,6 @@ async function main (): Promise<void> {
   const { values } = parseArgs({
     options: {
       'model-config': { type: 'string' },
-      'bench-model': { type: 'boolean', default: false },
       prompt: { type: 'string', default: '24' },
       gen: { type: 'string', default: '48' },
       'max-len': { type: 'string', default: '512' },
@@ -300,11 +302,12 @@ async function main (): Promise<void> {
       result: { type: 'string' },
     },
   })
-  const config = values['model-config'] ?? SMALL_SHAPE
-  const work = values.work ?? path.join(ROOT, 'bench-out', 'graph-capture', path.basename(config, '.config.json'))
+  const config = path.resolve(values['model-config'] ?? BENCH_MODEL_CONFIG)
+  // Where the children leave their results (and, with --work, the models are built).
+  const work = values.work ?? path.join(ROOT, 'bench-out', 'graph-capture')
   const gen = Number(values.gen)
   const maxLen = Number(values['max-len'])
-  const models = buildModels({ config, bench: values['bench-model'], work })
+  const models = buildModels({ config, work: values.work })
   const shape = readShape(models.form)
   const prompt = promptIds(Number(values.prompt), shape.vocab)
   if (values.child !== undefined) {
@@ -321,7 +324,7 @@ async function main (): Promise<void> {
     const resultFile = path.join(work, `result-${capture ? 'capture' : 'plain'}.json`)
     fs.rmSync(resultFile, { force: true })
     try {
-      execFileSync(process.execPath, [fileURLToPath(import.meta.url), ...forward, '--work', work, '--child', capture ? 'capture' : 'plain', '--result', resultFile], { stdio: ['ignore', 'inherit', 'inherit'] })
+      execFileSync(process.execPath, [fileURLToPath(import.meta.url), ...forward, '--child', capture ? 'capture' : 'plain', '--result', resultFile], { stdio: ['ignore', 'inherit', 'inherit'] })
     } catch (err) {
       console.error(`${name}: failed (${(err as Error).message.split('\n')[0]})`)
       continue
@@ -335,7 +338,7 @@ async function main (): Promise<void> {
   const plain = variants.find(v => !v.capture)
   const captured = variants.find(v => v.capture)
   const report: GraphCaptureReport = {
-    shape: values['bench-model'] ? 'qwen2-1.5b-shape' : path.basename(config, '.config.json'),
+    shape: path.basename(config, '.config.json'),
     prompt_tokens: prompt.length,
     gen,
     max_len: maxLen,
@@ -349,6 +352,8 @@ async function main (): Promise<void> {
   }
   if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)
   if (values.json) fs.writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`)
+  // A variant that failed, or gave other tokens than the CPU, fails the run.
+  if (variants.length < 2 || variants.some(v => !v.tokens_equal_cpu)) process.exitCode = 1
 }
 
 await main()

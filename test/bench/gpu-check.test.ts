@@ -18,7 +18,7 @@ t.test('usage mistakes: exit 2 and the usage', async t => {
   t.match(run(['--bogus']).stderr, /^usage:/, 'an option where the folder goes')
   const dir = t.testdir({})
   t.match(run([dir, '--fast']), { status: 2, stderr: /unknown option --fast/ })
-  t.match(run([dir, '--step', 'later']), { status: 2, stderr: /--step takes setup, exactness, prepare, forms, profile and bench, comma-separated, or all/ })
+  t.match(run([dir, '--step', 'later']), { status: 2, stderr: /--step takes setup, exactness, prepare, forms, capture, profile and bench, comma-separated, or all/ })
   t.match(run([dir, '--step', 'setup,later']), { status: 2, stderr: /--step takes/ }, 'each step is checked before any runs')
 })
 

@@ -228,3 +228,71 @@ t.test('the gqa-masked graph without its mask (gqa-causal, written for measuring
   t.ok(worst < 1e-5, `one unpadded row: max difference from the GPU form ${worst.toExponential(2)}`)
   t.throws(() => convertRandom({ configPath, out: t.testdir({}), weights: 'fp32', seed: 7, attention: 'standard', attentionBias: false }), /only the gqa-masked attention style is written without its bias/)
 })
+
+t.test('the static decode step (gqa-static-decode, the decode step graph capture needs, for measuring only): the GPU form\'s tokens at a fixed cache length, refused by chatd', async t => {
+  const configPath = path.join(REPO_ROOT, 'test/fixtures', 'tiny-qwen2-hd16.config.json')
+  const out = t.testdir({})
+  convertRandom({ configPath, out, weights: 'fp32', seed: 7, cache: 'concat', attention: 'gqa-masked', staticDecode: true })
+  await t.rejects(DecoderSession.load(readModelDir(out, 'fp32'), { device: testDevice(), threads: 1 }), /gqa-static-decode graph .* is written for measuring only/)
+  t.throws(() => convertRandom({ configPath, out: path.join(out, 'standard'), weights: 'fp32', seed: 7, attention: 'standard', staticDecode: true }), /the static decode step is written in the gqa-masked attention style/)
+  // On onnxruntime's CPU provider: the prompt on the GPU form, then every decode step on the static
+  // graph with a cache and mask MAX positions long (ones up to the new token), each step's present the
+  // next step's past, against the GPU form decoding with a growing cache.
+  const { default: ort } = await import('onnxruntime-node')
+  const form = await ort.InferenceSession.create(path.join(randomGpuFormModelDir('fp32'), 'onnx', 'model.onnx'))
+  const fixed = await ort.InferenceSession.create(path.join(out, 'onnx', 'model.onnx'))
+  t.teardown(async () => { await form.release(); await fixed.release() })
+  t.notOk(fixed.inputNames.includes('num_logits_to_keep'), 'no num_logits_to_keep: one token a run')
+  t.notOk(fixed.outputNames.includes('cache_delta'), 'no cache_delta')
+  const MAX = 32
+  const STEPS = 10
+  const int64 = (values: number[], dims: number[]) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
+  const layers = form.inputNames.filter(n => /^past_key_values\.\d+\.key$/.test(n)).length
+  const [kvHeads, headDim] = [2, 16]
+  let past: Record<string, InstanceType<typeof ort.Tensor>> = {}
+  for (let i = 0; i < layers; i++) for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, kvHeads, 0, headDim])
+  const prompt = await form.run({ input_ids: int64(TOKENS, [1, TOKENS.length]), attention_mask: int64(TOKENS.map(() => 1), [1, TOKENS.length]), position_ids: int64(TOKENS.map((_, k) => k), [1, TOKENS.length]), num_logits_to_keep: int64([1], []), ...past })
+  const first = argmax(prompt.logits.data as Float32Array)
+  // The growing cache, and the same positions right-padded to MAX.
+  let grown: Record<string, InstanceType<typeof ort.Tensor>> = {}
+  let padded: Record<string, InstanceType<typeof ort.Tensor>> = {}
+  for (let i = 0; i < layers; i++) {
+    for (const kv of ['key', 'value']) {
+      const present = prompt[`present.${i}.${kv}`]
+      grown[`past_key_values.${i}.${kv}`] = present
+      const data = new Float32Array(kvHeads * MAX * headDim)
+      const src = present.data as Float32Array
+      for (let h = 0; h < kvHeads; h++) data.set(src.subarray(h * TOKENS.length * headDim, (h + 1) * TOKENS.length * headDim), h * MAX * headDim)
+      padded[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', data, [1, kvHeads, MAX, headDim])
+    }
+  }
+  past = {}
+  const expected: number[] = []
+  const got: number[] = []
+  let [nextGrown, nextFixed] = [first, first]
+  const dims = new Set<string>()
+  for (let step = 0; step < STEPS; step++) {
+    const position = TOKENS.length + step
+    const a = await form.run({ input_ids: int64([nextGrown], [1, 1]), attention_mask: int64(new Array<number>(position + 1).fill(1), [1, position + 1]), position_ids: int64([position], [1, 1]), num_logits_to_keep: int64([1], []), ...grown })
+    const b = await fixed.run({ input_ids: int64([nextFixed], [1, 1]), attention_mask: int64(Array.from({ length: MAX }, (_, k) => (k <= position ? 1 : 0)), [1, MAX]), position_ids: int64([position], [1, 1]), ...padded })
+    nextGrown = argmax(a.logits.data as Float32Array)
+    nextFixed = argmax(b.logits.data as Float32Array)
+    expected.push(nextGrown)
+    got.push(nextFixed)
+    if (step === 0) {
+      const worst = maxAbsDiff(a.logits.data as Float32Array, b.logits.data as Float32Array)
+      t.ok(worst < 1e-5, `the first step's logits: max difference ${worst.toExponential(2)}`)
+    }
+    grown = {}
+    padded = {}
+    for (let i = 0; i < layers; i++) {
+      for (const kv of ['key', 'value']) {
+        grown[`past_key_values.${i}.${kv}`] = a[`present.${i}.${kv}`]
+        dims.add(JSON.stringify(b[`present.${i}.${kv}`].dims))
+        padded[`past_key_values.${i}.${kv}`] = b[`present.${i}.${kv}`]
+      }
+    }
+  }
+  t.same(got, expected, `${STEPS} greedy tokens`)
+  t.same([...dims], [JSON.stringify([1, kvHeads, MAX, headDim])], 'the cache keeps its length')
+})
