@@ -103,8 +103,13 @@ REPO="$WORK/repo"
 LDCONFIG="$(command -v ldconfig || echo /sbin/ldconfig)"
 
 setup () {
-  for f in node.tar.xz node_modules.tar.xz graph-capture.tar.xz llama.cpp-vulkan.tar.xz; do
+  for f in node.tar.xz node_modules.tar.xz; do
     [ -f "$CARRY/$f" ] || { echo "gpu-check: $CARRY/$f is missing: run scripts/gpu-check.sh --pack where there is a network, and carry .gpu-carry/ over" >&2; exit 1; }
+  done
+  # The other two are for one step each, and all four with the repository pass the 64 MiB a
+  # borrowed machine takes: carry the one the call needs (capture or bench's llama.cpp).
+  for f in graph-capture.tar.xz llama.cpp-vulkan.tar.xz; do
+    [ -f "$CARRY/$f" ] || say "$f was not carried: $([ "$f" = graph-capture.tar.xz ] && echo 'the capture step cannot run' || echo 'bench needs -- --no-llama-cpp')"
   done
   if ! "$LDCONFIG" -p | grep -q 'libvulkan\.so\.1 '; then
     [ "$(id -u)" = 0 ] || { echo "gpu-check: the Vulkan loader is not installed, and unpacking its packages into / needs root" >&2; exit 1; }
@@ -118,8 +123,8 @@ setup () {
   tar -C "$WORK/node" -xJf "$CARRY/node.tar.xz"
   tar -C "$ROOT" --exclude=./node_modules --exclude=./.gpu-carry --exclude=./bench-out --exclude=./.git --exclude=./.tap -cf - . | tar -C "$REPO" -xf -
   tar -C "$REPO" -xJf "$CARRY/node_modules.tar.xz"
-  tar -C "$REPO" -xJf "$CARRY/graph-capture.tar.xz"
-  tar -C "$REPO/bench-out/llama.cpp-vulkan" -xJf "$CARRY/llama.cpp-vulkan.tar.xz"
+  [ ! -f "$CARRY/graph-capture.tar.xz" ] || tar -C "$REPO" -xJf "$CARRY/graph-capture.tar.xz"
+  [ ! -f "$CARRY/llama.cpp-vulkan.tar.xz" ] || tar -C "$REPO/bench-out/llama.cpp-vulkan" -xJf "$CARRY/llama.cpp-vulkan.tar.xz"
   {
     echo "date: $(date -u +%FT%TZ)"
     echo "node: $(node --version)"
@@ -146,7 +151,10 @@ prepare () {
   # llama.cpp's model and the CPU form only where the benchmark measures them; the other GPU forms only for forms.
   local parts=(gpu-model) pids=() part failed=0
   if [[ ",$STEP," == *",bench,"* ]]; then
-    [[ " ${BENCH_ARGS[*]} " == *" --no-llama-cpp "* ]] || parts+=(llama)
+    if [[ " ${BENCH_ARGS[*]} " != *" --no-llama-cpp "* ]]; then
+      [ -f "$REPO/bench-out/llama.cpp-vulkan/.chatd-vulkan.json" ] || { echo "gpu-check: llama.cpp's Vulkan build was not carried (llama.cpp-vulkan.tar.xz): carry it, or pass -- --no-llama-cpp" >&2; exit 1; }
+      parts+=(llama)
+    fi
     [[ " ${BENCH_ARGS[*]} " == *" --no-cpu-compare "* ]] || parts+=(cpu-model)
   fi
   [[ ",$STEP," == *",forms,"* ]] && parts+=(gpu-model-standard gpu-model-causal gpu-model-int8)
@@ -173,6 +181,7 @@ forms () {
 }
 
 capture () {
+  [ -d "$REPO/node_modules/onnxruntime-web" ] || { echo "gpu-check: graph capture's runtime was not carried (graph-capture.tar.xz)" >&2; return 1; }
   # One stream's decode step with and without the provider's graph capture, each against the CPU's tokens.
   local args=(--json "$OUT/graph-capture.json" "${MODEL_CONFIG[@]}")
   if [ "$SMALL" = 1 ]; then args+=(--gen 16 --max-len 128); else args+=(--gen 128 --max-len 1024); fi

@@ -7,6 +7,8 @@
 // What it does, for one model shape (seeded random int4 weights, chatd's converter):
 //   - the reference: chatd's GPU form (gqa-masked) on onnxruntime-node's CPU provider,
 //     a prompt and `--gen` greedy tokens;
+//   - chatd's engine's step today, for comparison: the GPU form on onnxruntime-node's
+//     WebGPU provider with its cache in place, the logits read back every run;
 //   - on onnxruntime-web's WebGPU provider (each variant in a child process: one device
 //     a process), the prompt on the GPU form with the cache in place (one GPU buffer per
 //     layer's keys and values, `--max-len` positions long, given as past and present),
@@ -34,6 +36,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import ort from 'onnxruntime-node'
 import { convertRandom } from '../../src/convert/index.ts'
+import { GpuBuffers } from '../../src/engine/onnx/device/gpu-buffers.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { BENCH_MODEL_CONFIG, benchModelDir } from '../bench-model.ts'
 import { median } from './rounds.ts'
@@ -43,8 +46,17 @@ const ONNX_FILE = 'onnx/model_q4.onnx'
 
 interface ModelShape { layers: number; kvHeads: number; headDim: number; vocab: number }
 
+/** The step's runtimes: chatd's today (onnxruntime-node, the cache in place), and onnxruntime-web without and with capture. */
+type VariantKind = 'node' | 'plain' | 'capture'
+const VARIANT_NAMES: Record<VariantKind, string> = {
+  node: 'onnxruntime-node, cache in place (chatd\'s engine today)',
+  plain: 'onnxruntime-web, no capture',
+  capture: 'onnxruntime-web, graph capture',
+}
+
 interface VariantResult {
   name: string
+  kind: VariantKind
   capture: boolean
   tokens: number[]
   tokens_equal_cpu: boolean
@@ -53,10 +65,14 @@ interface VariantResult {
   /** The median decode step: inputs written, the run, the logits read back and argmax. */
   step_ms_median: number
   step_ms_min: number
+  /** The median time from the step's start to its run's return: the host's part (the GPU may still be working). */
+  run_ms_median: number
   /** The first decode step (with capture: the run that records the graph). */
   first_step_ms: number
   session_load_s: number
   adapter: string
+  /** onnxruntime-web: the WebGPU features its device was given (subgroups, shader-f16: which kernels it may pick). */
+  device_features?: string[]
 }
 
 export interface GraphCaptureReport {
@@ -69,6 +85,57 @@ export interface GraphCaptureReport {
   variants: VariantResult[]
   /** No capture's median step over capture's. */
   capture_speedup: number | null
+  /** onnxruntime-node's median step (chatd's engine today) over capture's. */
+  capture_speedup_vs_node: number | null
+}
+
+type ChildResult = Omit<VariantResult, 'name' | 'kind' | 'tokens_equal_cpu' | 'first_logits_max_diff_vs_cpu'> & { first_logits: number[] }
+
+/**
+ * chatd's engine's step today: the GPU form on onnxruntime-node's WebGPU provider with its cache in
+ * place (one GPU buffer per layer's keys and values, `maxLen` positions, made as the engine makes
+ * them), the logits read back every run.
+ */
+async function runNode (args: { form: string; prompt: number[]; gen: number; maxLen: number; shape: ModelShape }): Promise<ChildResult> {
+  const { shape, maxLen, prompt, gen } = args
+  const started = performance.now()
+  const session = await ort.InferenceSession.create(path.join(args.form, ONNX_FILE), { executionProviders: ['webgpu'] })
+  const buffers = await GpuBuffers.open()
+  const cache: Record<string, ort.Tensor> = {}
+  for (let i = 0; i < shape.layers; i++) {
+    for (const kv of ['key', 'value']) cache[`past_key_values.${i}.${kv}`] = await buffers.padded(new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim]), maxLen)
+  }
+  const sessionLoad = (performance.now() - started) / 1000
+  const fetches = { logits: null, cache_delta: null, ...Object.fromEntries(Object.entries(cache).map(([name, t]) => [name.replace('past_key_values', 'present'), t])) }
+  const run = async (ids: number[], past: number): Promise<Float32Array> => {
+    const out = await session.run({
+      input_ids: int64(ids, [1, ids.length]),
+      attention_mask: int64(new Array<number>(past + ids.length).fill(1), [1, past + ids.length]),
+      position_ids: int64(ids.map((_, j) => past + j), [1, ids.length]),
+      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+      ...cache,
+    }, fetches)
+    return out.logits.data as Float32Array
+  }
+  let t0 = performance.now()
+  let next = argmax(await run(prompt, 0))
+  const promptMs = performance.now() - t0
+  const tokens = [next]
+  const steps: number[] = []
+  let firstLogits: number[] = []
+  for (let step = 0; step < gen; step++) {
+    t0 = performance.now()
+    const logits = await run([next], prompt.length + step)
+    next = argmax(logits)
+    steps.push(performance.now() - t0)
+    if (step === 0) firstLogits = Array.from(logits)
+    tokens.push(next)
+  }
+  tokens.pop()
+  await buffers.close()
+  await session.release()
+  const timed = steps.slice(1)
+  return { capture: false, tokens, prompt_ms: promptMs, step_ms_median: median(timed), step_ms_min: Math.min(...timed), run_ms_median: median(timed), first_step_ms: steps[0], session_load_s: sessionLoad, adapter: 'onnxruntime-node', first_logits: firstLogits }
 }
 
 function promptIds (n: number, vocab: number): number[] {
@@ -168,7 +235,7 @@ async function pinRegistrations (buffers: GPUBuffer[], run: Promise<unknown>): P
 }
 
 /** One variant in this process: onnxruntime-web over Dawn's Node binding. */
-async function runWeb (args: { form: string; decode: string; capture: boolean; prompt: number[]; gen: number; maxLen: number; shape: ModelShape }): Promise<Omit<VariantResult, 'name' | 'tokens_equal_cpu' | 'first_logits_max_diff_vs_cpu'> & { first_logits: number[] }> {
+async function runWeb (args: { form: string; decode: string; capture: boolean; prompt: number[]; gen: number; maxLen: number; shape: ModelShape }): Promise<ChildResult> {
   const { create, globals } = await import('webgpu')
   Object.assign(globalThis, globals)
   Object.defineProperty(globalThis.navigator, 'gpu', { value: create([]), configurable: true })
@@ -249,6 +316,7 @@ async function runWeb (args: { form: string; decode: string; capture: boolean; p
   const fixedBuffers = [ids, positions, mask, logits, ...Object.values(cache).map(t => t.gpuBuffer as GPUBuffer)]
   const tokens: number[] = [next]
   const steps: number[] = []
+  const runs: number[] = []
   let firstLogits: number[] = []
   for (let step = 0; step < gen; step++) {
     const position = prompt.length + step
@@ -260,6 +328,7 @@ async function runWeb (args: { form: string; decode: string; capture: boolean; p
     const run = decodeSession.run(feeds, fetches as never)
     if (step === 0) await pinRegistrations(fixedBuffers, run)
     await run
+    runs.push(performance.now() - t0)
     const encoder = device.createCommandEncoder()
     encoder.copyBufferToBuffer(logits, 0, readback, 0, 4 * shape.vocab)
     device.queue.submit([encoder.finish()])
@@ -282,9 +351,11 @@ async function runWeb (args: { form: string; decode: string; capture: boolean; p
     prompt_ms: promptMs,
     step_ms_median: median(timed),
     step_ms_min: Math.min(...timed),
+    run_ms_median: median(runs.slice(args.capture ? 2 : 1)),
     first_step_ms: steps[0],
     session_load_s: sessionLoad,
     adapter,
+    device_features: [...(device.features as unknown as Set<string>)].sort(),
     first_logits: firstLogits,
   }
 }
@@ -311,32 +382,35 @@ async function main (): Promise<void> {
   const shape = readShape(models.form)
   const prompt = promptIds(Number(values.prompt), shape.vocab)
   if (values.child !== undefined) {
-    const result = await runWeb({ ...models, capture: values.child === 'capture', prompt, gen, maxLen, shape })
+    const result = values.child === 'node'
+      ? await runNode({ form: models.form, prompt, gen, maxLen, shape })
+      : await runWeb({ ...models, capture: values.child === 'capture', prompt, gen, maxLen, shape })
     fs.writeFileSync(values.result as string, JSON.stringify(result))
     process.exit(0)
   }
   fs.mkdirSync(work, { recursive: true })
   const cpu = await cpuReference(models.form, shape, prompt, gen)
   const variants: VariantResult[] = []
-  for (const capture of [false, true]) {
-    const name = capture ? 'onnxruntime-web, graph capture' : 'onnxruntime-web, no capture'
+  for (const kind of ['node', 'plain', 'capture'] as const) {
+    const name = VARIANT_NAMES[kind]
     const forward = process.argv.slice(2).filter((a, i, all) => a !== '--json' && all[i - 1] !== '--json')
-    const resultFile = path.join(work, `result-${capture ? 'capture' : 'plain'}.json`)
+    const resultFile = path.join(work, `result-${kind}.json`)
     fs.rmSync(resultFile, { force: true })
     try {
-      execFileSync(process.execPath, [fileURLToPath(import.meta.url), ...forward, '--child', capture ? 'capture' : 'plain', '--result', resultFile], { stdio: ['ignore', 'inherit', 'inherit'] })
+      execFileSync(process.execPath, [fileURLToPath(import.meta.url), ...forward, '--child', kind, '--result', resultFile], { stdio: ['ignore', 'inherit', 'inherit'] })
     } catch (err) {
       console.error(`${name}: failed (${(err as Error).message.split('\n')[0]})`)
       continue
     }
-    const r = JSON.parse(fs.readFileSync(resultFile, 'utf8')) as Awaited<ReturnType<typeof runWeb>>
+    const r = JSON.parse(fs.readFileSync(resultFile, 'utf8')) as ChildResult
     let diff = 0
     r.first_logits.forEach((v, k) => { diff = Math.max(diff, Math.abs(v - cpu.firstLogits[k])) })
     const { first_logits: _, ...rest } = r
-    variants.push({ name, ...rest, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff })
+    variants.push({ name, kind, ...rest, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff })
   }
-  const plain = variants.find(v => !v.capture)
-  const captured = variants.find(v => v.capture)
+  const node = variants.find(v => v.kind === 'node')
+  const plain = variants.find(v => v.kind === 'plain')
+  const captured = variants.find(v => v.kind === 'capture')
   const report: GraphCaptureReport = {
     shape: path.basename(config, '.config.json'),
     prompt_tokens: prompt.length,
@@ -346,14 +420,16 @@ async function main (): Promise<void> {
     cpu_tokens: cpu.tokens,
     variants,
     capture_speedup: plain && captured ? plain.step_ms_median / captured.step_ms_median : null,
+    capture_speedup_vs_node: node && captured ? node.step_ms_median / captured.step_ms_median : null,
   }
   for (const v of variants) {
-    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms (min ${v.step_ms_min.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
+    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
   }
   if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)
+  if (report.capture_speedup_vs_node !== null) console.log(`graph capture: ${report.capture_speedup_vs_node.toFixed(2)}x onnxruntime-node's step (chatd's engine today)`)
   if (values.json) fs.writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`)
   // A variant that failed, or gave other tokens than the CPU, fails the run.
-  if (variants.length < 2 || variants.some(v => !v.tokens_equal_cpu)) process.exitCode = 1
+  if (variants.length < 3 || variants.some(v => !v.tokens_equal_cpu)) process.exitCode = 1
 }
 
 await main()

@@ -1,8 +1,9 @@
 // scripts/bench/graph-capture.ts, the measurement of the WebGPU provider's graph
 // capture through onnxruntime-web over Dawn's Node binding, run as scripts/gpu-check.sh
 // runs it, on the tiny random model and the tests' WebGPU adapter (lavapipe in CI):
-// the decode step without capture and with it (recorded once, replayed every step,
-// its inputs written into fixed GPU buffers) each give the CPU provider's greedy
+// chatd's step today (onnxruntime-node, the cache in place) and onnxruntime-web's
+// decode step without capture and with it (recorded once, replayed every step, its
+// inputs written into fixed GPU buffers) each give the CPU provider's greedy
 // tokens, step after step, and the report says so. Lavapipe's times are the CPU's
 // and say nothing about a GPU's; only that every part runs and stays exact.
 import { spawnSync } from 'node:child_process'
@@ -26,13 +27,14 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
   t.equal(res.status, 0, res.stderr.slice(-2000))
   const report = JSON.parse(fs.readFileSync(json, 'utf8')) as GraphCaptureReport
   t.equal(report.cpu_tokens.length, gen)
-  t.same(report.variants.map(v => [v.name, v.capture]), [['onnxruntime-web, no capture', false], ['onnxruntime-web, graph capture', true]], 'both variants ran')
+  t.same(report.variants.map(v => [v.kind, v.capture]), [['node', false], ['plain', false], ['capture', true]], 'chatd\'s step today, and onnxruntime-web without and with capture')
   for (const v of report.variants) {
     t.same(v.tokens, report.cpu_tokens, `${v.name}: the CPU provider's ${gen} greedy tokens`)
     t.ok(v.tokens_equal_cpu)
     t.ok(v.first_logits_max_diff_vs_cpu < 1e-4, `${v.name}: the first step's logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} of the CPU's`)
-    t.ok(v.step_ms_median > 0 && v.adapter.length > 0)
+    t.ok(v.step_ms_median > 0 && v.run_ms_median > 0 && v.adapter.length > 0)
   }
   t.ok(report.capture_speedup !== null && report.capture_speedup > 0)
+  t.ok(report.capture_speedup_vs_node !== null && report.capture_speedup_vs_node > 0)
   t.match(res.stdout, /graph capture: [\d.]+x the step without it/)
 })
