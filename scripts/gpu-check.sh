@@ -7,7 +7,9 @@
 # model built there by chatd's own converter. See docs/performance.md.
 #
 # 1. Here, with a network (npm and Debian's apt; a C++ compiler), fill the carried
-#    folder, .gpu-carry/ (git-ignored, about 55 MB):
+#    folder, .gpu-carry/ (git-ignored, about 62 MiB: with the repository more than
+#    a borrowed machine takes, so a call carries node, node_modules, the debs and
+#    the one of graph-capture.tar.xz and llama.cpp-vulkan.tar.xz its steps need):
 #      scripts/gpu-check.sh --pack
 #    debs/: the Vulkan loader and glvnd (apt-get download libvulkan1 libglvnd0
 #    libglx0 libegl1 libgl1 libopengl0 libgles2; NVIDIA's Vulkan driver needs
