@@ -20,7 +20,7 @@
 #    loader's packages are unpacked into / when the machine has no loader):
 #      scripts/gpu-check.sh OUT_DIR [--small] [--step STEPS] [--rounds N] [-- BENCH OPTIONS]
 #    writes into OUT_DIR: environment.txt, exactness.json, forms.json,
-#    steps-webgpu.txt, graph-capture.json, server-profile.json, bench-webgpu.json,
+#    steps-webgpu.txt, graph-capture*.json, server-profile.json, bench-webgpu.json,
 #    and gpu-check.log.
 #    It works in a copy of the repository under $CHATD_GPU_WORK (default
 #    /tmp/chatd-gpu-check), where it unpacks what it carried, so the repository
@@ -119,7 +119,7 @@ setup () {
     for f in "$CARRY"/debs/*.deb; do dpkg -x "$f" /; done
     "$LDCONFIG"
   fi
-  say "unpacking Node, node_modules and llama.cpp's Vulkan build into $WORK"
+  say "unpacking Node, node_modules and what else was carried into $WORK"
   rm -rf "$WORK/node" "$REPO"
   mkdir -p "$WORK/node" "$REPO/bench-out/llama.cpp-vulkan"
   tar -C "$WORK/node" -xJf "$CARRY/node.tar.xz"
@@ -184,11 +184,17 @@ forms () {
 
 capture () {
   [ -d "$REPO/node_modules/onnxruntime-web" ] || { echo "gpu-check: graph capture's runtime was not carried (graph-capture.tar.xz)" >&2; return 1; }
-  # One stream's decode step with and without the provider's graph capture, each against the CPU's tokens.
-  local args=(--json "$OUT/graph-capture.json" "${MODEL_CONFIG[@]}")
-  if [ "$SMALL" = 1 ]; then args+=(--gen 16 --max-len 128); else args+=(--gen 128 --max-len 1024); fi
-  say "the decode step with the WebGPU provider's graph capture (onnxruntime-web over Dawn's Node binding)"
-  (cd "$REPO" && node scripts/bench/graph-capture.ts "${args[@]}")
+  # The decode step with and without the provider's graph capture, each against the CPU's tokens:
+  # one stream, 8 rows together, and one stream in a cache as long as the 1.5B's context (does a
+  # step's cost follow the buffer's length or the row's?).
+  local runs failed=0 name rows gen len
+  if [ "$SMALL" = 1 ]; then runs=("graph-capture 1 16 128" "graph-capture-rows 2 16 128"); else runs=("graph-capture 1 128 1024" "graph-capture-rows 8 64 1024" "graph-capture-long 1 64 16384"); fi
+  for run in "${runs[@]}"; do
+    read -r name rows gen len <<< "$run"
+    say "the decode step with the WebGPU provider's graph capture (onnxruntime-web over Dawn's Node binding): $rows row(s), a $len-position cache"
+    (cd "$REPO" && node scripts/bench/graph-capture.ts --json "$OUT/$name.json" --rows "$rows" --gen "$gen" --max-len "$len" "${MODEL_CONFIG[@]}") || failed=1
+  done
+  return "$failed"
 }
 
 profile () {

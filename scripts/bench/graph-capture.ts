@@ -6,7 +6,7 @@
 //
 // What it does, for one model shape (seeded random int4 weights, chatd's converter):
 //   - the reference: chatd's GPU form (gqa-masked) on onnxruntime-node's CPU provider,
-//     a prompt and `--gen` greedy tokens;
+//     a prompt and `--gen` greedy tokens (for each row, alone);
 //   - chatd's engine's step today, for comparison: the GPU form on onnxruntime-node's
 //     WebGPU provider with its cache in place, the logits read back every run;
 //   - on onnxruntime-web's WebGPU provider (each variant in a child process: one device
@@ -26,7 +26,11 @@
 // The models are the benchmark's (bench-model.ts: the 1.5B shape unless --model-config names
 // another; built once into bench-out/models), or, with --work DIR, built into DIR.
 //
-//   node scripts/bench/graph-capture.ts [--model-config FILE] [--work DIR]
+// --rows N decodes N rows together, each on a prompt of its own, in one buffer per layer's
+// keys and values [rows, kv heads, max-len, head_dim]: each row's seqlens_k from its own mask
+// row, so rows need no padding (prompts of one length, for the prompt's one run).
+//
+//   node scripts/bench/graph-capture.ts [--model-config FILE] [--work DIR] [--rows 1]
 //     [--prompt 24] [--gen 48] [--max-len 512] [--json FILE]
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -58,12 +62,15 @@ interface VariantResult {
   name: string
   kind: VariantKind
   capture: boolean
-  tokens: number[]
+  /** Each row's greedy tokens: the prompt's next token, then each decode step's. */
+  tokens: number[][]
   tokens_equal_cpu: boolean
   first_logits_max_diff_vs_cpu: number
   prompt_ms: number
-  /** The median decode step: inputs written, the run, the logits read back and argmax. */
+  /** The median decode step (every row one token): inputs written, the run, the logits read back and argmax. */
   step_ms_median: number
+  /** Rows over the median step, in tokens a second. */
+  tokens_per_s: number
   step_ms_min: number
   /** The median time from the step's start to its run's return: the host's part (the GPU may still be working). */
   run_ms_median: number
@@ -77,11 +84,13 @@ interface VariantResult {
 
 export interface GraphCaptureReport {
   shape: string
+  /** Rows decoding together, each on a prompt of its own (of one length). */
+  rows: number
   prompt_tokens: number
   gen: number
   max_len: number
   onnxruntime_web: string
-  cpu_tokens: number[]
+  cpu_tokens: number[][]
   variants: VariantResult[]
   /** No capture's median step over capture's. */
   capture_speedup: number | null
@@ -89,57 +98,11 @@ export interface GraphCaptureReport {
   capture_speedup_vs_node: number | null
 }
 
-type ChildResult = Omit<VariantResult, 'name' | 'kind' | 'tokens_equal_cpu' | 'first_logits_max_diff_vs_cpu'> & { first_logits: number[] }
+type ChildResult = Omit<VariantResult, 'name' | 'kind' | 'tokens_equal_cpu' | 'first_logits_max_diff_vs_cpu' | 'tokens_per_s'> & { first_logits: number[][] }
 
-/**
- * chatd's engine's step today: the GPU form on onnxruntime-node's WebGPU provider with its cache in
- * place (one GPU buffer per layer's keys and values, `maxLen` positions, made as the engine makes
- * them), the logits read back every run.
- */
-async function runNode (args: { form: string; prompt: number[]; gen: number; maxLen: number; shape: ModelShape }): Promise<ChildResult> {
-  const { shape, maxLen, prompt, gen } = args
-  const started = performance.now()
-  const session = await ort.InferenceSession.create(path.join(args.form, ONNX_FILE), { executionProviders: ['webgpu'] })
-  const buffers = await GpuBuffers.open()
-  const cache: Record<string, ort.Tensor> = {}
-  for (let i = 0; i < shape.layers; i++) {
-    for (const kv of ['key', 'value']) cache[`past_key_values.${i}.${kv}`] = await buffers.padded(new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim]), maxLen)
-  }
-  const sessionLoad = (performance.now() - started) / 1000
-  const fetches = { logits: null, cache_delta: null, ...Object.fromEntries(Object.entries(cache).map(([name, t]) => [name.replace('past_key_values', 'present'), t])) }
-  const run = async (ids: number[], past: number): Promise<Float32Array> => {
-    const out = await session.run({
-      input_ids: int64(ids, [1, ids.length]),
-      attention_mask: int64(new Array<number>(past + ids.length).fill(1), [1, past + ids.length]),
-      position_ids: int64(ids.map((_, j) => past + j), [1, ids.length]),
-      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
-      ...cache,
-    }, fetches)
-    return out.logits.data as Float32Array
-  }
-  let t0 = performance.now()
-  let next = argmax(await run(prompt, 0))
-  const promptMs = performance.now() - t0
-  const tokens = [next]
-  const steps: number[] = []
-  let firstLogits: number[] = []
-  for (let step = 0; step < gen; step++) {
-    t0 = performance.now()
-    const logits = await run([next], prompt.length + step)
-    next = argmax(logits)
-    steps.push(performance.now() - t0)
-    if (step === 0) firstLogits = Array.from(logits)
-    tokens.push(next)
-  }
-  tokens.pop()
-  await buffers.close()
-  await session.release()
-  const timed = steps.slice(1)
-  return { capture: false, tokens, prompt_ms: promptMs, step_ms_median: median(timed), step_ms_min: Math.min(...timed), run_ms_median: median(timed), first_step_ms: steps[0], session_load_s: sessionLoad, adapter: 'onnxruntime-node', first_logits: firstLogits }
-}
-
-function promptIds (n: number, vocab: number): number[] {
-  return Array.from({ length: n }, (_, i) => (i * 7919 + 13) % vocab)
+/** Row `row`'s prompt: `n` ids of its own. */
+function promptIds (n: number, vocab: number, row: number): number[] {
+  return Array.from({ length: n }, (_, i) => (i * 7919 + 13 + row * 104729) % vocab)
 }
 
 function readShape (dir: string): ModelShape {
@@ -165,40 +128,106 @@ function buildModels (opts: { config: string; work?: string }): { form: string; 
 
 const int64 = (values: number[], dims: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
 
-/** The reference: the GPU form on onnxruntime-node's CPU provider, the cache concatenated run by run. */
-async function cpuReference (dir: string, shape: ModelShape, prompt: number[], gen: number): Promise<{ tokens: number[]; firstLogits: Float32Array }> {
+/** Row `row`'s logits of [rows, 1, vocab]. */
+const rowOf = (logits: Float32Array, row: number, vocab: number): Float32Array => logits.subarray(row * vocab, (row + 1) * vocab)
+
+/** The reference: the GPU form on onnxruntime-node's CPU provider, each row alone, the cache concatenated run by run. */
+async function cpuReference (dir: string, shape: ModelShape, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[] }> {
   const session = await ort.InferenceSession.create(path.join(dir, ONNX_FILE), { executionProviders: ['cpu'], intraOpNumThreads: Math.min(4, os.availableParallelism()) })
-  let past: Record<string, ort.Tensor> = {}
-  for (let i = 0; i < shape.layers; i++) {
-    for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim])
-  }
-  const tokens: number[] = []
-  let firstLogits = new Float32Array(0)
-  let ids = prompt
-  let length = 0
-  for (let step = 0; step < gen; step++) {
-    const total = length + ids.length
-    const out = await session.run({
-      input_ids: int64(ids, [1, ids.length]),
-      attention_mask: int64(new Array<number>(total).fill(1), [1, total]),
-      position_ids: int64(ids.map((_, j) => length + j), [1, ids.length]),
-      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
-      ...past,
-    })
-    const logits = out.logits.data as Float32Array
-    if (step === 1) firstLogits = logits.slice()
-    const next = argmax(logits)
-    tokens.push(next)
-    past = {}
+  const tokens: number[][] = []
+  const firstLogits: Float32Array[] = []
+  for (const prompt of prompts) {
+    let past: Record<string, ort.Tensor> = {}
     for (let i = 0; i < shape.layers; i++) {
-      for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
+      for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim])
     }
-    length = total
-    ids = [next]
+    const row: number[] = []
+    let ids = prompt
+    let length = 0
+    for (let step = 0; step < gen; step++) {
+      const total = length + ids.length
+      const out = await session.run({
+        input_ids: int64(ids, [1, ids.length]),
+        attention_mask: int64(new Array<number>(total).fill(1), [1, total]),
+        position_ids: int64(ids.map((_, j) => length + j), [1, ids.length]),
+        num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+        ...past,
+      })
+      const logits = out.logits.data as Float32Array
+      if (step === 1) firstLogits.push(logits.slice())
+      const next = argmax(logits)
+      row.push(next)
+      past = {}
+      for (let i = 0; i < shape.layers; i++) {
+        for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
+      }
+      length = total
+      ids = [next]
+    }
+    // The prompt's next token, then each decode step's.
+    tokens.push(row)
   }
   await session.release()
-  // The prompt's next token, then each decode step's.
   return { tokens, firstLogits }
+}
+
+interface RunArgs { form: string; decode: string; prompts: number[][]; gen: number; maxLen: number; shape: ModelShape }
+
+/** Times of a run of steps: the median and fastest after the first `skip`, and the first. */
+function stepTimes (steps: number[], skip: number): Pick<ChildResult, 'step_ms_median' | 'step_ms_min' | 'first_step_ms'> {
+  const timed = steps.slice(skip)
+  return { step_ms_median: median(timed), step_ms_min: Math.min(...timed), first_step_ms: steps[0] }
+}
+
+/**
+ * chatd's engine's step today: the GPU form on onnxruntime-node's WebGPU provider with its cache in
+ * place (one GPU buffer per layer's keys and values, `maxLen` positions a row, made as the engine
+ * makes them), the rows' logits read back every run.
+ */
+async function runNode (args: RunArgs): Promise<ChildResult> {
+  const { shape, maxLen, prompts, gen } = args
+  const rows = prompts.length
+  const started = performance.now()
+  const session = await ort.InferenceSession.create(path.join(args.form, ONNX_FILE), { executionProviders: ['webgpu'] })
+  const buffers = await GpuBuffers.open()
+  const cache: Record<string, ort.Tensor> = {}
+  for (let i = 0; i < shape.layers; i++) {
+    for (const kv of ['key', 'value']) cache[`past_key_values.${i}.${kv}`] = await buffers.padded(new ort.Tensor('float32', new Float32Array(0), [rows, shape.kvHeads, 0, shape.headDim]), maxLen)
+  }
+  const sessionLoad = (performance.now() - started) / 1000
+  const fetches = { logits: null, cache_delta: null, ...Object.fromEntries(Object.entries(cache).map(([name, t]) => [name.replace('past_key_values', 'present'), t])) }
+  /** Every row's `ids` (rows of one length) after `past` positions; every row's logits. */
+  const run = async (ids: number[][], past: number): Promise<Float32Array> => {
+    const seq = ids[0].length
+    const out = await session.run({
+      input_ids: int64(ids.flat(), [rows, seq]),
+      attention_mask: int64(new Array<number>(rows * (past + seq)).fill(1), [rows, past + seq]),
+      position_ids: int64(ids.flatMap(row => row.map((_, j) => past + j)), [rows, seq]),
+      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+      ...cache,
+    }, fetches)
+    return out.logits.data as Float32Array
+  }
+  let t0 = performance.now()
+  const promptLogits = await run(prompts, 0)
+  const promptMs = performance.now() - t0
+  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, shape.vocab)))
+  const tokens = next.map(t => [t])
+  const steps: number[] = []
+  let firstLogits: number[][] = []
+  for (let step = 0; step < gen; step++) {
+    t0 = performance.now()
+    const logits = await run(next.map(t => [t]), prompts[0].length + step)
+    next = next.map((_, r) => argmax(rowOf(logits, r, shape.vocab)))
+    steps.push(performance.now() - t0)
+    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(logits, r, shape.vocab)))
+    next.forEach((t, r) => tokens[r].push(t))
+  }
+  for (const row of tokens) row.pop()
+  await buffers.close()
+  await session.release()
+  const times = stepTimes(steps, 1)
+  return { capture: false, tokens, prompt_ms: promptMs, ...times, run_ms_median: times.step_ms_median, session_load_s: sessionLoad, adapter: 'onnxruntime-node', first_logits: firstLogits }
 }
 
 /**
@@ -235,7 +264,7 @@ async function pinRegistrations (buffers: GPUBuffer[], run: Promise<unknown>): P
 }
 
 /** One variant in this process: onnxruntime-web over Dawn's Node binding. */
-async function runWeb (args: { form: string; decode: string; capture: boolean; prompt: number[]; gen: number; maxLen: number; shape: ModelShape }): Promise<ChildResult> {
+async function runWeb (args: RunArgs & { capture: boolean }): Promise<ChildResult> {
   const { create, globals } = await import('webgpu')
   Object.assign(globalThis, globals)
   Object.defineProperty(globalThis.navigator, 'gpu', { value: create([]), configurable: true })
@@ -243,10 +272,12 @@ async function runWeb (args: { form: string; decode: string; capture: boolean; p
   web.env.wasm.numThreads = 1
   web.env.logLevel = (process.env.ORT_WEB_LOG ?? 'warning') as 'warning'
   type WebSession = Awaited<ReturnType<typeof web.InferenceSession.create>>
-  const { shape, maxLen } = args
+  const { shape, maxLen, prompts, gen } = args
+  const rows = prompts.length
+  const promptLength = prompts[0].length
   // The decode step's dimensions, fixed: onnxruntime then folds the graph's shape arithmetic into
   // constants, and capture takes only graphs whose every node runs on the GPU.
-  const fixedDims = { batch_size: 1, sequence_length: 1, total_sequence_length: args.maxLen, past_sequence_length: args.maxLen }
+  const fixedDims = { batch_size: rows, sequence_length: 1, total_sequence_length: maxLen, past_sequence_length: maxLen }
   const load = async (dir: string, capture: boolean, freeDimensionOverrides?: Record<string, number>): Promise<WebSession> => {
     const file = path.join(dir, ONNX_FILE)
     const data = `${path.basename(file)}_data`
@@ -268,91 +299,89 @@ async function runWeb (args: { form: string; decode: string; capture: boolean; p
   const adapter = [info?.vendor, info?.architecture, info?.device, info?.description].filter(Boolean).join(' ')
   const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST
   const buffer = (bytes: number): GPUBuffer => device.createBuffer({ size: Math.max(16, Math.ceil(bytes / 16) * 16), usage: STORAGE })
-  const gpuTensor = (buf: GPUBuffer, dataType: 'float32' | 'int64', dims: number[]): InstanceType<typeof web.Tensor> =>
-    web.Tensor.fromGpuBuffer(buf, { dataType, dims })
+  const gpuTensor = (buf: GPUBuffer, dataType: 'float32' | 'int64', dims: number[]) => web.Tensor.fromGpuBuffer(buf, { dataType, dims })
 
-  // The cache: one buffer per layer's keys and values, maxLen positions, past and present of every run.
-  const cacheDims = [1, shape.kvHeads, maxLen, shape.headDim]
-  const cache: Record<string, InstanceType<typeof web.Tensor>> = {}
-  const present: Record<string, InstanceType<typeof web.Tensor>> = {}
+  // The cache: one buffer per layer's keys and values, maxLen positions a row, past and present of every run.
+  const cacheDims = [rows, shape.kvHeads, maxLen, shape.headDim]
+  const cache: Record<string, ReturnType<typeof gpuTensor>> = {}
+  const present: Record<string, ReturnType<typeof gpuTensor>> = {}
   for (let i = 0; i < shape.layers; i++) {
     for (const kv of ['key', 'value']) {
-      const t = gpuTensor(buffer(4 * shape.kvHeads * maxLen * shape.headDim), 'float32', cacheDims)
+      const t = gpuTensor(buffer(4 * rows * shape.kvHeads * maxLen * shape.headDim), 'float32', cacheDims)
       cache[`past_key_values.${i}.${kv}`] = t
       present[`present.${i}.${kv}`] = t
     }
   }
-  const cpuInt64 = (values: number[], dims: number[]): InstanceType<typeof web.Tensor> => new web.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
+  const cpuInt64 = (values: number[], dims: number[]) => new web.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
 
-  // The prompt, on the GPU form with the cache in place.
-  const { prompt, gen } = args
+  // The prompts, on the GPU form with the cache in place.
   let t0 = performance.now()
   const promptOut = await promptSession.run({
-    input_ids: cpuInt64(prompt, [1, prompt.length]),
-    attention_mask: cpuInt64(new Array<number>(prompt.length).fill(1), [1, prompt.length]),
-    position_ids: cpuInt64(prompt.map((_, j) => j), [1, prompt.length]),
+    input_ids: cpuInt64(prompts.flat(), [rows, promptLength]),
+    attention_mask: cpuInt64(new Array<number>(rows * promptLength).fill(1), [rows, promptLength]),
+    position_ids: cpuInt64(prompts.flatMap(p => p.map((_, j) => j)), [rows, promptLength]),
     num_logits_to_keep: new web.Tensor('int64', BigInt64Array.of(1n), []),
     ...cache,
   }, { logits: null, cache_delta: null, ...present } as never)
-  let next = argmax(await promptOut.logits.getData() as Float32Array)
+  const promptLogits = await promptOut.logits.getData() as Float32Array
+  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, shape.vocab)))
   const promptMs = performance.now() - t0
 
   // The decode step's inputs and outputs, fixed GPU buffers written from here.
-  const ids = buffer(8)
-  const positions = buffer(8)
-  const mask = buffer(8 * maxLen)
-  const logits = buffer(4 * shape.vocab)
-  const readback = device.createBuffer({ size: 4 * shape.vocab, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST })
-  const ones = new BigInt64Array(maxLen)
-  ones.fill(1n, 0, prompt.length + 1)
+  const ids = buffer(8 * rows)
+  const positions = buffer(8 * rows)
+  const mask = buffer(8 * rows * maxLen)
+  const logits = buffer(4 * rows * shape.vocab)
+  const readback = device.createBuffer({ size: 4 * rows * shape.vocab, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST })
+  const ones = new BigInt64Array(rows * maxLen)
+  for (let r = 0; r < rows; r++) ones.fill(1n, r * maxLen, r * maxLen + promptLength + 1)
   device.queue.writeBuffer(mask, 0, ones)
   const feeds = {
-    input_ids: gpuTensor(ids, 'int64', [1, 1]),
-    attention_mask: gpuTensor(mask, 'int64', [1, maxLen]),
-    position_ids: gpuTensor(positions, 'int64', [1, 1]),
+    input_ids: gpuTensor(ids, 'int64', [rows, 1]),
+    attention_mask: gpuTensor(mask, 'int64', [rows, maxLen]),
+    position_ids: gpuTensor(positions, 'int64', [rows, 1]),
     ...cache,
   }
-  const fetches = { logits: gpuTensor(logits, 'float32', [1, 1, shape.vocab]), ...present }
+  const fetches = { logits: gpuTensor(logits, 'float32', [rows, 1, shape.vocab]), ...present }
   const fixedBuffers = [ids, positions, mask, logits, ...Object.values(cache).map(t => t.gpuBuffer as GPUBuffer)]
-  const tokens: number[] = [next]
+  const tokens = next.map(t => [t])
   const steps: number[] = []
   const runs: number[] = []
-  let firstLogits: number[] = []
+  let firstLogits: number[][] = []
+  const one = BigInt64Array.of(1n)
   for (let step = 0; step < gen; step++) {
-    const position = prompt.length + step
-    if (position >= maxLen) throw new Error(`--max-len ${maxLen} is too short for ${prompt.length} + ${gen} tokens`)
+    const position = promptLength + step
+    if (position >= maxLen) throw new Error(`--max-len ${maxLen} is too short for ${promptLength} + ${gen} tokens`)
     t0 = performance.now()
-    device.queue.writeBuffer(ids, 0, BigInt64Array.of(BigInt(next)))
-    device.queue.writeBuffer(positions, 0, BigInt64Array.of(BigInt(position)))
-    if (step > 0) device.queue.writeBuffer(mask, 8 * position, BigInt64Array.of(1n))
+    device.queue.writeBuffer(ids, 0, BigInt64Array.from(next, BigInt))
+    device.queue.writeBuffer(positions, 0, BigInt64Array.from(next, () => BigInt(position)))
+    if (step > 0) for (let r = 0; r < rows; r++) device.queue.writeBuffer(mask, 8 * (r * maxLen + position), one)
     const run = decodeSession.run(feeds, fetches as never)
     if (step === 0) await pinRegistrations(fixedBuffers, run)
     await run
     runs.push(performance.now() - t0)
     const encoder = device.createCommandEncoder()
-    encoder.copyBufferToBuffer(logits, 0, readback, 0, 4 * shape.vocab)
+    encoder.copyBufferToBuffer(logits, 0, readback, 0, 4 * rows * shape.vocab)
     device.queue.submit([encoder.finish()])
     await readback.mapAsync(GPUMapMode.READ)
-    const row = new Float32Array(readback.getMappedRange().slice(0))
+    const all = new Float32Array(readback.getMappedRange().slice(0))
     readback.unmap()
-    next = argmax(row)
+    next = next.map((_, r) => argmax(rowOf(all, r, shape.vocab)))
     steps.push(performance.now() - t0)
-    if (step === 0) firstLogits = Array.from(row)
-    tokens.push(next)
+    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(all, r, shape.vocab)))
+    next.forEach((t, r) => tokens[r].push(t))
   }
-  tokens.pop() // the last step's token has no step of its own in the CPU's list
+  for (const row of tokens) row.pop() // the last step's token has no step of its own in the CPU's list
   await promptSession.release()
   await decodeSession.release()
   // With capture the first run records the graph (and may run a few times before): time the rest.
-  const timed = steps.slice(args.capture ? 2 : 1)
+  const skip = args.capture ? 2 : 1
   return {
     capture: args.capture,
     tokens,
     prompt_ms: promptMs,
-    step_ms_median: median(timed),
-    step_ms_min: Math.min(...timed),
-    run_ms_median: median(runs.slice(args.capture ? 2 : 1)),
-    first_step_ms: steps[0],
+    ...stepTimes(steps, skip),
+    run_ms_median: median(runs.slice(skip)),
     session_load_s: sessionLoad,
     adapter,
     device_features: [...(device.features as unknown as Set<string>)].sort(),
@@ -367,6 +396,7 @@ async function main (): Promise<void> {
       prompt: { type: 'string', default: '24' },
       gen: { type: 'string', default: '48' },
       'max-len': { type: 'string', default: '512' },
+      rows: { type: 'string', default: '1' },
       json: { type: 'string' },
       child: { type: 'string' },
       work: { type: 'string' },
@@ -380,16 +410,16 @@ async function main (): Promise<void> {
   const maxLen = Number(values['max-len'])
   const models = buildModels({ config, work: values.work })
   const shape = readShape(models.form)
-  const prompt = promptIds(Number(values.prompt), shape.vocab)
+  const rows = Number(values.rows)
+  const prompts = Array.from({ length: rows }, (_, r) => promptIds(Number(values.prompt), shape.vocab, r))
   if (values.child !== undefined) {
-    const result = values.child === 'node'
-      ? await runNode({ form: models.form, prompt, gen, maxLen, shape })
-      : await runWeb({ ...models, capture: values.child === 'capture', prompt, gen, maxLen, shape })
+    const args = { ...models, prompts, gen, maxLen, shape }
+    const result = values.child === 'node' ? await runNode(args) : await runWeb({ ...args, capture: values.child === 'capture' })
     fs.writeFileSync(values.result as string, JSON.stringify(result))
     process.exit(0)
   }
   fs.mkdirSync(work, { recursive: true })
-  const cpu = await cpuReference(models.form, shape, prompt, gen)
+  const cpu = await cpuReference(models.form, shape, prompts, gen)
   const variants: VariantResult[] = []
   for (const kind of ['node', 'plain', 'capture'] as const) {
     const name = VARIANT_NAMES[kind]
@@ -404,16 +434,17 @@ async function main (): Promise<void> {
     }
     const r = JSON.parse(fs.readFileSync(resultFile, 'utf8')) as ChildResult
     let diff = 0
-    r.first_logits.forEach((v, k) => { diff = Math.max(diff, Math.abs(v - cpu.firstLogits[k])) })
+    r.first_logits.forEach((row, i) => row.forEach((v, k) => { diff = Math.max(diff, Math.abs(v - cpu.firstLogits[i][k])) }))
     const { first_logits: _, ...rest } = r
-    variants.push({ name, kind, ...rest, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff })
+    variants.push({ name, kind, ...rest, tokens_per_s: rows * 1000 / r.step_ms_median, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff })
   }
   const node = variants.find(v => v.kind === 'node')
   const plain = variants.find(v => v.kind === 'plain')
   const captured = variants.find(v => v.kind === 'capture')
   const report: GraphCaptureReport = {
     shape: path.basename(config, '.config.json'),
-    prompt_tokens: prompt.length,
+    rows,
+    prompt_tokens: prompts[0].length,
     gen,
     max_len: maxLen,
     onnxruntime_web: (JSON.parse(fs.readFileSync(path.join(ROOT, 'node_modules/onnxruntime-web/package.json'), 'utf8')) as { version: string }).version,
@@ -423,7 +454,7 @@ async function main (): Promise<void> {
     capture_speedup_vs_node: node && captured ? node.step_ms_median / captured.step_ms_median : null,
   }
   for (const v of variants) {
-    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
+    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms, ${v.tokens_per_s.toFixed(1)} tok/s (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
   }
   if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)
   if (report.capture_speedup_vs_node !== null) console.log(`graph capture: ${report.capture_speedup_vs_node.toFixed(2)}x onnxruntime-node's step (chatd's engine today)`)

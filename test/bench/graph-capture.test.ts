@@ -1,10 +1,11 @@
 // scripts/bench/graph-capture.ts, the measurement of the WebGPU provider's graph
 // capture through onnxruntime-web over Dawn's Node binding, run as scripts/gpu-check.sh
-// runs it, on the tiny random model and the tests' WebGPU adapter (lavapipe in CI):
+// runs it, on the tiny random model and the tests' WebGPU adapter (lavapipe in CI),
+// two rows decoding together, each on a prompt of its own:
 // chatd's step today (onnxruntime-node, the cache in place) and onnxruntime-web's
 // decode step without capture and with it (recorded once, replayed every step, its
 // inputs written into fixed GPU buffers) each give the CPU provider's greedy
-// tokens, step after step, and the report says so. Lavapipe's times are the CPU's
+// tokens, row by row and step after step, and the report says so. Lavapipe's times are the CPU's
 // and say nothing about a GPU's; only that every part runs and stays exact.
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -18,21 +19,23 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
   if (!await needWebgpu(t)) return
   const dir = t.testdir({})
   const json = path.join(dir, 'report.json')
-  const gen = 40
+  const gen = 32
   const res = spawnSync(process.execPath, [
     path.join(REPO_ROOT, 'scripts/bench/graph-capture.ts'),
     '--model-config', path.join(REPO_ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'),
-    '--work', dir, '--gen', String(gen), '--max-len', '96', '--json', json,
+    '--work', dir, '--rows', '2', '--gen', String(gen), '--max-len', '96', '--json', json,
   ], { encoding: 'utf8', env: { ...process.env, LP_NUM_THREADS: process.env.LP_NUM_THREADS ?? '0' }, timeout: 300_000 })
   t.equal(res.status, 0, res.stderr.slice(-2000))
   const report = JSON.parse(fs.readFileSync(json, 'utf8')) as GraphCaptureReport
-  t.equal(report.cpu_tokens.length, gen)
+  t.equal(report.rows, 2)
+  t.same(report.cpu_tokens.map(row => row.length), [gen, gen], 'each row\'s tokens, on a prompt of its own')
+  t.not(JSON.stringify(report.cpu_tokens[0]), JSON.stringify(report.cpu_tokens[1]), 'rows that differ (a row reading another\'s cache would show)')
   t.same(report.variants.map(v => [v.kind, v.capture]), [['node', false], ['plain', false], ['capture', true]], 'chatd\'s step today, and onnxruntime-web without and with capture')
   for (const v of report.variants) {
-    t.same(v.tokens, report.cpu_tokens, `${v.name}: the CPU provider's ${gen} greedy tokens`)
+    t.same(v.tokens, report.cpu_tokens, `${v.name}: the CPU provider's ${gen} greedy tokens, each row`)
     t.ok(v.tokens_equal_cpu)
     t.ok(v.first_logits_max_diff_vs_cpu < 1e-4, `${v.name}: the first step's logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} of the CPU's`)
-    t.ok(v.step_ms_median > 0 && v.run_ms_median > 0 && v.adapter.length > 0)
+    t.ok(v.step_ms_median > 0 && v.run_ms_median > 0 && v.tokens_per_s > 0 && v.adapter.length > 0)
   }
   t.ok(report.capture_speedup !== null && report.capture_speedup > 0)
   t.ok(report.capture_speedup_vs_node !== null && report.capture_speedup_vs_node > 0)
