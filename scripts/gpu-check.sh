@@ -188,12 +188,14 @@ capture () {
   # one stream, 8 rows together, one stream in a cache as long as the 1.5B's context (does a
   # step's cost follow the buffer's length or the row's?), and one at an agent's context (4,096
   # prompt tokens).
-  local runs failed=0 name rows gen len prompt
-  if [ "$SMALL" = 1 ]; then runs=("graph-capture 1 16 128 24" "graph-capture-rows 2 16 128 24"); else runs=("graph-capture 1 128 1024 24" "graph-capture-rows 8 64 1024 24" "graph-capture-long 1 64 16384 24" "graph-capture-agent 1 64 8192 4096"); fi
+  # The first run has onnxruntime-web without capture too; the others compare capture with chatd's step.
+  local runs failed=0 name rows gen len prompt variants
+  if [ "$SMALL" = 1 ]; then runs=("graph-capture 1 16 128 24 node,plain,capture" "graph-capture-rows 2 16 128 24 node,capture")
+  else runs=("graph-capture 1 128 1024 24 node,plain,capture" "graph-capture-rows 8 64 1024 24 node,capture" "graph-capture-long 1 64 16384 24 node,capture" "graph-capture-agent 1 64 8192 4096 node,capture"); fi
   for run in "${runs[@]}"; do
-    read -r name rows gen len prompt <<< "$run"
+    read -r name rows gen len prompt variants <<< "$run"
     say "the decode step with the WebGPU provider's graph capture (onnxruntime-web over Dawn's Node binding): $rows row(s), a $prompt-token prompt, a $len-position cache"
-    (cd "$REPO" && node scripts/bench/graph-capture.ts --json "$OUT/$name.json" --rows "$rows" --prompt "$prompt" --gen "$gen" --max-len "$len" "${MODEL_CONFIG[@]}") || failed=1
+    (cd "$REPO" && node scripts/bench/graph-capture.ts --json "$OUT/$name.json" --rows "$rows" --prompt "$prompt" --gen "$gen" --max-len "$len" --variants "$variants" "${MODEL_CONFIG[@]}") || failed=1
   done
   return "$failed"
 }
