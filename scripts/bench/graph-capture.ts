@@ -1,8 +1,9 @@
 // The WebGPU provider's graph capture, measured from Node: the one way found to take
 // the host's dispatch of every kernel out of a decode step (docs/performance.md, "On a
 // GPU: WebGPU"). onnxruntime-node 1.30 cannot turn capture on
-// (scripts/graph-capture-check.ts); onnxruntime-web 1.30 can, and runs in Node over
-// Dawn's Node binding (npm `webgpu`), the same Dawn that onnxruntime-node carries.
+// (scripts/graph-capture-check.ts); onnxruntime-web 1.30 can (its WebGPU build is the
+// same C++ provider compiled to WebAssembly), and runs in Node over Dawn's Node binding
+// (npm `webgpu`; onnxruntime-node carries a Dawn build of its own).
 //
 // What it does, for one model shape (seeded random int4 weights, chatd's converter):
 //   - the reference: chatd's GPU form (gqa-masked) on onnxruntime-node's CPU provider,
@@ -135,7 +136,7 @@ const rowOf = (logits: Float32Array, row: number, vocab: number): Float32Array =
 
 /** The reference: the GPU form on onnxruntime-node's CPU provider, each row alone, the cache concatenated run by run. */
 async function cpuReference (dir: string, shape: ModelShape, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[] }> {
-  const session = await ort.InferenceSession.create(path.join(dir, ONNX_FILE), { executionProviders: ['cpu'], intraOpNumThreads: Math.min(4, os.availableParallelism()) })
+  const session = await ort.InferenceSession.create(path.join(dir, ONNX_FILE), { executionProviders: ['cpu'], intraOpNumThreads: os.availableParallelism() })
   const tokens: number[][] = []
   const firstLogits: Float32Array[] = []
   for (const prompt of prompts) {
