@@ -1,0 +1,146 @@
+// Decode steps timed on one model, for scripts/bench/graph-capture.ts: the CPU
+// provider's reference tokens, and chatd's engine's step today on onnxruntime-node's
+// WebGPU provider (the GPU form, its cache in place). Each run starts from a prompt a
+// row (rows of one length) and decodes `gen` greedy tokens, every row one token a step.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import ort from 'onnxruntime-node'
+import { GpuBuffers } from '../../src/engine/onnx/device/gpu-buffers.ts'
+import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
+import { median } from './rounds.ts'
+
+export const ONNX_FILE = 'onnx/model_q4.onnx'
+
+export interface ModelShape { layers: number; kvHeads: number; headDim: number; vocab: number }
+
+/** What a run of decode steps on one runtime measured. */
+export interface StepRun {
+  capture: boolean
+  /** Each row's greedy tokens: the prompt's next token, then each decode step's. */
+  tokens: number[][]
+  prompt_ms: number
+  /** The median decode step (every row one token): inputs written, the run, the logits read back and argmax. */
+  step_ms_median: number
+  step_ms_min: number
+  /** The median time from the step's start to its run's return: the host's part (the GPU may still be working). */
+  run_ms_median: number
+  /** The first decode step (with capture: the run that records the graph). */
+  first_step_ms: number
+  session_load_s: number
+  adapter: string
+  /** onnxruntime-web: the WebGPU features its device was given (subgroups, shader-f16: which kernels it may pick). */
+  device_features?: string[]
+  /** Each row's logits after the first decode step. */
+  first_logits: number[][]
+}
+
+/** The GPU form (`form`), its static decode step (`decode`), a prompt a row, and the cache's length. */
+export interface RunArgs { form: string; decode: string; prompts: number[][]; gen: number; maxLen: number; shape: ModelShape }
+
+export function readShape (dir: string): ModelShape {
+  const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8')) as Record<string, number>
+  return { layers: cfg.num_hidden_layers, kvHeads: cfg.num_key_value_heads, headDim: cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads, vocab: cfg.vocab_size }
+}
+
+/** Times of a run of steps: the median and fastest after the first `skip`, and the first. */
+export function stepTimes (steps: number[], skip: number): Pick<StepRun, 'step_ms_median' | 'step_ms_min' | 'first_step_ms'> {
+  const timed = steps.slice(skip)
+  return { step_ms_median: median(timed), step_ms_min: Math.min(...timed), first_step_ms: steps[0] }
+}
+
+/** Row `row`'s logits of [rows, 1, vocab]. */
+export const rowOf = (logits: Float32Array, row: number, vocab: number): Float32Array => logits.subarray(row * vocab, (row + 1) * vocab)
+
+const int64 = (values: number[], dims: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
+
+/** The reference: the GPU form on onnxruntime-node's CPU provider, each row alone, the cache concatenated run by run. */
+export async function cpuReference (dir: string, shape: ModelShape, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[] }> {
+  const session = await ort.InferenceSession.create(path.join(dir, ONNX_FILE), { executionProviders: ['cpu'], intraOpNumThreads: os.availableParallelism() })
+  const tokens: number[][] = []
+  const firstLogits: Float32Array[] = []
+  for (const prompt of prompts) {
+    let past: Record<string, ort.Tensor> = {}
+    for (let i = 0; i < shape.layers; i++) {
+      for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim])
+    }
+    const row: number[] = []
+    let ids = prompt
+    let length = 0
+    for (let step = 0; step < gen; step++) {
+      const total = length + ids.length
+      const out = await session.run({
+        input_ids: int64(ids, [1, ids.length]),
+        attention_mask: int64(new Array<number>(total).fill(1), [1, total]),
+        position_ids: int64(ids.map((_, j) => length + j), [1, ids.length]),
+        num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+        ...past,
+      })
+      const logits = out.logits.data as Float32Array
+      if (step === 1) firstLogits.push(logits.slice())
+      const next = argmax(logits)
+      row.push(next)
+      past = {}
+      for (let i = 0; i < shape.layers; i++) {
+        for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
+      }
+      length = total
+      ids = [next]
+    }
+    // The prompt's next token, then each decode step's.
+    tokens.push(row)
+  }
+  await session.release()
+  return { tokens, firstLogits }
+}
+
+/**
+ * chatd's engine's step today: the GPU form on onnxruntime-node's WebGPU provider with its cache in
+ * place (one GPU buffer per layer's keys and values, `maxLen` positions a row, made as the engine
+ * makes them), the rows' logits read back every run.
+ */
+export async function runNode (args: RunArgs): Promise<StepRun> {
+  const { shape, maxLen, prompts, gen } = args
+  const rows = prompts.length
+  const started = performance.now()
+  const session = await ort.InferenceSession.create(path.join(args.form, ONNX_FILE), { executionProviders: ['webgpu'] })
+  const buffers = await GpuBuffers.open()
+  const cache: Record<string, ort.Tensor> = {}
+  for (let i = 0; i < shape.layers; i++) {
+    for (const kv of ['key', 'value']) cache[`past_key_values.${i}.${kv}`] = await buffers.padded(new ort.Tensor('float32', new Float32Array(0), [rows, shape.kvHeads, 0, shape.headDim]), maxLen)
+  }
+  const sessionLoad = (performance.now() - started) / 1000
+  const fetches = { logits: null, cache_delta: null, ...Object.fromEntries(Object.entries(cache).map(([name, t]) => [name.replace('past_key_values', 'present'), t])) }
+  /** Every row's `ids` (rows of one length) after `past` positions; every row's logits. */
+  const run = async (ids: number[][], past: number): Promise<Float32Array> => {
+    const seq = ids[0].length
+    const out = await session.run({
+      input_ids: int64(ids.flat(), [rows, seq]),
+      attention_mask: int64(new Array<number>(rows * (past + seq)).fill(1), [rows, past + seq]),
+      position_ids: int64(ids.flatMap(row => row.map((_, j) => past + j)), [rows, seq]),
+      num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
+      ...cache,
+    }, fetches)
+    return out.logits.data as Float32Array
+  }
+  let t0 = performance.now()
+  const promptLogits = await run(prompts, 0)
+  const promptMs = performance.now() - t0
+  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, shape.vocab)))
+  const tokens = next.map(t => [t])
+  const steps: number[] = []
+  let firstLogits: number[][] = []
+  for (let step = 0; step < gen; step++) {
+    t0 = performance.now()
+    const logits = await run(next.map(t => [t]), prompts[0].length + step)
+    next = next.map((_, r) => argmax(rowOf(logits, r, shape.vocab)))
+    steps.push(performance.now() - t0)
+    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(logits, r, shape.vocab)))
+    next.forEach((t, r) => tokens[r].push(t))
+  }
+  for (const row of tokens) row.pop()
+  await buffers.close()
+  await session.release()
+  const times = stepTimes(steps, 1)
+  return { capture: false, tokens, prompt_ms: promptMs, ...times, run_ms_median: times.step_ms_median, session_load_s: sessionLoad, adapter: 'onnxruntime-node', first_logits: firstLogits }
+}
