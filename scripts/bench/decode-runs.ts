@@ -2,17 +2,12 @@
 // provider's reference tokens, and chatd's engine's step today on onnxruntime-node's
 // WebGPU provider (the GPU form, its cache in place). Each run starts from a prompt a
 // row (rows of one length) and decodes `gen` greedy tokens, every row one token a step.
-import fs from 'node:fs'
 import os from 'node:os'
-import path from 'node:path'
 import ort from 'onnxruntime-node'
 import { GpuBuffers } from '../../src/engine/onnx/device/gpu-buffers.ts'
+import type { ModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { median } from './rounds.ts'
-
-export const ONNX_FILE = 'onnx/model_q4.onnx'
-
-export interface ModelShape { layers: number; kvHeads: number; headDim: number; vocab: number }
 
 /** What a run of decode steps on one runtime measured. */
 export interface StepRun {
@@ -36,12 +31,7 @@ export interface StepRun {
 }
 
 /** The GPU form (`form`), its static decode step (`decode`), a prompt a row, and the cache's length. */
-export interface RunArgs { form: string; decode: string; prompts: number[][]; gen: number; maxLen: number; shape: ModelShape }
-
-export function readShape (dir: string): ModelShape {
-  const cfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8')) as Record<string, number>
-  return { layers: cfg.num_hidden_layers, kvHeads: cfg.num_key_value_heads, headDim: cfg.head_dim ?? cfg.hidden_size / cfg.num_attention_heads, vocab: cfg.vocab_size }
-}
+export interface RunArgs { form: ModelDir; decode: ModelDir; prompts: number[][]; gen: number; maxLen: number }
 
 /** Times of a run of steps: the median and fastest after the first `skip`, and the first. */
 export function stepTimes (steps: number[], skip: number): Pick<StepRun, 'step_ms_median' | 'step_ms_min' | 'first_step_ms'> {
@@ -55,14 +45,14 @@ export const rowOf = (logits: Float32Array, row: number, vocab: number): Float32
 const int64 = (values: number[], dims: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
 
 /** The reference: the GPU form on onnxruntime-node's CPU provider, each row alone, the cache concatenated run by run. */
-export async function cpuReference (dir: string, shape: ModelShape, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[] }> {
-  const session = await ort.InferenceSession.create(path.join(dir, ONNX_FILE), { executionProviders: ['cpu'], intraOpNumThreads: os.availableParallelism() })
+export async function cpuReference (model: ModelDir, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[] }> {
+  const session = await ort.InferenceSession.create(model.onnxPath, { executionProviders: ['cpu'], intraOpNumThreads: os.availableParallelism() })
   const tokens: number[][] = []
   const firstLogits: Float32Array[] = []
   for (const prompt of prompts) {
     let past: Record<string, ort.Tensor> = {}
-    for (let i = 0; i < shape.layers; i++) {
-      for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, shape.kvHeads, 0, shape.headDim])
+    for (let i = 0; i < model.numLayers; i++) {
+      for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = new ort.Tensor('float32', new Float32Array(0), [1, model.numKvHeads, 0, model.headDim])
     }
     const row: number[] = []
     let ids = prompt
@@ -81,7 +71,7 @@ export async function cpuReference (dir: string, shape: ModelShape, prompts: num
       const next = argmax(logits)
       row.push(next)
       past = {}
-      for (let i = 0; i < shape.layers; i++) {
+      for (let i = 0; i < model.numLayers; i++) {
         for (const kv of ['key', 'value']) past[`past_key_values.${i}.${kv}`] = out[`present.${i}.${kv}`]
       }
       length = total
@@ -100,14 +90,14 @@ export async function cpuReference (dir: string, shape: ModelShape, prompts: num
  * makes them), the rows' logits read back every run.
  */
 export async function runNode (args: RunArgs): Promise<StepRun> {
-  const { shape, maxLen, prompts, gen } = args
+  const { form: model, maxLen, prompts, gen } = args
   const rows = prompts.length
   const started = performance.now()
-  const session = await ort.InferenceSession.create(path.join(args.form, ONNX_FILE), { executionProviders: ['webgpu'] })
+  const session = await ort.InferenceSession.create(model.onnxPath, { executionProviders: ['webgpu'] })
   const buffers = await GpuBuffers.open()
   const cache: Record<string, ort.Tensor> = {}
-  for (let i = 0; i < shape.layers; i++) {
-    for (const kv of ['key', 'value']) cache[`past_key_values.${i}.${kv}`] = await buffers.padded(new ort.Tensor('float32', new Float32Array(0), [rows, shape.kvHeads, 0, shape.headDim]), maxLen)
+  for (let i = 0; i < model.numLayers; i++) {
+    for (const kv of ['key', 'value']) cache[`past_key_values.${i}.${kv}`] = await buffers.padded(new ort.Tensor('float32', new Float32Array(0), [rows, model.numKvHeads, 0, model.headDim]), maxLen)
   }
   const sessionLoad = (performance.now() - started) / 1000
   const fetches = { logits: null, cache_delta: null, ...Object.fromEntries(Object.entries(cache).map(([name, t]) => [name.replace('past_key_values', 'present'), t])) }
@@ -126,16 +116,16 @@ export async function runNode (args: RunArgs): Promise<StepRun> {
   let t0 = performance.now()
   const promptLogits = await run(prompts, 0)
   const promptMs = performance.now() - t0
-  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, shape.vocab)))
+  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, model.vocabSize)))
   const tokens = next.map(t => [t])
   const steps: number[] = []
   let firstLogits: number[][] = []
   for (let step = 0; step < gen; step++) {
     t0 = performance.now()
     const logits = await run(next.map(t => [t]), prompts[0].length + step)
-    next = next.map((_, r) => argmax(rowOf(logits, r, shape.vocab)))
+    next = next.map((_, r) => argmax(rowOf(logits, r, model.vocabSize)))
     steps.push(performance.now() - t0)
-    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(logits, r, shape.vocab)))
+    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(logits, r, model.vocabSize)))
     next.forEach((t, r) => tokens[r].push(t))
   }
   for (const row of tokens) row.pop()

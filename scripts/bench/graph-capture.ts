@@ -44,10 +44,13 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { convertRandom } from '../../src/convert/index.ts'
 import { BENCH_MODEL_CONFIG, benchModelDir } from '../bench-model.ts'
-import { cpuReference, ONNX_FILE, readShape, runNode, type StepRun } from './decode-runs.ts'
+import { readModelDir } from '../../src/engine/onnx/model-dir.ts'
+import { cpuReference, runNode, type StepRun } from './decode-runs.ts'
 import { runWeb } from './web-decode.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+/** The int4 graph's file in a model directory (dtype q4). */
+const ONNX_FILE = 'onnx/model_q4.onnx'
 
 /** The step's runtimes: chatd's today (onnxruntime-node, the cache in place), and onnxruntime-web without and with capture. */
 type VariantKind = 'node' | 'plain' | 'capture'
@@ -130,18 +133,18 @@ async function main (): Promise<void> {
   const work = values.work ?? path.join(ROOT, 'bench-out', 'graph-capture')
   const gen = Number(values.gen)
   const maxLen = Number(values['max-len'])
-  const models = buildModels({ config, work: values.work })
-  const shape = readShape(models.form)
+  const dirs = buildModels({ config, work: values.work })
+  const form = readModelDir(dirs.form, 'q4')
   const rows = Number(values.rows)
-  const prompts = Array.from({ length: rows }, (_, r) => promptIds(Number(values.prompt), shape.vocab, r))
+  const prompts = Array.from({ length: rows }, (_, r) => promptIds(Number(values.prompt), form.vocabSize, r))
   if (values.child !== undefined) {
-    const args = { ...models, prompts, gen, maxLen, shape }
+    const args = { form, decode: readModelDir(dirs.decode, 'q4'), prompts, gen, maxLen }
     const result = values.child === 'node' ? await runNode(args) : await runWeb({ ...args, capture: values.child === 'capture' })
     fs.writeFileSync(values.result as string, JSON.stringify(result))
     process.exit(0)
   }
   fs.mkdirSync(work, { recursive: true })
-  const cpu = await cpuReference(models.form, shape, prompts, gen)
+  const cpu = await cpuReference(form, prompts, gen)
   const variants: VariantResult[] = []
   for (const kind of kinds) {
     const name = VARIANT_NAMES[kind]

@@ -7,7 +7,8 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
-import { ONNX_FILE, rowOf, stepTimes, type RunArgs, type StepRun } from './decode-runs.ts'
+import type { ModelDir } from '../../src/engine/onnx/model-dir.ts'
+import { rowOf, stepTimes, type RunArgs, type StepRun } from './decode-runs.ts'
 import { median } from './rounds.ts'
 
 /**
@@ -54,14 +55,13 @@ export async function runWeb (args: RunArgs & { capture: boolean }): Promise<Ste
   web.env.wasm.numThreads = 1
   web.env.logLevel = (process.env.ORT_WEB_LOG ?? 'warning') as 'warning'
   type WebSession = Awaited<ReturnType<typeof web.InferenceSession.create>>
-  const { shape, maxLen, prompts, gen } = args
+  const { form: model, maxLen, prompts, gen } = args
   const rows = prompts.length
   const promptLength = prompts[0].length
   // The decode step's dimensions, fixed: onnxruntime then folds the graph's shape arithmetic into
   // constants, and capture takes only graphs whose every node runs on the GPU.
   const fixedDims = { batch_size: rows, sequence_length: 1, total_sequence_length: maxLen, past_sequence_length: maxLen }
-  const load = async (dir: string, capture: boolean, freeDimensionOverrides?: Record<string, number>): Promise<WebSession> => {
-    const file = path.join(dir, ONNX_FILE)
+  const load = async ({ onnxPath: file }: ModelDir, capture: boolean, freeDimensionOverrides?: Record<string, number>): Promise<WebSession> => {
     const data = `${path.basename(file)}_data`
     return await web.InferenceSession.create(new Uint8Array(fs.readFileSync(file)), {
       // As an object: onnxruntime-web hands enableGraphCapture to the provider only then.
@@ -84,12 +84,12 @@ export async function runWeb (args: RunArgs & { capture: boolean }): Promise<Ste
   const gpuTensor = (buf: GPUBuffer, dataType: 'float32' | 'int64', dims: number[]) => web.Tensor.fromGpuBuffer(buf, { dataType, dims })
 
   // The cache: one buffer per layer's keys and values, maxLen positions a row, past and present of every run.
-  const cacheDims = [rows, shape.kvHeads, maxLen, shape.headDim]
+  const cacheDims = [rows, model.numKvHeads, maxLen, model.headDim]
   const cache: Record<string, ReturnType<typeof gpuTensor>> = {}
   const present: Record<string, ReturnType<typeof gpuTensor>> = {}
-  for (let i = 0; i < shape.layers; i++) {
+  for (let i = 0; i < model.numLayers; i++) {
     for (const kv of ['key', 'value']) {
-      const t = gpuTensor(buffer(4 * rows * shape.kvHeads * maxLen * shape.headDim), 'float32', cacheDims)
+      const t = gpuTensor(buffer(4 * rows * model.numKvHeads * maxLen * model.headDim), 'float32', cacheDims)
       cache[`past_key_values.${i}.${kv}`] = t
       present[`present.${i}.${kv}`] = t
     }
@@ -106,15 +106,15 @@ export async function runWeb (args: RunArgs & { capture: boolean }): Promise<Ste
     ...cache,
   }, { logits: null, cache_delta: null, ...present } as never)
   const promptLogits = await promptOut.logits.getData() as Float32Array
-  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, shape.vocab)))
+  let next = prompts.map((_, r) => argmax(rowOf(promptLogits, r, model.vocabSize)))
   const promptMs = performance.now() - t0
 
   // The decode step's inputs and outputs, fixed GPU buffers written from here.
   const ids = buffer(8 * rows)
   const positions = buffer(8 * rows)
   const mask = buffer(8 * rows * maxLen)
-  const logits = buffer(4 * rows * shape.vocab)
-  const readback = device.createBuffer({ size: 4 * rows * shape.vocab, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST })
+  const logits = buffer(4 * rows * model.vocabSize)
+  const readback = device.createBuffer({ size: 4 * rows * model.vocabSize, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST })
   const ones = new BigInt64Array(rows * maxLen)
   for (let r = 0; r < rows; r++) ones.fill(1n, r * maxLen, r * maxLen + promptLength + 1)
   device.queue.writeBuffer(mask, 0, ones)
@@ -124,7 +124,7 @@ export async function runWeb (args: RunArgs & { capture: boolean }): Promise<Ste
     position_ids: gpuTensor(positions, 'int64', [rows, 1]),
     ...cache,
   }
-  const fetches = { logits: gpuTensor(logits, 'float32', [rows, 1, shape.vocab]), ...present }
+  const fetches = { logits: gpuTensor(logits, 'float32', [rows, 1, model.vocabSize]), ...present }
   const fixedBuffers = [ids, positions, mask, logits, ...Object.values(cache).map(t => t.gpuBuffer as GPUBuffer)]
   const tokens = next.map(t => [t])
   const steps: number[] = []
@@ -143,14 +143,14 @@ export async function runWeb (args: RunArgs & { capture: boolean }): Promise<Ste
     await run
     runs.push(performance.now() - t0)
     const encoder = device.createCommandEncoder()
-    encoder.copyBufferToBuffer(logits, 0, readback, 0, 4 * rows * shape.vocab)
+    encoder.copyBufferToBuffer(logits, 0, readback, 0, 4 * rows * model.vocabSize)
     device.queue.submit([encoder.finish()])
     await readback.mapAsync(GPUMapMode.READ)
     const all = new Float32Array(readback.getMappedRange().slice(0))
     readback.unmap()
-    next = next.map((_, r) => argmax(rowOf(all, r, shape.vocab)))
+    next = next.map((_, r) => argmax(rowOf(all, r, model.vocabSize)))
     steps.push(performance.now() - t0)
-    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(all, r, shape.vocab)))
+    if (step === 0) firstLogits = next.map((_, r) => Array.from(rowOf(all, r, model.vocabSize)))
     next.forEach((t, r) => tokens[r].push(t))
   }
   for (const row of tokens) row.pop() // the last step's token has no step of its own in the CPU's list

@@ -465,12 +465,14 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
     // instead of a dozen): q and k rotated here at each row's position_ids, every row's seqlens_k
     // the whole length (so the operator drops no key and derives no position), and padding and
     // causality from the same additive mask as above, as attention_bias. Exact with left padding.
-    const lastPosition = g.op('Sub', [totalLen, one])
-    const batch = g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([0], true)], { axis: attr.i(0) })
     // The static decode step's mask is the cache buffer's length: its ones say where the row ends.
-    const seqlensK = seqlensFromOnes
-      ? g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])], { to: attr.i(DataType.INT32) })
-      : g.op('Cast', [g.op('Expand', [lastPosition, g.op('Unsqueeze', [batch, g.int64([0])])])], { to: attr.i(DataType.INT32) })
+    const lastPositions = seqlensFromOnes
+      ? g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])
+      : g.op('Expand', [
+        g.op('Sub', [totalLen, one]),
+        g.op('Unsqueeze', [g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([0], true)], { axis: attr.i(0) }), g.int64([0])]),
+      ])
+    const seqlensK = g.op('Cast', [lastPositions], { to: attr.i(DataType.INT32) })
     const totalLenI32 = g.op('Cast', [totalLen], { to: attr.i(DataType.INT32) })
     return (i, qFlat, kFlat, vFlat, past) => {
       const k = rotary(kFlat, nKv)

@@ -478,8 +478,9 @@ export function scanGraph (onnxPath: string): { style: GraphStyle; present: bool
   } finally {
     fs.closeSync(fd)
   }
-  if (found.has(5)) throw new ModelDirError(`${onnxPath}: a gqa-causal graph (attention without its mask) is written for measuring only and gives wrong tokens for padded rows; convert the model again without that option`)
-  if (found.has(6)) throw new ModelDirError(`${onnxPath}: a gqa-static-decode graph (the decode step for graph capture) is written for measuring only and gives wrong tokens for padded rows; convert the model again without that option`)
+  for (const [needle, what] of [[5, 'a gqa-causal graph (attention without its mask)'], [6, 'a gqa-static-decode graph (the decode step for graph capture)']] as const) {
+    if (found.has(needle)) throw new ModelDirError(`${onnxPath}: ${what} is written for measuring only and gives wrong tokens for padded rows; convert the model again without that option`)
+  }
   const style: GraphStyle = found.has(0) ? (found.has(4) ? 'gqa-masked' : 'gqa') : found.has(1) ? 'mha' : 'standard'
   return { style, present: found.has(2), cacheDelta: found.has(3) }
 }
