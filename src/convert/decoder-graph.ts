@@ -297,7 +297,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     const mlpIn = addAndNorm(residual, attnOut, `${p}.post_attention_layernorm.weight`)
     residual = mlpIn.sum
     let gate: string, up: string
-    if (plain) {
+    // The GPU form's int4 keeps gate and up apart: onnxruntime's WebGPU provider (MatMulNBitsMlpFusion)
+    // then runs the norm, both projections and SiLU(gate) * up as one kernel, where one fused
+    // projection, its Split and the activation's nodes cost five dispatches a layer.
+    if (plain || (masked && opts.weights === 'int4')) {
       [gate, up] = ['gate', 'up'].map(x => linear(mlpIn.normed, `${m}.${x}_proj`, [src.get(`${m}.${x}_proj.weight`)], biasOf([`${m}.${x}_proj.bias`], cfg.mlpBias)))
     } else {
       const gateUp = linear(mlpIn.normed, `${m}.gate_up_proj`,

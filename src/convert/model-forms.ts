@@ -4,7 +4,9 @@
 //   gpu: the concat cache (its cache_delta keeps the cache on the GPU between steps),
 //        int4 computed in float32 (what a GPU computes, so it matches the CPU token for
 //        token), and GroupQueryAttention under chatd's own mask (gqa-masked: half the
-//        kernels a step) where the head size allows it, plain attention otherwise.
+//        kernels a step) where the head size allows it, plain attention otherwise; its int4
+//        gate and up projections apart, which the WebGPU provider fuses with the norm
+//        and SiLU into one kernel (decoder-graph.ts).
 // `chatd pull` converts a checkpoint into the form for the model's device; `chatd
 // convert --for cpu|gpu` writes either by hand.
 import { GQA_HEAD_SIZE_MULTIPLE, type AttentionStyle, type CacheStyle, type Int4Compute, type WeightFormat } from './decoder-graph.ts'
