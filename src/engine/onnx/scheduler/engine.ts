@@ -551,6 +551,7 @@ export class LocalEngine {
     const sampling = batch.rows.filter(seq => !seq.prefilling)
     const failed = await this.#prepareGrammars(sampling)
     const finished = new Set<Sequence>(failed.keys())
+    const sampled: Array<{ seq: Sequence; row: number; result: StepResult }> = []
     batch.rows.forEach((seq, b) => {
       if (seq.prefilling || failed.has(seq)) return
       let result: StepResult
@@ -561,16 +562,19 @@ export class LocalEngine {
         finished.add(seq)
         return
       }
-      // A prompt just completed is kept for later requests, as a prompt fed in runs of its own is.
-      // (One that finishes at once is kept below, with its output.)
-      if (prefilling.has(seq) && !result.finish && batch.cache) this.#remember(seq, batch.cache, b)
       this.#emit(seq, result)
+      sampled.push({ seq, row: b, result })
+    })
+    // Every row's token has gone out; then the caches kept for later requests (each copy is a whole
+    // prompt's cache): a prompt just completed, as one fed in runs of its own is, and a finished row
+    // with its output.
+    for (const { seq, row, result } of sampled) {
+      if (batch.cache && (prefilling.has(seq) || result.finish)) this.#remember(seq, batch.cache, row)
       if (result.finish) {
         finished.add(seq)
-        if (batch.cache) this.#remember(seq, batch.cache, b)
         this.#finish(seq, result.finish)
       }
-    })
+    }
     batch.leave(finished)
     for (const [seq, err] of failed) this.#fail([seq], err)
   }

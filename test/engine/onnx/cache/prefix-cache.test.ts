@@ -3,12 +3,13 @@
 // only the rest, with output identical to computing everything.
 import t, { type Test } from 'tap'
 import type { ChatMessage } from '../../../../src/engine/backend.ts'
-import type { EngineSettings } from '../../../../src/engine/onnx/scheduler/engine.ts'
+import { LocalEngine, type EngineSettings } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { KvBudget, kvBytesPerToken } from '../../../../src/engine/onnx/cache/kv-budget.ts'
 import { stripEarlierThinking } from '../../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
 import { inThreadEngine, USER_TURNS, withChatTemplate, type Outcome } from '../../../helpers/engine-harness.ts'
 import { startStoriesServer } from '../../../helpers/stories-server.ts'
+import { testDevice } from '../../../helpers/webgpu.ts'
 
 /** An in-thread engine counting the prompt positions it computes. */
 const engineFor = (dir: string, settings: Partial<EngineSettings> = {}) => inThreadEngine(t, dir, { prefillChunk: 8, ...settings })
@@ -95,6 +96,46 @@ t.test('a running request\'s prompt is reused by one that arrives while it decod
   t.ok(got.cached >= 16, `reused ${got.cached} tokens while the first was still running`)
   t.same({ ...got, cached: 0 }, { ...expected, cached: 0 })
   t.same({ ...first, cached: 0 }, { ...expected, cached: 0 })
+})
+
+t.test('a prompt\'s first token goes out before its cache is copied for later requests (the copy is the whole prompt\'s cache)', async t => {
+  const timeline: string[] = []
+  const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: testDevice(), threads: 1, prefillChunk: 8 }, {
+    delta: id => { if (!timeline.includes(`first token of ${id}`)) timeline.push(`first token of ${id}`) },
+    finish: id => timeline.push(`finish of ${id}`),
+    error: (_id, err) => { throw err },
+  })
+  t.teardown(() => engine.close())
+  const prefixes = engine.prefixes!
+  const remember = prefixes.remember.bind(prefixes)
+  prefixes.remember = (...args) => {
+    timeline.push('copy')
+    remember(...args)
+  }
+  const event = (what: string): Promise<void> => new Promise(resolve => {
+    const check = setInterval(() => { if (timeline.includes(what)) { clearInterval(check); resolve() } }, 2)
+  })
+  const ask = (id: string, content: string, maxTokens: number): void => {
+    engine.start({ messages: [{ role: 'user', content }], temperature: 0, topP: 1, topK: 0, stop: [], maxTokens }, id)
+  }
+  const copiedAfter = (from: number): number => timeline.findIndex((e, i) => i >= from && e === 'copy')
+
+  // Alone: its prompt fed in runs of its own.
+  ask('alone', USER_TURNS[0], 4)
+  await event('finish of alone')
+  t.ok(timeline.indexOf('first token of alone') < copiedAfter(0), `alone: the first token, then the copy (${timeline.join('; ')})`)
+
+  // Riding in the decode steps of a request already decoding (a mixed batch).
+  ask('decoding', USER_TURNS[1], 60)
+  await event('first token of decoding')
+  const from = timeline.length
+  ask('riding', USER_TURNS[2], 4)
+  await event('finish of riding')
+  await event('finish of decoding')
+  const first = timeline.indexOf('first token of riding')
+  t.ok(first < timeline.indexOf('finish of decoding'), 'it rode in the steps of a request still decoding')
+  t.ok(copiedAfter(from) >= 0, 'its prompt was kept')
+  t.ok(first >= 0 && first < copiedAfter(from), `riding: the first token, then the copy (${timeline.slice(from).join('; ')})`)
 })
 
 t.test('a cached prefix longer than the new prompt: only what the prompt has, never its last token', async t => {
