@@ -100,9 +100,17 @@ t.test('a running request\'s prompt is reused by one that arrives while it decod
 
 t.test('a prompt\'s first token goes out before its cache is copied for later requests (the copy is the whole prompt\'s cache)', async t => {
   const timeline: string[] = []
+  const waiting = new Map<string, () => void>()
+  /** Notes an event once; `event` resolves when it has happened. */
+  const note = (what: string): void => {
+    if (timeline.includes(what)) return
+    timeline.push(what)
+    waiting.get(what)?.()
+  }
+  const event = (what: string): Promise<void> => timeline.includes(what) ? Promise.resolve() : new Promise(resolve => waiting.set(what, resolve))
   const engine = await LocalEngine.load({ modelDir: storiesModelDir(), dtype: 'fp32', device: testDevice(), threads: 1, prefillChunk: 8 }, {
-    delta: id => { if (!timeline.includes(`first token of ${id}`)) timeline.push(`first token of ${id}`) },
-    finish: id => timeline.push(`finish of ${id}`),
+    delta: id => note(`first token of ${id}`),
+    finish: id => note(`finish of ${id}`),
     error: (_id, err) => { throw err },
   })
   t.teardown(() => engine.close())
@@ -112,9 +120,6 @@ t.test('a prompt\'s first token goes out before its cache is copied for later re
     timeline.push('copy')
     remember(...args)
   }
-  const event = (what: string): Promise<void> => new Promise(resolve => {
-    const check = setInterval(() => { if (timeline.includes(what)) { clearInterval(check); resolve() } }, 2)
-  })
   const ask = (id: string, content: string, maxTokens: number): void => {
     engine.start({ messages: [{ role: 'user', content }], temperature: 0, topP: 1, topK: 0, stop: [], maxTokens }, id)
   }
@@ -125,7 +130,7 @@ t.test('a prompt\'s first token goes out before its cache is copied for later re
   await event('finish of alone')
   t.ok(timeline.indexOf('first token of alone') < copiedAfter(0), `alone: the first token, then the copy (${timeline.join('; ')})`)
 
-  // Riding in the decode steps of a request already decoding (a mixed batch).
+  // Arriving while another request decodes: it rides in that request's decode steps (a mixed batch).
   ask('decoding', USER_TURNS[1], 60)
   await event('first token of decoding')
   const from = timeline.length
@@ -133,7 +138,7 @@ t.test('a prompt\'s first token goes out before its cache is copied for later re
   await event('finish of riding')
   await event('finish of decoding')
   const first = timeline.indexOf('first token of riding')
-  t.ok(first < timeline.indexOf('finish of decoding'), 'it rode in the steps of a request still decoding')
+  t.ok(first < timeline.indexOf('finish of decoding'), 'it came in while the other still decoded')
   t.ok(copiedAfter(from) >= 0, 'its prompt was kept')
   t.ok(first >= 0 && first < copiedAfter(from), `riding: the first token, then the copy (${timeline.slice(from).join('; ')})`)
 })
