@@ -2,11 +2,14 @@
 // provider's reference tokens, and chatd's engine's step today on onnxruntime-node's
 // WebGPU provider (the GPU form, its cache in place). Each run starts from a prompt a
 // row (rows of one length) and decodes `gen` greedy tokens, every row one token a step.
+import fs from 'node:fs'
 import os from 'node:os'
+import path from 'node:path'
 import ort from 'onnxruntime-node'
 import { GpuBuffers } from '../../src/engine/onnx/device/gpu-buffers.ts'
 import type { ModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
+import { summarizeKernelTrace, type KernelProfile } from './kernel-profile.ts'
 import { median } from './rounds.ts'
 
 /** What a run of decode steps on one runtime measured. */
@@ -28,10 +31,21 @@ export interface StepRun {
   device_features?: string[]
   /** Each row's logits after the first decode step. */
   first_logits: number[][]
+  /** onnxruntime-node: where the time of further decode steps went, node by node and program by program (`profileSteps`). */
+  kernel_profile?: KernelProfile
 }
 
 /** The GPU form (`form`), its static decode step (`decode`), a prompt a row, and the cache's length. */
-export interface RunArgs { form: ModelDir; decode: ModelDir; prompts: number[][]; gen: number; maxLen: number }
+export interface RunArgs {
+  form: ModelDir
+  decode: ModelDir
+  prompts: number[][]
+  gen: number
+  maxLen: number
+  /** onnxruntime-node: this many more decode steps after the timed ones, profiled, the trace written into `profileDir`. */
+  profileSteps?: number
+  profileDir?: string
+}
 
 /** Times of a run of steps: the median and fastest after the first `skip`, and the first. */
 export function stepTimes (steps: number[], skip: number): Pick<StepRun, 'step_ms_median' | 'step_ms_min' | 'first_step_ms'> {
@@ -102,9 +116,9 @@ export async function runNode (args: RunArgs): Promise<StepRun> {
   const sessionLoad = (performance.now() - started) / 1000
   const fetches = { logits: null, cache_delta: null, ...Object.fromEntries(Object.entries(cache).map(([name, t]) => [name.replace('past_key_values', 'present'), t])) }
   /** Every row's `ids` (rows of one length) after `past` positions; every row's logits. */
-  const run = async (ids: number[][], past: number): Promise<Float32Array> => {
+  const run = async (ids: number[][], past: number, on = session): Promise<Float32Array> => {
     const seq = ids[0].length
-    const out = await session.run({
+    const out = await on.run({
       input_ids: int64(ids.flat(), [rows, seq]),
       attention_mask: int64(new Array<number>(rows * (past + seq)).fill(1), [rows, past + seq]),
       position_ids: int64(ids.flatMap(row => row.map((_, j) => past + j)), [rows, seq]),
@@ -129,8 +143,27 @@ export async function runNode (args: RunArgs): Promise<StepRun> {
     next.forEach((t, r) => tokens[r].push(t))
   }
   for (const row of tokens) row.pop()
+  const kernelProfile = args.profileSteps ? await profileSteps(model, args, next, async (ids, past, on) => { await run(ids, past, on) }) : undefined
   await buffers.close()
   await session.release()
   const times = stepTimes(steps, 1)
-  return { capture: false, tokens, prompt_ms: promptMs, ...times, run_ms_median: times.step_ms_median, session_load_s: sessionLoad, adapter: 'onnxruntime-node', first_logits: firstLogits }
+  return { capture: false, tokens, prompt_ms: promptMs, ...times, run_ms_median: times.step_ms_median, session_load_s: sessionLoad, adapter: 'onnxruntime-node', first_logits: firstLogits, ...(kernelProfile ? { kernel_profile: kernelProfile } : {}) }
+}
+
+/**
+ * Runs up to `args.profileSteps` more decode steps (what room the cache has left) on a second
+ * session of the same file, profiling, on the same cache buffers (one WebGPU device a process),
+ * so its trace holds decode steps only; returns its summary.
+ */
+async function profileSteps (model: ModelDir, args: RunArgs, next: number[], run: (ids: number[][], past: number, on: ort.InferenceSession) => Promise<void>): Promise<KernelProfile> {
+  const dir = args.profileDir ?? os.tmpdir()
+  const prefix = `node-decode-${process.pid}`
+  const profiled = await ort.InferenceSession.create(model.onnxPath, { executionProviders: ['webgpu'], enableProfiling: true, profileFilePrefix: path.join(dir, prefix) })
+  let past = args.prompts[0].length + args.gen
+  for (let i = 0; i < (args.profileSteps ?? 0) && past + 1 <= args.maxLen; i++, past++) await run(next.map(t => [t]), past, profiled)
+  profiled.endProfiling()
+  await profiled.release()
+  const trace = fs.readdirSync(dir).find(f => f.startsWith(`${prefix}_`))
+  if (!trace) throw new Error(`onnxruntime wrote no ${prefix} trace into ${dir}`)
+  return summarizeKernelTrace(path.join(dir, trace))
 }

@@ -35,8 +35,13 @@
 //
 // --variants picks which of the three run (node, plain, capture).
 //
+// --profile-steps N: after its timed steps, the node variant runs up to N more (what room the
+// cache has left) on a second session with onnxruntime's profiler on, and reports where a step's
+// time went: each node's host time by operator (the dispatches' recording) and each GPU program's
+// duration (kernel-profile.ts): what of the engine's step is the host's and what the GPU's.
+//
 //   node scripts/bench/graph-capture.ts [--model-config FILE] [--work DIR] [--rows 1]
-//     [--prompt 24] [--gen 48] [--max-len 512] [--variants node,plain,capture] [--json FILE]
+//     [--prompt 24] [--gen 48] [--max-len 512] [--variants node,plain,capture] [--profile-steps 0] [--json FILE]
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -44,6 +49,7 @@ import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { convertRandom } from '../../src/convert/index.ts'
 import { BENCH_MODEL_CONFIG, benchModelDir } from '../bench-model.ts'
+import { formatKernelProfile } from './kernel-profile.ts'
 import { readModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { cpuReference, runNode, type StepRun } from './decode-runs.ts'
 import { runWeb } from './web-decode.ts'
@@ -115,6 +121,7 @@ async function main (): Promise<void> {
       gen: { type: 'string', default: '48' },
       'max-len': { type: 'string', default: '512' },
       rows: { type: 'string', default: '1' },
+      'profile-steps': { type: 'string', default: '0' },
       variants: { type: 'string', default: 'node,plain,capture' },
       json: { type: 'string' },
       child: { type: 'string' },
@@ -138,7 +145,7 @@ async function main (): Promise<void> {
   const rows = Number(values.rows)
   const prompts = Array.from({ length: rows }, (_, r) => promptIds(Number(values.prompt), form.vocabSize, r))
   if (values.child !== undefined) {
-    const args = { form, decode: readModelDir(dirs.decode, 'q4'), prompts, gen, maxLen }
+    const args = { form, decode: readModelDir(dirs.decode, 'q4'), prompts, gen, maxLen, profileSteps: Number(values['profile-steps']), profileDir: work }
     const result = values.child === 'node' ? await runNode(args) : await runWeb({ ...args, capture: values.child === 'capture' })
     fs.writeFileSync(values.result as string, JSON.stringify(result))
     process.exit(0)
@@ -180,6 +187,7 @@ async function main (): Promise<void> {
   }
   for (const v of variants) {
     console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms, ${v.tokens_per_s.toFixed(1)} tok/s (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
+    if (v.kernel_profile) console.log(formatKernelProfile(v.kernel_profile))
   }
   if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)
   if (report.capture_speedup_vs_node !== null) console.log(`graph capture: ${report.capture_speedup_vs_node.toFixed(2)}x onnxruntime-node's step (chatd's engine today)`)

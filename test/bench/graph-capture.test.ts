@@ -23,7 +23,7 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
   const res = spawnSync(process.execPath, [
     path.join(REPO_ROOT, 'scripts/bench/graph-capture.ts'),
     '--model-config', path.join(REPO_ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'),
-    '--work', dir, '--rows', '2', '--gen', String(gen), '--max-len', '96', '--json', json,
+    '--work', dir, '--rows', '2', '--gen', String(gen), '--max-len', '96', '--profile-steps', '8', '--json', json,
   ], { encoding: 'utf8', env: { ...process.env, LP_NUM_THREADS: process.env.LP_NUM_THREADS ?? '0' }, timeout: 300_000 })
   t.equal(res.status, 0, res.stderr.slice(-2000))
   const report = JSON.parse(fs.readFileSync(json, 'utf8')) as GraphCaptureReport
@@ -37,6 +37,14 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
     t.ok(v.first_logits_max_diff_vs_cpu < 1e-4, `${v.name}: the first step's logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} of the CPU's`)
     t.ok(v.step_ms_median > 0 && v.run_ms_median > 0 && v.tokens_per_s > 0 && v.adapter.length > 0)
   }
+  // chatd's step profiled: 8 more steps on a session of their own, node by node and program by program.
+  const profile = report.variants.find(v => v.kind === 'node')?.kernel_profile
+  t.equal(profile?.steps, 8, 'chatd\'s step: 8 more steps profiled')
+  t.ok(profile && profile.nodes > 0 && profile.host_ms > 0 && profile.run_ms >= profile.host_ms, 'each node\'s host time, within the run\'s')
+  t.ok(profile?.host_by_op.some(l => l.what === 'MatMulNBitsMlp' && l.per_step === 2), 'by operator: the fused MLP, one a layer')
+  t.ok(profile && profile.dispatches > 0 && profile.gpu_ms > 0, 'and the GPU programs it dispatched, timed (lavapipe has timestamp queries)')
+  t.notOk(report.variants.some(v => v.kind !== 'node' && v.kernel_profile), 'onnxruntime-web\'s variants are not profiled')
+  t.match(res.stdout, /profile of 8 steps: run [\d.]+ ms, nodes' host time [\d.]+ ms/)
   t.ok(report.capture_speedup !== null && report.capture_speedup > 0)
   t.ok(report.capture_speedup_vs_node !== null && report.capture_speedup_vs_node > 0)
   t.match(res.stdout, /graph capture: [\d.]+x the step without it/)

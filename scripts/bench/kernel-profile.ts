@@ -1,0 +1,67 @@
+// Where a WebGPU decode step's time goes, from onnxruntime's profiling trace of a session that ran
+// decode steps only: each node's host time (the WebGPU provider's Compute, which records its
+// dispatches: the host's part of a step) and each GPU program's duration (the provider's timestamp
+// queries, where the device has them), per step. For scripts/bench/decode-runs.ts.
+import fs from 'node:fs'
+
+interface TraceEvent { cat: string; name: string; dur: number; args?: { op_name?: string; provider?: string } }
+
+/** One line of a breakdown: what, its time per step, and how many of it a step runs. */
+export interface KernelLine { what: string; us_per_step: number; per_step: number }
+
+export interface KernelProfile {
+  steps: number
+  /** onnxruntime's own time of a run (model_run), mean over the steps. */
+  run_ms: number
+  /** The nodes' host time per step, summed (the rest of run_ms is onnxruntime's between nodes). */
+  host_ms: number
+  /** Nodes a step runs, and GPU programs it dispatches (0 without timestamp queries). */
+  nodes: number
+  dispatches: number
+  /** The GPU programs' durations per step, summed (they may overlap the host's part). */
+  gpu_ms: number
+  host_by_op: KernelLine[]
+  gpu_by_program: KernelLine[]
+}
+
+/** Summarizes the trace `file` of a session whose runs were all `steps` decode steps. */
+export function summarizeKernelTrace (file: string, top = 12): KernelProfile {
+  const events = JSON.parse(fs.readFileSync(file, 'utf8')) as TraceEvent[]
+  const runs = events.filter(e => e.cat === 'Session' && e.name === 'model_run')
+  const steps = Math.max(1, runs.length)
+  const nodes = events.filter(e => e.cat === 'Node' && e.name.endsWith('_kernel_time'))
+  // The provider's GPU events are named node&operator&program.
+  const programs = events.filter(e => e.cat === 'Api')
+  const lines = (list: TraceEvent[], keyOf: (e: TraceEvent) => string): KernelLine[] => {
+    const sums = new Map<string, { us: number; count: number }>()
+    for (const e of list) {
+      const s = sums.get(keyOf(e)) ?? { us: 0, count: 0 }
+      s.us += e.dur
+      s.count++
+      sums.set(keyOf(e), s)
+    }
+    return [...sums].map(([what, s]) => ({ what, us_per_step: s.us / steps, per_step: s.count / steps }))
+      .sort((a, b) => b.us_per_step - a.us_per_step).slice(0, top)
+  }
+  const sum = (list: TraceEvent[]): number => list.reduce((n, e) => n + e.dur, 0) / steps / 1000
+  return {
+    steps: runs.length,
+    run_ms: sum(runs),
+    host_ms: sum(nodes),
+    nodes: nodes.length / steps,
+    dispatches: programs.length / steps,
+    gpu_ms: sum(programs),
+    host_by_op: lines(nodes, e => `${e.args?.op_name ?? '?'}${e.args?.provider === 'CPUExecutionProvider' ? ' (CPU)' : ''}`),
+    gpu_by_program: lines(programs, e => e.name.split('&').at(-1) ?? e.name),
+  }
+}
+
+/** A few lines for a report. */
+export function formatKernelProfile (p: KernelProfile): string {
+  const list = (l: KernelLine[]): string => l.slice(0, 6).map(x => `${x.what} ${(x.us_per_step / 1000).toFixed(2)} ms (${x.per_step.toFixed(0)})`).join(', ')
+  return [
+    `  profile of ${p.steps} steps: run ${p.run_ms.toFixed(2)} ms, nodes' host time ${p.host_ms.toFixed(2)} ms (${p.nodes.toFixed(0)} nodes), GPU programs ${p.gpu_ms.toFixed(2)} ms (${p.dispatches.toFixed(0)} dispatches)`,
+    `  host, by operator: ${list(p.host_by_op)}`,
+    ...(p.gpu_by_program.length > 0 ? [`  GPU, by program: ${list(p.gpu_by_program)}`] : []),
+  ].join('\n')
+}
