@@ -1,15 +1,16 @@
 // Reads onnxruntime's profiling trace (Chrome trace JSON) and says where a
 // step's time goes: per operator type and per node family (the node name with
 // its layer number taken out, so 28 layers' o_proj count as one line), split
-// into prompt runs and decode steps. Used by `npm run bench:engine -- --profile`.
+// into prompt runs and decode steps. Used by `npm run bench:engine -- --profile`
+// (and, for the WebGPU provider's GPU programs too, scripts/bench/kernel-profile.ts).
 import fs from 'node:fs'
 
-interface TraceEvent {
+export interface TraceEvent {
   cat: string
   name: string
   ts: number
   dur: number
-  args?: { op_name?: string }
+  args?: { op_name?: string; provider?: string }
 }
 
 export interface ProfileLine {
@@ -31,15 +32,21 @@ export interface ProfileSummary {
   byNode: ProfileLine[]
 }
 
-/** A trace read once: its runs in time order, and each node event tagged with the run it falls in. */
+/**
+ * A trace read once: its runs in time order, each node event tagged with the run it falls in, and
+ * the WebGPU provider's GPU programs (named node&operator&program; timed on the GPU's clock, so
+ * not placed in runs).
+ */
 export interface Trace {
   runs: TraceEvent[]
   nodes: Array<TraceEvent & { run: number }>
+  programs: TraceEvent[]
 }
 
 export function readTrace (file: string): Trace {
   const events = JSON.parse(fs.readFileSync(file, 'utf8')) as TraceEvent[]
   const runs = events.filter(e => e.cat === 'Session' && e.name === 'model_run').sort((a, b) => a.ts - b.ts)
+  const programs = events.filter(e => e.cat === 'Api')
   const kernels = events.filter(e => e.cat === 'Node' && e.name.endsWith('_kernel_time')).sort((a, b) => a.ts - b.ts)
   // Both in time order: one walk pairs every node with the run around it.
   const nodes: Trace['nodes'] = []
@@ -48,7 +55,24 @@ export function readTrace (file: string): Trace {
     while (run < runs.length && e.ts > runs[run].ts + runs[run].dur) run++
     if (run < runs.length && e.ts >= runs[run].ts) nodes.push({ ...e, run })
   }
-  return { runs, nodes }
+  return { runs, nodes, programs }
+}
+
+/** `events` grouped by `keyOf`: each line's time and count per run over `runs` runs, heaviest first. */
+export function linesBy (events: TraceEvent[], runs: number, keyOf: (e: TraceEvent) => string): ProfileLine[] {
+  const n = Math.max(1, runs)
+  const sums = new Map<string, { us: number; count: number }>()
+  for (const e of events) {
+    const key = keyOf(e)
+    const s = sums.get(key) ?? { us: 0, count: 0 }
+    s.us += e.dur
+    s.count++
+    sums.set(key, s)
+  }
+  const total = [...sums.values()].reduce((a, s) => a + s.us, 0) || 1
+  return [...sums.entries()]
+    .map(([key, s]) => ({ key, usPerRun: s.us / n, share: s.us / total, nodesPerRun: s.count / n }))
+    .sort((a, b) => b.usPerRun - a.usPerRun)
 }
 
 /**
@@ -59,20 +83,7 @@ export function summarizeTrace (trace: Trace, isKind: (runIndex: number) => bool
   const picked = trace.runs.filter((_, i) => isKind(i))
   const nodes = trace.nodes.filter(e => isKind(e.run))
   const n = Math.max(1, picked.length)
-  const group = (keyOf: (e: TraceEvent) => string): ProfileLine[] => {
-    const sums = new Map<string, { us: number; count: number }>()
-    for (const e of nodes) {
-      const key = keyOf(e)
-      const s = sums.get(key) ?? { us: 0, count: 0 }
-      s.us += e.dur
-      s.count++
-      sums.set(key, s)
-    }
-    const total = [...sums.values()].reduce((a, s) => a + s.us, 0) || 1
-    return [...sums.entries()]
-      .map(([key, s]) => ({ key, usPerRun: s.us / n, share: s.us / total, nodesPerRun: s.count / n }))
-      .sort((a, b) => b.usPerRun - a.usPerRun)
-  }
+  const group = (keyOf: (e: TraceEvent) => string): ProfileLine[] => linesBy(nodes, picked.length, keyOf)
   return {
     runs: picked.length,
     runUs: picked.reduce((a, r) => a + r.dur, 0) / n,

@@ -143,7 +143,7 @@ export async function runNode (args: RunArgs): Promise<StepRun> {
     next.forEach((t, r) => tokens[r].push(t))
   }
   for (const row of tokens) row.pop()
-  const kernelProfile = args.profileSteps ? await profileSteps(model, args, next, async (ids, past, on) => { await run(ids, past, on) }) : undefined
+  const kernelProfile = args.profileSteps ? await profileSteps(model, args, next, run) : undefined
   await buffers.close()
   await session.release()
   const times = stepTimes(steps, 1)
@@ -155,7 +155,7 @@ export async function runNode (args: RunArgs): Promise<StepRun> {
  * session of the same file, profiling, on the same cache buffers (one WebGPU device a process),
  * so its trace holds decode steps only; returns its summary.
  */
-async function profileSteps (model: ModelDir, args: RunArgs, next: number[], run: (ids: number[][], past: number, on: ort.InferenceSession) => Promise<void>): Promise<KernelProfile> {
+async function profileSteps (model: ModelDir, args: RunArgs, next: number[], run: (ids: number[][], past: number, on: ort.InferenceSession) => Promise<unknown>): Promise<KernelProfile> {
   const dir = args.profileDir ?? os.tmpdir()
   const prefix = `node-decode-${process.pid}`
   const profiled = await ort.InferenceSession.create(model.onnxPath, { executionProviders: ['webgpu'], enableProfiling: true, profileFilePrefix: path.join(dir, prefix) })

@@ -2,9 +2,7 @@
 // decode steps only: each node's host time (the WebGPU provider's Compute, which records its
 // dispatches: the host's part of a step) and each GPU program's duration (the provider's timestamp
 // queries, where the device has them), per step. For scripts/bench/decode-runs.ts.
-import fs from 'node:fs'
-
-interface TraceEvent { cat: string; name: string; dur: number; args?: { op_name?: string; provider?: string } }
+import { linesBy, readTrace, type ProfileLine, type TraceEvent } from '../profile-trace.ts'
 
 /** One line of a breakdown: what, its time per step, and how many of it a step runs. */
 export interface KernelLine { what: string; us_per_step: number; per_step: number }
@@ -24,25 +22,12 @@ export interface KernelProfile {
   gpu_by_program: KernelLine[]
 }
 
-/** Summarizes the trace `file` of a session whose runs were all `steps` decode steps. */
+/** Summarizes the trace `file` (read by profile-trace.ts) of a session whose runs were all decode steps. */
 export function summarizeKernelTrace (file: string, top = 12): KernelProfile {
-  const events = JSON.parse(fs.readFileSync(file, 'utf8')) as TraceEvent[]
-  const runs = events.filter(e => e.cat === 'Session' && e.name === 'model_run')
+  const { runs, nodes, programs } = readTrace(file)
   const steps = Math.max(1, runs.length)
-  const nodes = events.filter(e => e.cat === 'Node' && e.name.endsWith('_kernel_time'))
-  // The provider's GPU events are named node&operator&program.
-  const programs = events.filter(e => e.cat === 'Api')
-  const lines = (list: TraceEvent[], keyOf: (e: TraceEvent) => string): KernelLine[] => {
-    const sums = new Map<string, { us: number; count: number }>()
-    for (const e of list) {
-      const s = sums.get(keyOf(e)) ?? { us: 0, count: 0 }
-      s.us += e.dur
-      s.count++
-      sums.set(keyOf(e), s)
-    }
-    return [...sums].map(([what, s]) => ({ what, us_per_step: s.us / steps, per_step: s.count / steps }))
-      .sort((a, b) => b.us_per_step - a.us_per_step).slice(0, top)
-  }
+  const lines = (list: TraceEvent[], keyOf: (e: TraceEvent) => string): KernelLine[] =>
+    linesBy(list, runs.length, keyOf).slice(0, top).map((l: ProfileLine) => ({ what: l.key, us_per_step: l.usPerRun, per_step: l.nodesPerRun }))
   const sum = (list: TraceEvent[]): number => list.reduce((n, e) => n + e.dur, 0) / steps / 1000
   return {
     steps: runs.length,
@@ -52,6 +37,7 @@ export function summarizeKernelTrace (file: string, top = 12): KernelProfile {
     dispatches: programs.length / steps,
     gpu_ms: sum(programs),
     host_by_op: lines(nodes, e => `${e.args?.op_name ?? '?'}${e.args?.provider === 'CPUExecutionProvider' ? ' (CPU)' : ''}`),
+    // The provider's GPU events are named node&operator&program.
     gpu_by_program: lines(programs, e => e.name.split('&').at(-1) ?? e.name),
   }
 }
