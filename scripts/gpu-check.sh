@@ -32,7 +32,8 @@
 #    (scripts/bench/gpu-forms.ts, forms.json) and the engine's decode step
 #    (bench:steps, steps-webgpu.txt); capture measures the decode step with the
 #    WebGPU provider's graph capture, through onnxruntime-web over Dawn's Node
-#    binding (scripts/bench/graph-capture.ts, graph-capture.json), and profiles chatd's
+#    binding and through onnxruntime's C API (koffi; scripts/bench/graph-capture.ts,
+#    graph-capture.json), and profiles chatd's
 #    step node by node and GPU program by program (kernel-profile.ts, in the same
 #    JSON: kernel_profile); profile runs the server under V8's profiler
 #    (scripts/bench/server-profile.ts, server-profile.json); bench measures.
@@ -191,14 +192,15 @@ capture () {
   # step's cost follow the buffer's length or the row's?), and one at an agent's context (4,096
   # prompt tokens).
   # The first run has onnxruntime-web without capture too; the others compare capture with chatd's step.
+  # Each has onnxruntime's native provider capturing the step too (through its C API: native).
   # Each also profiles 32 more of chatd's steps (--profile-steps): each node's host time and each GPU
   # program's duration, so the report says what of the step is the host's and what the GPU's.
   local runs failed=0 name rows gen len prompt variants
-  if [ "$SMALL" = 1 ]; then runs=("graph-capture 1 16 128 24 node,plain,capture" "graph-capture-rows 2 16 128 24 node,capture")
-  else runs=("graph-capture 1 128 1024 24 node,plain,capture" "graph-capture-rows 8 64 1024 24 node,capture" "graph-capture-long 1 64 16384 24 node,capture" "graph-capture-agent 1 64 8192 4096 node,capture"); fi
+  if [ "$SMALL" = 1 ]; then runs=("graph-capture 1 16 128 24 node,plain,capture,native" "graph-capture-rows 2 16 128 24 node,capture,native")
+  else runs=("graph-capture 1 128 1024 24 node,plain,capture,native" "graph-capture-rows 8 64 1024 24 node,capture,native" "graph-capture-long 1 64 16384 24 node,capture,native" "graph-capture-agent 1 64 8192 4096 node,capture,native"); fi
   for run in "${runs[@]}"; do
     read -r name rows gen len prompt variants <<< "$run"
-    say "the decode step with the WebGPU provider's graph capture (onnxruntime-web over Dawn's Node binding): $rows row(s), a $prompt-token prompt, a $len-position cache"
+    say "the decode step with the WebGPU provider's graph capture (onnxruntime-web over Dawn's Node binding, and onnxruntime's own through its C API): $rows row(s), a $prompt-token prompt, a $len-position cache"
     (cd "$REPO" && node scripts/bench/graph-capture.ts --json "$OUT/$name.json" --rows "$rows" --prompt "$prompt" --gen "$gen" --max-len "$len" --variants "$variants" --profile-steps 32 "${MODEL_CONFIG[@]}") || failed=1
   done
   return "$failed"

@@ -17,11 +17,14 @@
 //     (`staticDecode`: the same shapes every run, the mask as long as the cache
 //     buffer), its inputs and outputs in fixed GPU buffers written and read from
 //     JavaScript, with graph capture off and on;
+//   - on onnxruntime's own WebGPU provider (the library onnxruntime-node loads), reached
+//     through its C API with koffi (ort-capi.ts, native-decode.ts): the same prompt and
+//     static step, capture on, every input and output a GPU tensor bound once (IoBinding);
 //   - the greedy tokens of each against the CPU's, the first step's logits' largest
 //     difference, and the decode step's time (the median; with capture, the steps after
 //     the one that records the graph).
-// It is a measurement for deciding whether chatd's WebGPU device should run on
-// onnxruntime-web; chatd's engine does not use it. The runs are decode-runs.ts's (the CPU
+// It is a measurement for deciding how chatd's WebGPU device should capture its step;
+// chatd's engine does not use it. The runs are decode-runs.ts's (the CPU
 // reference, onnxruntime-node) and web-decode.ts's (onnxruntime-web); this file builds the
 // models, runs each variant in a child process and writes the report. scripts/gpu-check.sh runs it as its
 // `capture` step.
@@ -33,7 +36,7 @@
 // keys and values [rows, kv heads, max-len, head_dim]: each row's seqlens_k from its own mask
 // row, so rows need no padding (prompts of one length, for the prompt's one run).
 //
-// --variants picks which of the three run (node, plain, capture).
+// --variants picks which run (node, plain, capture, native); native needs no onnxruntime-web.
 //
 // --profile-steps N: after its timed steps, the node variant runs up to N more (what room the
 // cache has left) on a second session with onnxruntime's profiler on, and reports where a step's
@@ -41,7 +44,7 @@
 // duration (kernel-profile.ts): what of the engine's step is the host's and what the GPU's.
 //
 //   node scripts/bench/graph-capture.ts [--model-config FILE] [--work DIR] [--rows 1]
-//     [--prompt 24] [--gen 48] [--max-len 512] [--variants node,plain,capture] [--profile-steps 0] [--json FILE]
+//     [--prompt 24] [--gen 48] [--max-len 512] [--variants node,plain,capture[,native]] [--profile-steps 0] [--json FILE]
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -52,18 +55,20 @@ import { BENCH_MODEL_CONFIG, benchModelDir } from '../bench-model.ts'
 import { formatKernelProfile } from './kernel-profile.ts'
 import { readModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { cpuReference, runNode, type StepRun } from './decode-runs.ts'
+import { runNative } from './native-decode.ts'
 import { runWeb } from './web-decode.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 /** The int4 graph's file in a model directory (dtype q4). */
 const ONNX_FILE = 'onnx/model_q4.onnx'
 
-/** The step's runtimes: chatd's today (onnxruntime-node, the cache in place), and onnxruntime-web without and with capture. */
-type VariantKind = 'node' | 'plain' | 'capture'
+/** The step's runtimes: chatd's today (onnxruntime-node, the cache in place), onnxruntime-web without and with capture, and onnxruntime's C API with capture. */
+type VariantKind = 'node' | 'plain' | 'capture' | 'native'
 const VARIANT_NAMES: Record<VariantKind, string> = {
   node: 'onnxruntime-node, cache in place (chatd\'s engine today)',
   plain: 'onnxruntime-web, no capture',
   capture: 'onnxruntime-web, graph capture',
+  native: 'onnxruntime native (C API), graph capture',
 }
 
 /** A variant's run, compared with the CPU's. */
@@ -90,6 +95,8 @@ export interface GraphCaptureReport {
   capture_speedup: number | null
   /** onnxruntime-node's median step (chatd's engine today) over capture's. */
   capture_speedup_vs_node: number | null
+  /** onnxruntime-node's median step over the native provider's captured one. */
+  native_speedup_vs_node: number | null
 }
 
 /** Row `row`'s prompt: `n` ids of its own. */
@@ -146,7 +153,9 @@ async function main (): Promise<void> {
   const prompts = Array.from({ length: rows }, (_, r) => promptIds(Number(values.prompt), form.vocabSize, r))
   if (values.child !== undefined) {
     const args = { form, decode: readModelDir(dirs.decode, 'q4'), prompts, gen, maxLen, profileSteps: Number(values['profile-steps']), profileDir: work }
-    const result = values.child === 'node' ? await runNode(args) : await runWeb({ ...args, capture: values.child === 'capture' })
+    const result = values.child === 'node'
+      ? await runNode(args)
+      : values.child === 'native' ? await runNative({ ...args, workDir: work }) : await runWeb({ ...args, capture: values.child === 'capture' })
     fs.writeFileSync(values.result as string, JSON.stringify(result))
     process.exit(0)
   }
@@ -173,6 +182,7 @@ async function main (): Promise<void> {
   const node = variants.find(v => v.kind === 'node')
   const plain = variants.find(v => v.kind === 'plain')
   const captured = variants.find(v => v.kind === 'capture')
+  const native = variants.find(v => v.kind === 'native')
   const report: GraphCaptureReport = {
     shape: path.basename(config, '.config.json'),
     rows,
@@ -184,6 +194,7 @@ async function main (): Promise<void> {
     variants,
     capture_speedup: plain && captured ? plain.step_ms_median / captured.step_ms_median : null,
     capture_speedup_vs_node: node && captured ? node.step_ms_median / captured.step_ms_median : null,
+    native_speedup_vs_node: node && native ? node.step_ms_median / native.step_ms_median : null,
   }
   for (const v of variants) {
     console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms, ${v.tokens_per_s.toFixed(1)} tok/s (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
@@ -191,6 +202,7 @@ async function main (): Promise<void> {
   }
   if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)
   if (report.capture_speedup_vs_node !== null) console.log(`graph capture: ${report.capture_speedup_vs_node.toFixed(2)}x onnxruntime-node's step (chatd's engine today)`)
+  if (report.native_speedup_vs_node !== null) console.log(`native graph capture: ${report.native_speedup_vs_node.toFixed(2)}x onnxruntime-node's step (chatd's engine today)`)
   if (values.json) fs.writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`)
   // A variant that failed, or gave other tokens than the CPU, fails the run.
   if (variants.length < kinds.length || variants.some(v => !v.tokens_equal_cpu)) process.exitCode = 1

@@ -4,7 +4,8 @@
 // two rows decoding together, each on a prompt of its own:
 // chatd's step today (onnxruntime-node, the cache in place) and onnxruntime-web's
 // decode step without capture and with it (recorded once, replayed every step, its
-// inputs written into fixed GPU buffers) each give the CPU provider's greedy
+// inputs written into fixed GPU buffers), and onnxruntime's native provider capturing
+// the same step through its C API (koffi), each give the CPU provider's greedy
 // tokens, row by row and step after step, and the report says so. Lavapipe's times are the CPU's
 // and say nothing about a GPU's; only that every part runs and stays exact.
 import { spawnSync } from 'node:child_process'
@@ -24,13 +25,14 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
     path.join(REPO_ROOT, 'scripts/bench/graph-capture.ts'),
     '--model-config', path.join(REPO_ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'),
     '--work', dir, '--rows', '2', '--gen', String(gen), '--max-len', '96', '--profile-steps', '8', '--json', json,
+    '--variants', 'node,plain,capture,native',
   ], { encoding: 'utf8', env: { ...process.env, LP_NUM_THREADS: process.env.LP_NUM_THREADS ?? '0' }, timeout: 300_000 })
   t.equal(res.status, 0, res.stderr.slice(-2000))
   const report = JSON.parse(fs.readFileSync(json, 'utf8')) as GraphCaptureReport
   t.equal(report.rows, 2)
   t.same(report.cpu_tokens.map(row => row.length), [gen, gen], 'each row\'s tokens, on a prompt of its own')
   t.not(JSON.stringify(report.cpu_tokens[0]), JSON.stringify(report.cpu_tokens[1]), 'rows that differ (a row reading another\'s cache would show)')
-  t.same(report.variants.map(v => [v.kind, v.capture]), [['node', false], ['plain', false], ['capture', true]], 'chatd\'s step today, and onnxruntime-web without and with capture')
+  t.same(report.variants.map(v => [v.kind, v.capture]), [['node', false], ['plain', false], ['capture', true], ['native', true]], 'chatd\'s step today, onnxruntime-web without and with capture, and the native provider with capture')
   for (const v of report.variants) {
     t.same(v.tokens, report.cpu_tokens, `${v.name}: the CPU provider's ${gen} greedy tokens, each row`)
     t.ok(v.tokens_equal_cpu)
@@ -48,4 +50,9 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
   t.ok(report.capture_speedup !== null && report.capture_speedup > 0)
   t.ok(report.capture_speedup_vs_node !== null && report.capture_speedup_vs_node > 0)
   t.match(res.stdout, /graph capture: [\d.]+x the step without it/)
+  // The native provider says each time a run replays its recorded step instead of dispatching it.
+  const replays = res.stderr.match(/Replaying the captured WebGpuExecutionProvider graph/g)?.length ?? 0
+  t.ok(replays >= gen - 2, `the native step: ${replays} of ${gen} runs replayed the captured graph`)
+  t.ok(report.native_speedup_vs_node !== null && report.native_speedup_vs_node > 0)
+  t.match(res.stdout, /native graph capture: [\d.]+x onnxruntime-node's step/)
 })

@@ -1,0 +1,242 @@
+// onnxruntime's C API, called from Node through koffi (an FFI), for the two things
+// onnxruntime-node's binding does not reach (docs/performance.md, "On a GPU: WebGPU"):
+// the WebGPU provider's graph capture (`enableGraphCapture`, which the provider reads
+// when it is appended, and which the binding's fixed list of WebGPU options leaves out)
+// and a run's inputs and outputs bound to fixed GPU buffers (IoBinding). It loads the
+// same libonnxruntime.so.1 as onnxruntime-node, so one process has one onnxruntime and
+// one WebGPU device. A measurement's tool for scripts/bench/native-decode.ts, not part
+// of chatd's engine: a wrong argument here is a crash, not an error.
+import { createRequire } from 'node:module'
+import path from 'node:path'
+import koffi from 'koffi'
+
+/**
+ * Where each function this file calls sits in `struct OrtApi` (onnxruntime_c_api.h). The
+ * struct only grows at its end, so an index holds for every API version since its function came.
+ */
+const API_INDEX = {
+  GetErrorMessage: 2,
+  CreateEnv: 3,
+  CreateSession: 7,
+  CreateSessionOptions: 10,
+  SetSessionLogSeverityLevel: 22,
+  SetSessionGraphOptimizationLevel: 23,
+  CreateTensorAsOrtValue: 48,
+  CreateTensorWithDataAsOrtValue: 49,
+  GetTensorMutableData: 51,
+  CreateMemoryInfo: 68,
+  CreateCpuMemoryInfo: 69,
+  ReleaseEnv: 92,
+  ReleaseStatus: 93,
+  ReleaseMemoryInfo: 94,
+  ReleaseSession: 95,
+  ReleaseValue: 96,
+  ReleaseSessionOptions: 100,
+  AddFreeDimensionOverrideByName: 124,
+  CreateIoBinding: 134,
+  ReleaseIoBinding: 135,
+  BindInput: 136,
+  BindOutput: 137,
+  RunWithBinding: 133,
+  AddSessionConfigEntry: 130,
+  CreateAllocator: 131,
+  ReleaseAllocator: 132,
+  SessionOptionsAppendExecutionProvider: 216,
+  GetBuildInfoString: 254,
+} as const
+
+/** onnxruntime's API version this was written against (onnxruntime 1.30). */
+const API_VERSION = 30
+
+export const ElementType = { float: 1, int64: 7 } as const
+export type ElementName = keyof typeof ElementType
+const ELEMENT_BYTES: Record<ElementName, number> = { float: 4, int64: 8 }
+
+type Ptr = bigint
+type ApiName = keyof typeof API_INDEX
+type ApiFunctions = Record<ApiName, (...args: unknown[]) => unknown>
+
+/** The path of the libonnxruntime.so.1 that onnxruntime-node loads. */
+function libraryPath (): string {
+  const require = createRequire(import.meta.url)
+  const root = path.dirname(require.resolve('onnxruntime-node/package.json'))
+  return path.join(root, 'bin', 'napi-v6', process.platform, process.arch, 'libonnxruntime.so.1')
+}
+
+/** A tensor in memory onnxruntime holds: on the host (`view` reads and writes it) or a device's. */
+export interface Value {
+  readonly handle: Ptr
+  readonly type: ElementName
+  readonly dims: number[]
+  /** Host tensors: their memory. */
+  readonly view?: ArrayBuffer
+}
+
+export class OrtCApi {
+  readonly #fn: ApiFunctions
+  readonly #env: Ptr
+  readonly #released: Array<() => void> = []
+
+  constructor (logLevel: 0 | 1 | 2 | 3 = 2) {
+    const lib = koffi.load(libraryPath())
+    const base = koffi.decode(lib.func('void *OrtGetApiBase()')() as Ptr, koffi.struct({ GetApi: 'void *', GetVersionString: 'void *' })) as { GetApi: Ptr }
+    const api = koffi.call(base.GetApi, koffi.proto('void *GetApi(uint32_t version)'), API_VERSION) as Ptr | null
+    if (!api) throw new Error(`this libonnxruntime does not offer API version ${API_VERSION}`)
+    const table = koffi.decode(api, 'void *', Math.max(...Object.values(API_INDEX)) + 1) as Ptr[]
+    const protos: Record<ApiName, string> = {
+      GetErrorMessage: 'const char *f(void *status)',
+      CreateEnv: 'void *f(int level, const char *id, _Out_ void **out)',
+      CreateSession: 'void *f(void *env, const char *path, void *options, _Out_ void **out)',
+      CreateSessionOptions: 'void *f(_Out_ void **out)',
+      SetSessionLogSeverityLevel: 'void *f(void *options, int level)',
+      SetSessionGraphOptimizationLevel: 'void *f(void *options, int level)',
+      CreateTensorAsOrtValue: 'void *f(void *allocator, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
+      CreateTensorWithDataAsOrtValue: 'void *f(void *info, void *data, size_t bytes, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
+      GetTensorMutableData: 'void *f(void *value, _Out_ void **out)',
+      CreateMemoryInfo: 'void *f(const char *name, int allocator, int device, int memType, _Out_ void **out)',
+      CreateCpuMemoryInfo: 'void *f(int allocator, int memType, _Out_ void **out)',
+      ReleaseEnv: 'void f(void *p)',
+      ReleaseStatus: 'void f(void *p)',
+      ReleaseMemoryInfo: 'void f(void *p)',
+      ReleaseSession: 'void f(void *p)',
+      ReleaseValue: 'void f(void *p)',
+      ReleaseSessionOptions: 'void f(void *p)',
+      AddFreeDimensionOverrideByName: 'void *f(void *options, const char *name, int64_t value)',
+      CreateIoBinding: 'void *f(void *session, _Out_ void **out)',
+      ReleaseIoBinding: 'void f(void *p)',
+      BindInput: 'void *f(void *binding, const char *name, void *value)',
+      BindOutput: 'void *f(void *binding, const char *name, void *value)',
+      RunWithBinding: 'void *f(void *session, void *runOptions, void *binding)',
+      AddSessionConfigEntry: 'void *f(void *options, const char *key, const char *value)',
+      CreateAllocator: 'void *f(void *session, void *info, _Out_ void **out)',
+      ReleaseAllocator: 'void f(void *p)',
+      SessionOptionsAppendExecutionProvider: 'void *f(void *options, const char *name, const char **keys, const char **values, size_t count)',
+      GetBuildInfoString: 'const char *f()',
+    }
+    this.#fn = Object.fromEntries(Object.entries(protos).map(([name, proto]) => {
+      const at = table[API_INDEX[name as ApiName]]
+      return [name, koffi.decode(at, koffi.proto(proto.replace(/\bf\(/, `${name}(`)))]
+    })) as ApiFunctions
+    this.#env = this.#out('CreateEnv', logLevel, 'chatd-bench')
+  }
+
+  /** Calls `name`, throwing onnxruntime's message if it returns a status. */
+  #call (name: ApiName, ...args: unknown[]): void {
+    const status = this.#fn[name](...args) as Ptr | null
+    if (status) {
+      const message = this.#fn.GetErrorMessage(status) as string
+      this.#fn.ReleaseStatus(status)
+      throw new Error(`onnxruntime ${name}: ${message}`)
+    }
+  }
+
+  /** Calls `name` with an output pointer last, and returns it. */
+  #out (name: ApiName, ...args: unknown[]): Ptr {
+    const out: [Ptr | null] = [null]
+    this.#call(name, ...args, out)
+    if (out[0] === null) throw new Error(`onnxruntime ${name} gave nothing back`)
+    return out[0]
+  }
+
+  /**
+   * A session on `modelPath`: on the WebGPU provider with `providerOptions` (e.g. enableGraphCapture),
+   * its free dimensions fixed as `dims` says, every optimization on.
+   */
+  session (modelPath: string, opts: { webgpu?: Record<string, string>; dims?: Record<string, number>; config?: Record<string, string>; logLevel?: 0 | 1 | 2 | 3 } = {}): Session {
+    const options = this.#out('CreateSessionOptions')
+    try {
+      this.#call('SetSessionGraphOptimizationLevel', options, 99)
+      if (opts.logLevel !== undefined) this.#call('SetSessionLogSeverityLevel', options, opts.logLevel)
+      for (const [name, value] of Object.entries(opts.dims ?? {})) this.#call('AddFreeDimensionOverrideByName', options, name, value)
+      for (const [key, value] of Object.entries(opts.config ?? {})) this.#call('AddSessionConfigEntry', options, key, value)
+      if (opts.webgpu) {
+        const keys = Object.keys(opts.webgpu)
+        this.#call('SessionOptionsAppendExecutionProvider', options, 'WebGPU', keys, keys.map(k => opts.webgpu?.[k] ?? ''), keys.length)
+      }
+      const handle = this.#out('CreateSession', this.#env, modelPath, options)
+      const session = new Session(this, handle)
+      this.#released.push(() => session.release())
+      return session
+    } finally {
+      this.#fn.ReleaseSessionOptions(options)
+    }
+  }
+
+  /** @internal for Session */
+  call (name: ApiName, ...args: unknown[]): void { this.#call(name, ...args) }
+  /** @internal for Session */
+  out (name: ApiName, ...args: unknown[]): Ptr { return this.#out(name, ...args) }
+  /** @internal for Session */
+  release (name: ApiName, handle: Ptr): void { this.#fn[name](handle) }
+
+  /** A host tensor of zeros in memory of its own that does not move (onnxruntime keeps its address). */
+  hostTensor (type: ElementName, dims: number[]): Value {
+    const bytes = Math.max(1, dims.reduce((a, b) => a * b, 1)) * ELEMENT_BYTES[type]
+    const memory = koffi.alloc('uint8_t', bytes) as Ptr
+    const info = this.#out('CreateCpuMemoryInfo', 0, 0)
+    try {
+      const handle = this.#out('CreateTensorWithDataAsOrtValue', info, memory, bytes, BigInt64Array.from(dims, BigInt), dims.length, ElementType[type])
+      this.#released.push(() => { this.#fn.ReleaseValue(handle); koffi.free(memory) })
+      const view = koffi.view(memory, bytes)
+      new Uint8Array(view).fill(0)
+      return { handle, type, dims, view }
+    } finally {
+      this.#fn.ReleaseMemoryInfo(info)
+    }
+  }
+
+  /** onnxruntime's build information (which also checks the table's far end). */
+  buildInfo (): string { return this.#fn.GetBuildInfoString() as string }
+
+  /** Releases every session and tensor made here, then the environment. */
+  close (): void {
+    for (const release of this.#released.reverse()) release()
+    this.#released.length = 0
+    this.#fn.ReleaseEnv(this.#env)
+  }
+
+  /** @internal for Session */
+  track (release: () => void): void { this.#released.push(release) }
+}
+
+/** A session, and the runs it makes on inputs and outputs bound once. */
+export class Session {
+  readonly #api: OrtCApi
+  readonly #handle: Ptr
+  #released = false
+
+  constructor (api: OrtCApi, handle: Ptr) {
+    this.#api = api
+    this.#handle = handle
+  }
+
+  /** A tensor in the GPU memory of this session's WebGPU provider (uninitialized). */
+  gpuTensor (type: ElementName, dims: number[]): Value {
+    const info = this.#api.out('CreateMemoryInfo', 'WebGPU_Buffer', 0, 0, 0)
+    try {
+      const allocator = this.#api.out('CreateAllocator', this.#handle, info)
+      const handle = this.#api.out('CreateTensorAsOrtValue', allocator, BigInt64Array.from(dims, BigInt), dims.length, ElementType[type])
+      // The tensor frees its memory through the allocator: release it first.
+      this.#api.track(() => this.#api.release('ReleaseAllocator', allocator))
+      this.#api.track(() => this.#api.release('ReleaseValue', handle))
+      return { handle, type, dims }
+    } finally {
+      this.#api.release('ReleaseMemoryInfo', info)
+    }
+  }
+
+  /** Inputs and outputs bound by name, for runs of `run()`. */
+  bind (inputs: Record<string, Value>, outputs: Record<string, Value>): () => void {
+    const binding = this.#api.out('CreateIoBinding', this.#handle)
+    this.#api.track(() => this.#api.release('ReleaseIoBinding', binding))
+    for (const [name, value] of Object.entries(inputs)) this.#api.call('BindInput', binding, name, value.handle)
+    for (const [name, value] of Object.entries(outputs)) this.#api.call('BindOutput', binding, name, value.handle)
+    return () => this.#api.call('RunWithBinding', this.#handle, null, binding)
+  }
+
+  release (): void {
+    if (this.#released) return
+    this.#released = true
+    this.#api.release('ReleaseSession', this.#handle)
+  }
+}
