@@ -31,6 +31,8 @@ export interface StepRun {
   device_features?: string[]
   /** Each row's logits after the first decode step. */
   first_logits: number[][]
+  /** Each row's cache_delta of the first decode step ([2 x layers, kv heads, head_dim] flat), where the step returns it to the host. */
+  first_cache_delta?: number[][]
   /** onnxruntime-node: where the time of further decode steps went, node by node and program by program (`profileSteps`). */
   kernel_profile?: KernelProfile
 }
@@ -59,10 +61,11 @@ export const rowOf = (logits: Float32Array, row: number, vocab: number): Float32
 const int64 = (values: number[], dims: number[]): ort.Tensor => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
 
 /** The reference: the GPU form on onnxruntime-node's CPU provider, each row alone, the cache concatenated run by run. */
-export async function cpuReference (model: ModelDir, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[] }> {
+export async function cpuReference (model: ModelDir, prompts: number[][], gen: number): Promise<{ tokens: number[][]; firstLogits: Float32Array[]; firstDeltas: Float32Array[] }> {
   const session = await ort.InferenceSession.create(model.onnxPath, { executionProviders: ['cpu'], intraOpNumThreads: os.availableParallelism() })
   const tokens: number[][] = []
   const firstLogits: Float32Array[] = []
+  const firstDeltas: Float32Array[] = []
   for (const prompt of prompts) {
     let past: Record<string, ort.Tensor> = {}
     for (let i = 0; i < model.numLayers; i++) {
@@ -81,7 +84,10 @@ export async function cpuReference (model: ModelDir, prompts: number[][], gen: n
         ...past,
       })
       const logits = out.logits.data as Float32Array
-      if (step === 1) firstLogits.push(logits.slice())
+      if (step === 1) {
+        firstLogits.push(logits.slice())
+        firstDeltas.push((out.cache_delta.data as Float32Array).slice())
+      }
       const next = argmax(logits)
       row.push(next)
       past = {}
@@ -95,7 +101,7 @@ export async function cpuReference (model: ModelDir, prompts: number[][], gen: n
     tokens.push(row)
   }
   await session.release()
-  return { tokens, firstLogits }
+  return { tokens, firstLogits, firstDeltas }
 }
 
 /**

@@ -72,11 +72,13 @@ const VARIANT_NAMES: Record<VariantKind, string> = {
 }
 
 /** A variant's run, compared with the CPU's. */
-interface VariantResult extends Omit<StepRun, 'first_logits'> {
+interface VariantResult extends Omit<StepRun, 'first_logits' | 'first_cache_delta'> {
   name: string
   kind: VariantKind
   tokens_equal_cpu: boolean
   first_logits_max_diff_vs_cpu: number
+  /** Where the step returns its new keys and values to the host (native): the first step's, against the CPU's. */
+  first_cache_delta_max_diff_vs_cpu?: number
   /** Rows over the median step, in tokens a second. */
   tokens_per_s: number
 }
@@ -176,8 +178,10 @@ async function main (): Promise<void> {
     const r = JSON.parse(fs.readFileSync(resultFile, 'utf8')) as StepRun
     let diff = 0
     r.first_logits.forEach((row, i) => row.forEach((v, k) => { diff = Math.max(diff, Math.abs(v - cpu.firstLogits[i][k])) }))
-    const { first_logits: _, ...rest } = r
-    variants.push({ name, kind, ...rest, tokens_per_s: rows * 1000 / r.step_ms_median, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff })
+    let deltaDiff: number | undefined
+    r.first_cache_delta?.forEach((row, i) => row.forEach((v, k) => { deltaDiff = Math.max(deltaDiff ?? 0, Math.abs(v - cpu.firstDeltas[i][k])) }))
+    const { first_logits: _, first_cache_delta: __, ...rest } = r
+    variants.push({ name, kind, ...rest, tokens_per_s: rows * 1000 / r.step_ms_median, tokens_equal_cpu: JSON.stringify(r.tokens) === JSON.stringify(cpu.tokens), first_logits_max_diff_vs_cpu: diff, ...(deltaDiff === undefined ? {} : { first_cache_delta_max_diff_vs_cpu: deltaDiff }) })
   }
   const node = variants.find(v => v.kind === 'node')
   const plain = variants.find(v => v.kind === 'plain')
@@ -197,7 +201,7 @@ async function main (): Promise<void> {
     native_speedup_vs_node: node && native ? node.step_ms_median / native.step_ms_median : null,
   }
   for (const v of variants) {
-    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms, ${v.tokens_per_s.toFixed(1)} tok/s (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)} (${v.adapter})`)
+    console.log(`${v.name}: step ${v.step_ms_median.toFixed(2)} ms, ${v.tokens_per_s.toFixed(1)} tok/s (min ${v.step_ms_min.toFixed(2)}, run ${v.run_ms_median.toFixed(2)}, first ${v.first_step_ms.toFixed(1)}), prompt ${v.prompt_ms.toFixed(1)} ms, tokens ${v.tokens_equal_cpu ? '=' : '!='} CPU's, first logits within ${v.first_logits_max_diff_vs_cpu.toExponential(1)}${v.first_cache_delta_max_diff_vs_cpu === undefined ? '' : `, cache_delta within ${v.first_cache_delta_max_diff_vs_cpu.toExponential(1)}`} (${v.adapter})`)
     if (v.kernel_profile) console.log(formatKernelProfile(v.kernel_profile))
   }
   if (report.capture_speedup !== null) console.log(`graph capture: ${report.capture_speedup.toFixed(2)}x the step without it`)

@@ -3,9 +3,11 @@
 // reached through its C API (ort-capi.ts), since the binding cannot turn capture on. The
 // prompt runs on the GPU form with the cache in place; each decode step on the
 // converter's static decode step, every input and output a fixed GPU tensor bound once.
-// Inputs go up and the logits come down through two small sessions of their own (an
-// Identity a tensor), which onnxruntime copies across devices for: the captured session's
-// runs replay its recorded kernels and copy nothing. A measurement, not chatd's engine.
+// Inputs go up, and the logits and the step's new keys and values (cache_delta, what
+// keeps the host's copy of the cache that chatd's prefix cache reads) come down, through
+// two small sessions of their own (an Identity a tensor), which onnxruntime copies across
+// devices for: the captured session's runs replay its recorded kernels and copy nothing.
+// So a step costs what serving a row this way would. A measurement, not chatd's engine.
 import fs from 'node:fs'
 import path from 'node:path'
 import { GraphBuilder } from '../../src/convert/graph-builder.ts'
@@ -51,7 +53,11 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
       position_ids: { type: 'int64', dims: [rows, 1] },
       attention_mask: { type: 'int64', dims: [rows, maxLen] },
     }), { webgpu: {} })
-    const download = api.session(identityModel(path.join(io, 'download.onnx'), { logits: { type: 'float', dims: [rows, 1, vocab] } }), { webgpu: {} })
+    const deltaDims = [2 * model.numLayers, rows, model.numKvHeads, 1, model.headDim]
+    const download = api.session(identityModel(path.join(io, 'download.onnx'), {
+      logits: { type: 'float', dims: [rows, 1, vocab] },
+      cache_delta: { type: 'float', dims: deltaDims },
+    }), { webgpu: {} })
     const sessionLoad = (performance.now() - started) / 1000
 
     // The cache: one GPU tensor per layer's keys and values, maxLen positions a row, past and present of
@@ -92,6 +98,9 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
     const positions = decodeSession.gpuTensor('int64', [rows, 1])
     const mask = decodeSession.gpuTensor('int64', [rows, maxLen])
     const logits = decodeSession.gpuTensor('float', [rows, 1, vocab])
+    const delta = decodeSession.gpuTensor('float', deltaDims)
+    const hostDelta = api.hostTensor('float', deltaDims)
+    const deltaView = new Float32Array(hostDelta.view as ArrayBuffer)
     const hostIds = api.hostTensor('int64', [rows, 1])
     const hostPositions = api.hostTensor('int64', [rows, 1])
     const hostMask = api.hostTensor('int64', [rows, maxLen])
@@ -100,13 +109,17 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
     const maskView = new BigInt64Array(hostMask.view as ArrayBuffer)
     for (let r = 0; r < rows; r++) maskView.fill(1n, r * maxLen, r * maxLen + n)
     const sendInputs = upload.bind({ input_ids: hostIds, position_ids: hostPositions, attention_mask: hostMask }, { input_ids_out: ids, position_ids_out: positions, attention_mask_out: mask })
-    const step = decodeSession.bind({ input_ids: ids, attention_mask: mask, position_ids: positions, ...past }, { logits, ...present })
-    const readLogits = download.bind({ logits }, { logits_out: hostLogits })
+    const step = decodeSession.bind({ input_ids: ids, attention_mask: mask, position_ids: positions, ...past }, { logits, cache_delta: delta, ...present })
+    const readBack = download.bind({ logits, cache_delta: delta }, { logits_out: hostLogits, cache_delta_out: hostDelta })
 
     const tokens = next.map(t => [t])
     const steps: number[] = []
     const runs: number[] = []
     let firstLogits: number[][] = []
+    let firstDelta: number[][] = []
+    // Each row's slice of a delta [2 x layers, rows, kv heads, 1, head_dim].
+    const slab = model.numKvHeads * model.headDim
+    const rowDelta = (r: number): number[] => Array.from({ length: 2 * model.numLayers }, (_, l) => Array.from(deltaView.subarray((l * rows + r) * slab, (l * rows + r + 1) * slab))).flat()
     for (let s = 0; s < gen; s++) {
       const position = n + s
       if (position >= maxLen) throw new Error(`--max-len ${maxLen} is too short for ${n} + ${gen} tokens`)
@@ -119,10 +132,13 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
       sendInputs()
       step()
       runs.push(performance.now() - t0)
-      readLogits()
+      readBack()
       next = next.map((_, r) => argmax(rowOf(logitsView, r, vocab)))
       steps.push(performance.now() - t0)
-      if (s === 0) firstLogits = next.map((_, r) => Array.from(rowOf(logitsView, r, vocab)))
+      if (s === 0) {
+        firstLogits = next.map((_, r) => Array.from(rowOf(logitsView, r, vocab)))
+        firstDelta = next.map((_, r) => rowDelta(r))
+      }
       next.forEach((t, r) => tokens[r].push(t))
     }
     for (const row of tokens) row.pop() // the last step's token has no step of its own in the CPU's list
@@ -138,6 +154,7 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
       session_load_s: sessionLoad,
       adapter: 'onnxruntime native (C API)',
       first_logits: firstLogits,
+      first_cache_delta: firstDelta,
     }
   } finally {
     api.close()

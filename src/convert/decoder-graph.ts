@@ -103,7 +103,8 @@ export interface DecoderGraphOptions {
    * the new one, zeros after), so seqlens_k comes from the mask's ones rather than its length, and
    * GroupQueryAttention takes no attention_bias (under capture onnxruntime 1.30 cannot check one
    * against a sequence length that is in GPU memory; for one unpadded row seqlens_k bounds the
-   * keys); no num_logits_to_keep and no cache_delta. chatd never serves such a file (metadata
+   * keys); no num_logits_to_keep; cache_delta as the GPU form's (the step's new keys and values, one
+   * position a layer: what keeps the host's copy of a captured row's cache). chatd never serves such a file (metadata
    * gqa-static-decode): it is wrong for left-padded rows.
    */
   staticDecode?: boolean
@@ -249,7 +250,7 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   // chatd's concat graphs with plain attention collect each layer's new entries for cache_delta.
   // gqa-masked graphs collect the new entries as the projections give them ([B, S, kv heads * hd]).
-  const newEntries: string[] | null = cache === 'concat' && !plain && !opts.staticDecode && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
+  const newEntries: string[] | null = cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
   const attention = opts.attention === 'gqa'
     ? groupQueryAttention(g, cfg, attentionMask)
     : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false && !opts.staticDecode, opts.staticDecode === true)

@@ -53,6 +53,8 @@ t.test('graph capture from Node: the CPU\'s tokens with and without it, and the 
   // The native provider says each time a run replays its recorded step instead of dispatching it.
   const replays = res.stderr.match(/Replaying the captured WebGpuExecutionProvider graph/g)?.length ?? 0
   t.ok(replays >= gen - 2, `the native step: ${replays} of ${gen} runs replayed the captured graph`)
+  const native = report.variants.find(v => v.kind === 'native')
+  t.ok(native?.first_cache_delta_max_diff_vs_cpu !== undefined && native.first_cache_delta_max_diff_vs_cpu < 1e-4, `the native step's new keys and values, read back for the host's copy: within ${native?.first_cache_delta_max_diff_vs_cpu?.toExponential(1)} of the CPU's`)
   t.ok(report.native_speedup_vs_node !== null && report.native_speedup_vs_node > 0)
   t.match(res.stdout, /native graph capture: [\d.]+x onnxruntime-node's step/)
 })

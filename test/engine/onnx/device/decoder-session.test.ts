@@ -243,7 +243,7 @@ t.test('the static decode step (gqa-static-decode, the decode step graph capture
   const fixed = await ort.InferenceSession.create(path.join(out, 'onnx', 'model.onnx'))
   t.teardown(async () => { await form.release(); await fixed.release() })
   t.notOk(fixed.inputNames.includes('num_logits_to_keep'), 'no num_logits_to_keep: one token a run')
-  t.notOk(fixed.outputNames.includes('cache_delta'), 'no cache_delta')
+  t.ok(fixed.outputNames.includes('cache_delta'), 'cache_delta, as the GPU form returns it')
   const MAX = 32
   const STEPS = 10
   const int64 = (values: number[], dims: number[]) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims)
@@ -271,6 +271,7 @@ t.test('the static decode step (gqa-static-decode, the decode step graph capture
   const got: number[] = []
   let [nextGrown, nextFixed] = [first, first]
   const dims = new Set<string>()
+  let deltas = 0
   for (let step = 0; step < STEPS; step++) {
     const position = TOKENS.length + step
     const a = await form.run({ input_ids: int64([nextGrown], [1, 1]), attention_mask: int64(new Array<number>(position + 1).fill(1), [1, position + 1]), position_ids: int64([position], [1, 1]), num_logits_to_keep: int64([1], []), ...grown })
@@ -279,6 +280,8 @@ t.test('the static decode step (gqa-static-decode, the decode step graph capture
     nextFixed = argmax(b.logits.data as Float32Array)
     expected.push(nextGrown)
     got.push(nextFixed)
+    deltas = Math.max(deltas, maxAbsDiff(a.cache_delta.data as Float32Array, b.cache_delta.data as Float32Array))
+    t.same(b.cache_delta.dims, a.cache_delta.dims)
     if (step === 0) {
       const worst = maxAbsDiff(a.logits.data as Float32Array, b.logits.data as Float32Array)
       t.ok(worst < 1e-5, `the first step's logits: max difference ${worst.toExponential(2)}`)
@@ -294,5 +297,6 @@ t.test('the static decode step (gqa-static-decode, the decode step graph capture
     }
   }
   t.same(got, expected, `${STEPS} greedy tokens`)
+  t.ok(deltas < 1e-5, `each step's cache_delta (its new keys and values) the GPU form's: max difference ${deltas.toExponential(2)}`)
   t.same([...dims], [JSON.stringify([1, kvHeads, MAX, headDim])], 'the cache keeps its length')
 })
