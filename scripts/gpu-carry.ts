@@ -6,9 +6,8 @@
 //                            for Linux x64 only), openai and @anthropic-ai/sdk (the
 //                            benchmark's clients) and the Qwen tokenizer file
 //   graph-capture.tar.xz     what scripts/bench/graph-capture.ts loads beside them:
-//                            onnxruntime-web's WebGPU bundle and its WebAssembly,
-//                            Dawn's Node binding (npm webgpu) for Linux x64, and koffi
-//                            (the FFI its native variant calls onnxruntime's C API with)
+//                            onnxruntime-web's WebGPU bundle and its WebAssembly, and
+//                            Dawn's Node binding (npm webgpu) for Linux x64
 //   llama.cpp-vulkan.tar.xz  llama.cpp's Vulkan build (scripts/llama-cpp/vulkan.ts:
 //                            node-llama-cpp's npm libraries, the tools compiled here)
 // The Vulkan loader's Debian packages (debs/) come from apt-get download, in
@@ -110,8 +109,6 @@ xzModules('node_modules', files)
 const captureFiles = [
   ...['package.json', 'dist/ort.webgpu.bundle.min.mjs', 'dist/ort-wasm-simd-threaded.asyncify.mjs', 'dist/ort-wasm-simd-threaded.asyncify.wasm'].map(f => `node_modules/onnxruntime-web/${f}`),
   ...['package.json', 'index.js', 'dist/linux-x64/dawn.node'].map(f => `node_modules/webgpu/${f}`),
-  ...[...filesOf(path.join(modules, 'koffi'), f => !f.includes('/vendor/') && !f.includes('/doc/')), ...filesOf(path.join(modules, '@koromix/koffi-linux-x64'), f => !f.includes('/musl_'))]
-    .map(f => path.join('node_modules', path.relative(modules, f))),
 ]
 xzModules('graph-capture', captureFiles)
 

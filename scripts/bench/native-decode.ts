@@ -15,7 +15,7 @@ import { DataType, encodeModel } from '../../src/convert/onnx-proto.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { rowOf, stepTimes, type RunArgs, type StepRun } from './decode-runs.ts'
 import { median } from './rounds.ts'
-import { OrtCApi, type ElementName, type Value } from './ort-capi.ts'
+import { OrtCApi, type ElementName, type Value } from '../../src/engine/onnx/device/ort-capi.ts'
 
 /** A graph copying each named tensor through an Identity: `name` in, `name_out` out. */
 function identityModel (file: string, tensors: Record<string, { type: ElementName; dims: Array<number | string> }>): string {
@@ -70,7 +70,7 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
     for (let i = 0; i < model.numLayers; i++) {
       for (const kv of ['key', 'value']) {
         const t = decodeSession.gpuTensor('float', cacheDims)
-        clear.bind({ cache: zeros }, { cache_out: t })()
+        clear.run({ cache: zeros }, { cache_out: t })
         past[`past_key_values.${i}.${kv}`] = t
         present[`present.${i}.${kv}`] = t
       }
@@ -108,7 +108,8 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
     const positionsView = new BigInt64Array(hostPositions.view as ArrayBuffer)
     const maskView = new BigInt64Array(hostMask.view as ArrayBuffer)
     for (let r = 0; r < rows; r++) maskView.fill(1n, r * maxLen, r * maxLen + n)
-    const sendInputs = upload.bind({ input_ids: hostIds, position_ids: hostPositions, attention_mask: hostMask }, { input_ids_out: ids, position_ids_out: positions, attention_mask_out: mask })
+    // Bound anew for each run: onnxruntime copies a host input to the GPU when it is bound.
+    const sendInputs = (): void => upload.run({ input_ids: hostIds, position_ids: hostPositions, attention_mask: hostMask }, { input_ids_out: ids, position_ids_out: positions, attention_mask_out: mask })
     const step = decodeSession.bind({ input_ids: ids, attention_mask: mask, position_ids: positions, ...past }, { logits, cache_delta: delta, ...present })
     const readBack = download.bind({ logits, cache_delta: delta }, { logits_out: hostLogits, cache_delta_out: hostDelta })
 

@@ -16,7 +16,8 @@ export const CONVERT_USAGE = `Usage:
   --cache append|concat (default append; gqa, mha and gqa-masked are always concat),
   --prompt-graph (standard attention and the append cache only),
   and, with int4, --block-size 16|32|64|128|256 (default 32) and --int4-compute int8|float (default int8);
-  or, in place of those, --for cpu|gpu: the form chatd pull writes for that device
+  or, in place of those, --for cpu|gpu: the form chatd pull writes for that device;
+  with the GPU form, --capture-step also writes onnx/model_step.onnx
 
 --for cpu: int4 with int8 activations, the append cache and (int4) the int8 prompt graph,
 the fastest on a CPU. --for gpu: the concat cache, int4 computed in float32, and
@@ -51,7 +52,11 @@ a CPU, and what a GPU computes, so the CPU and a GPU give the same tokens.
 (one scale per output feature, activations quantized per token: onnxruntime's
 integer matrix multiply). --prompt-graph also writes onnx/model_prompt.onnx, the
 same model with int8 weights, which chatd runs prompts on (several times faster
-than int4 on a CPU) while generated tokens run on the main graph.`
+than int4 on a CPU) while generated tokens run on the main graph.
+--capture-step also writes onnx/model_step.onnx, the GPU form's decode step with
+fixed shapes (one row, one token, the cache a fixed length) and weights of its own,
+which ONNX_WEBGPU_CAPTURE has the WebGPU device record once and replay for a request
+decoding alone.`
 
 const FORMATS: WeightFormat[] = ['fp32', 'fp16', 'int4', 'int8']
 
@@ -75,6 +80,7 @@ export function runConvert (args: string[]): ConvertResult {
         'block-size': { type: 'string' },
         'int4-compute': { type: 'string' },
         'prompt-graph': { type: 'boolean', default: false },
+        'capture-step': { type: 'boolean', default: false },
       },
       strict: true,
     }).values
@@ -85,9 +91,11 @@ export function runConvert (args: string[]): ConvertResult {
   if (!FORMATS.includes(weights)) throw new ConvertUsageError(`--dtype must be one of ${FORMATS.join(', ')} (got ${values.dtype})`)
   if (!values.out) throw new ConvertUsageError('--out is required')
   if (Boolean(values.from) === Boolean(values.random)) throw new ConvertUsageError('give exactly one of --from <checkpoint dir> or --random <config.json>')
-  const graph = values.for !== undefined
+  const chosen = values.for !== undefined
     ? graphForDevice(values.for, weights, values, values.from ? join(values.from, 'config.json') : values.random as string)
     : graphAsAsked(weights, values)
+  if (values['capture-step'] && chosen.attention !== 'gqa-masked') throw new ConvertUsageError('--capture-step goes with the GPU form (--for gpu, or --attention gqa-masked)')
+  const graph = { ...chosen, captureStep: values['capture-step'] === true }
   if (values.from) {
     if (values.tokenizer) throw new ConvertUsageError('--tokenizer applies to --random only (a checkpoint brings its own)')
     return convertCheckpoint({ from: values.from, out: values.out, weights, ...graph })

@@ -119,7 +119,7 @@ export const GQA_HEAD_SIZE_MULTIPLE = 16
  * Throws when this shape cannot be written in this graph style; the converter
  * calls it before it writes anything, and buildDecoderGraph again.
  */
-export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form' | 'attentionBias' | 'staticDecode'> & { promptGraph?: boolean }, source = 'config.json'): void {
+export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOptions, 'weights' | 'attention' | 'cache' | 'form' | 'attentionBias' | 'staticDecode'> & { promptGraph?: boolean; captureStep?: boolean }, source = 'config.json'): void {
   // The prompt graph is an int8 graph with the main graph's inputs and outputs (a float32 cache).
   if (opts.promptGraph) {
     if (opts.weights === 'fp16') throw new Error('a prompt graph is written beside fp32, int4 or int8 weights only (its cache is float32)')
@@ -131,6 +131,7 @@ export function checkGraphOptions (cfg: DecoderConfig, opts: Pick<DecoderGraphOp
   }
   if (opts.attentionBias === false && opts.attention !== 'gqa-masked') throw new Error('only the gqa-masked attention style is written without its bias')
   if (opts.staticDecode && opts.attention !== 'gqa-masked') throw new Error('the static decode step is written in the gqa-masked attention style')
+  if (opts.captureStep && opts.attention !== 'gqa-masked') throw new Error('the capture step (--capture-step) is written for the gqa-masked attention style (--for gpu)')
   if (opts.attention === 'gqa-masked') {
     if (opts.weights === 'fp16' || opts.weights === 'int8') throw new Error('the gqa-masked attention style is written for fp32 and int4 weights only')
     if ((opts.cache ?? defaultCacheStyle(opts.attention)) !== 'concat' || opts.form === 'onnx-community') throw new Error('the gqa-masked attention style is written in chatd\'s form with the concat cache only')

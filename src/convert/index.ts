@@ -7,7 +7,7 @@ import { BYTE_TOKENIZER_BOS_ID, BYTE_TOKENIZER_EOS_ID, BYTE_TOKENIZER_SIZE, byte
 import { parseDecoderConfig } from './decoder-config.ts'
 import { buildDecoderGraph, checkGraphOptions, DECODER_OPSETS, defaultCacheStyle, type AttentionStyle, type CacheStyle, type GraphForm, type Int4Compute, type WeightFormat, type WeightSource } from './decoder-graph.ts'
 import { ExternalDataWriter, GraphBuilder } from './graph-builder.ts'
-import { PROMPT_GRAPH_FILE } from '../engine/onnx/model-dir.ts'
+import { CAPTURE_STEP_FILE, PROMPT_GRAPH_FILE } from '../engine/onnx/model-dir.ts'
 import { encodeModel } from './onnx-proto.ts'
 import { INT4_BLOCK_SIZE } from './tensors.ts'
 import { CheckpointWeights, expectedShapes, RandomWeights } from './weight-sources.ts'
@@ -44,6 +44,11 @@ export interface GraphOptions {
   attentionBias?: boolean
   /** gqa-masked only: the decode step for graph capture, for measuring (DecoderGraphOptions.staticDecode). */
   staticDecode?: boolean
+  /**
+   * gqa-masked only: also write that step as onnx/model_step.onnx (CAPTURE_STEP_FILE), with weights
+   * of its own, for the WebGPU device's captured decode (ONNX_WEBGPU_CAPTURE).
+   */
+  captureStep?: boolean
 }
 
 export interface ConvertResult {
@@ -93,7 +98,7 @@ export function convertCheckpoint (opts: GraphOptions & {
   checkGraphOptions(cfg, opts, path.join(opts.from, 'config.json'))
   checkTokenizerFits(path.join(opts.from, 'tokenizer.json'), cfg, path.join(opts.from, 'config.json'))
   const checkpoint = new CheckpointWeights(opts.from, cfg)
-  const source = opts.onProgress ? counted(checkpoint, expectedShapes(cfg).size, opts.promptGraph ? 2 : 1, opts.onProgress) : checkpoint
+  const source = opts.onProgress ? counted(checkpoint, expectedShapes(cfg).size, (opts.promptGraph ? 2 : 1) + (opts.captureStep ? 1 : 0), opts.onProgress) : checkpoint
   try {
     fs.mkdirSync(path.join(opts.out, 'onnx'), { recursive: true })
     for (const file of ['config.json', 'generation_config.json', ...TOKENIZER_FILES]) {
@@ -177,13 +182,15 @@ export function convertRandom (opts: GraphOptions & { configPath: string; out: s
 
 /**
  * Writes onnx/<file>.onnx and its .onnx_data (and, with `promptGraph`, the prompt graph beside
- * them); each file appears under its final name only when complete. Returns the main graph's path.
+ * them; with `captureStep`, the static decode step); each file appears under its final name only
+ * when complete. Returns the main graph's path.
  */
 export function writeOnnx (out: string, cfg: ReturnType<typeof parseDecoderConfig>, source: WeightSource, graph: GraphOptions, meta: Record<string, string>): string {
   const { weights, attention = 'standard', int4BlockSize, int4Compute, form = 'chatd', attentionBias, staticDecode } = graph
   const cache = form === 'onnx-community' ? 'concat' : graph.cache ?? defaultCacheStyle(attention)
   const modelPath = writeGraph(out, ONNX_FILE_BY_FORMAT[weights], cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form, attentionBias, staticDecode }, meta)
   if (graph.promptGraph) writeGraph(out, PROMPT_GRAPH_FILE, cfg, source, { weights: 'int8', attention, cache, form }, { ...meta, role: 'prompt' })
+  if (graph.captureStep) writeGraph(out, CAPTURE_STEP_FILE, cfg, source, { weights, attention, int4BlockSize, int4Compute, cache, form, staticDecode: true }, { ...meta, role: 'capture-step' })
   return modelPath
 }
 

@@ -109,3 +109,11 @@ export function randomGpuFormModelDir (weights: 'fp32' | 'int4' = 'int4', attent
     convertRandom({ configPath, out, weights, seed: 7, cache: 'concat', attention, ...(weights === 'int4' ? { int4Compute: 'float' as const } : {}) })
   })
 }
+
+/** randomGpuFormModelDir's int4 model with the capture step beside it (onnx/model_step.onnx, --capture-step). */
+export function randomCaptureStepModelDir (): string {
+  const configPath = path.join(REPO_ROOT, 'test/fixtures', 'tiny-qwen2-hd16.config.json')
+  return cached('random-qwen2-hd16-gqa-masked-int4-step', out => {
+    convertRandom({ configPath, out, weights: 'int4', seed: 7, cache: 'concat', attention: 'gqa-masked', int4Compute: 'float', captureStep: true })
+  })
+}

@@ -27,12 +27,21 @@ export const ONNX_FILES_BY_DTYPE: Record<ModelDtype, string[]> = {
  */
 export const PROMPT_GRAPH_FILE = 'model_prompt.onnx'
 
+/**
+ * The static decode step, beside a gqa-masked graph (`chatd convert --capture-step`): one row, one
+ * token, the cache a fixed length, the same shapes every run, which the WebGPU device records once
+ * and replays for a request decoding alone (ONNX_WEBGPU_CAPTURE; device/captured-step.ts).
+ */
+export const CAPTURE_STEP_FILE = 'model_step.onnx'
+
 export interface ModelDir {
   dir: string
   dtype: ModelDtype
   onnxPath: string
   /** onnx/model_prompt.onnx when the directory has one (its external data checked), else null. */
   promptOnnxPath: string | null
+  /** onnx/model_step.onnx when the directory has one (its external data checked), else null. */
+  stepOnnxPath: string | null
   numLayers: number
   /** Attention (query) heads. */
   numHeads: number
@@ -80,6 +89,9 @@ export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): M
   const promptPath = path.join(dir, 'onnx', PROMPT_GRAPH_FILE)
   const promptOnnxPath = fs.existsSync(promptPath) ? promptPath : null
   if (promptOnnxPath) checkExternalData(promptOnnxPath)
+  const stepPath = path.join(dir, 'onnx', CAPTURE_STEP_FILE)
+  const stepOnnxPath = fs.existsSync(stepPath) ? stepPath : null
+  if (stepOnnxPath) checkExternalData(stepOnnxPath)
 
   const configPath = path.join(dir, 'config.json')
   const int = positiveIntegers(config, configPath, message => new ModelDirError(message))
@@ -94,6 +106,7 @@ export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): M
     dtype,
     onnxPath,
     promptOnnxPath,
+    stepOnnxPath,
     numLayers: int('num_hidden_layers'),
     numHeads: heads,
     numKvHeads: int('num_key_value_heads', heads),

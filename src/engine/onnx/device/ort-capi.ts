@@ -1,11 +1,11 @@
-// onnxruntime's C API, called from Node through koffi (an FFI), for the two things
-// onnxruntime-node's binding does not reach (docs/performance.md, "On a GPU: WebGPU"):
-// the WebGPU provider's graph capture (`enableGraphCapture`, which the provider reads
-// when it is appended, and which the binding's fixed list of WebGPU options leaves out)
-// and a run's inputs and outputs bound to fixed GPU buffers (IoBinding). It loads the
-// same libonnxruntime.so.1 as onnxruntime-node, so one process has one onnxruntime and
-// one WebGPU device. A measurement's tool for scripts/bench/native-decode.ts, not part
-// of chatd's engine: a wrong argument here is a crash, not an error.
+// onnxruntime's C API, called through koffi (an FFI), for the two things
+// onnxruntime-node's binding does not reach: the WebGPU provider's graph capture
+// (`enableGraphCapture`, which the provider reads when it is appended, and which the
+// binding's fixed list of WebGPU options leaves out) and a run's inputs and outputs
+// bound once to fixed GPU tensors (IoBinding). It loads the same libonnxruntime.so.1
+// as onnxruntime-node, so a process has one onnxruntime and one WebGPU device.
+// Used by captured-step.ts; nothing else in chatd calls onnxruntime this way. A wrong
+// argument here is a crash, not an error: every call goes through the typed methods below.
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import koffi from 'koffi'
@@ -18,6 +18,7 @@ const API_INDEX = {
   GetErrorMessage: 2,
   CreateEnv: 3,
   CreateSession: 7,
+  CreateSessionFromArray: 8,
   CreateSessionOptions: 10,
   SetSessionLogSeverityLevel: 22,
   SetSessionGraphOptimizationLevel: 23,
@@ -53,6 +54,8 @@ export type ElementName = keyof typeof ElementType
 const ELEMENT_BYTES: Record<ElementName, number> = { float: 4, int64: 8 }
 
 type Ptr = bigint
+/** A run of a session on inputs and outputs bound once (Session.bind). */
+export type BoundRun = () => void
 type ApiName = keyof typeof API_INDEX
 type ApiFunctions = Record<ApiName, (...args: unknown[]) => unknown>
 
@@ -72,52 +75,62 @@ export interface Value {
   readonly view?: ArrayBuffer
 }
 
+/** onnxruntime's C API functions this file calls, read once a process (koffi's type names are global). */
+let loaded: ApiFunctions | null = null
+function apiFunctions (): ApiFunctions {
+  if (loaded) return loaded
+  const lib = koffi.load(libraryPath())
+  const base = koffi.decode(lib.func('void *OrtGetApiBase()')() as Ptr, koffi.struct({ GetApi: 'void *', GetVersionString: 'void *' })) as { GetApi: Ptr }
+  const api = koffi.call(base.GetApi, koffi.proto('void *GetApi(uint32_t version)'), API_VERSION) as Ptr | null
+  if (!api) throw new Error(`this libonnxruntime does not offer API version ${API_VERSION}`)
+  const table = koffi.decode(api, 'void *', Math.max(...Object.values(API_INDEX)) + 1) as Ptr[]
+  const protos: Record<ApiName, string> = {
+    GetErrorMessage: 'const char *f(void *status)',
+    CreateEnv: 'void *f(int level, const char *id, _Out_ void **out)',
+    CreateSession: 'void *f(void *env, const char *path, void *options, _Out_ void **out)',
+    CreateSessionFromArray: 'void *f(void *env, const void *data, size_t bytes, void *options, _Out_ void **out)',
+    CreateSessionOptions: 'void *f(_Out_ void **out)',
+    SetSessionLogSeverityLevel: 'void *f(void *options, int level)',
+    SetSessionGraphOptimizationLevel: 'void *f(void *options, int level)',
+    CreateTensorAsOrtValue: 'void *f(void *allocator, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
+    CreateTensorWithDataAsOrtValue: 'void *f(void *info, void *data, size_t bytes, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
+    GetTensorMutableData: 'void *f(void *value, _Out_ void **out)',
+    CreateMemoryInfo: 'void *f(const char *name, int allocator, int device, int memType, _Out_ void **out)',
+    CreateCpuMemoryInfo: 'void *f(int allocator, int memType, _Out_ void **out)',
+    ReleaseEnv: 'void f(void *p)',
+    ReleaseStatus: 'void f(void *p)',
+    ReleaseMemoryInfo: 'void f(void *p)',
+    ReleaseSession: 'void f(void *p)',
+    ReleaseValue: 'void f(void *p)',
+    ReleaseSessionOptions: 'void f(void *p)',
+    AddFreeDimensionOverrideByName: 'void *f(void *options, const char *name, int64_t value)',
+    CreateIoBinding: 'void *f(void *session, _Out_ void **out)',
+    ReleaseIoBinding: 'void f(void *p)',
+    BindInput: 'void *f(void *binding, const char *name, void *value)',
+    BindOutput: 'void *f(void *binding, const char *name, void *value)',
+    RunWithBinding: 'void *f(void *session, void *runOptions, void *binding)',
+    AddSessionConfigEntry: 'void *f(void *options, const char *key, const char *value)',
+    CreateAllocator: 'void *f(void *session, void *info, _Out_ void **out)',
+    ReleaseAllocator: 'void f(void *p)',
+    SessionOptionsAppendExecutionProvider: 'void *f(void *options, const char *name, const char **keys, const char **values, size_t count)',
+    GetBuildInfoString: 'const char *f()',
+  }
+  const fns = Object.fromEntries(Object.entries(protos).map(([name, proto]) => {
+    const at = table[API_INDEX[name as ApiName]]
+    return [name, koffi.decode(at, koffi.proto(proto.replace(/\bf\(/, `${name}(`)))]
+  })) as ApiFunctions
+  loaded = fns
+  return fns
+}
+
 export class OrtCApi {
   readonly #fn: ApiFunctions
   readonly #env: Ptr
   readonly #released: Array<() => void> = []
 
   constructor (logLevel: 0 | 1 | 2 | 3 = 2) {
-    const lib = koffi.load(libraryPath())
-    const base = koffi.decode(lib.func('void *OrtGetApiBase()')() as Ptr, koffi.struct({ GetApi: 'void *', GetVersionString: 'void *' })) as { GetApi: Ptr }
-    const api = koffi.call(base.GetApi, koffi.proto('void *GetApi(uint32_t version)'), API_VERSION) as Ptr | null
-    if (!api) throw new Error(`this libonnxruntime does not offer API version ${API_VERSION}`)
-    const table = koffi.decode(api, 'void *', Math.max(...Object.values(API_INDEX)) + 1) as Ptr[]
-    const protos: Record<ApiName, string> = {
-      GetErrorMessage: 'const char *f(void *status)',
-      CreateEnv: 'void *f(int level, const char *id, _Out_ void **out)',
-      CreateSession: 'void *f(void *env, const char *path, void *options, _Out_ void **out)',
-      CreateSessionOptions: 'void *f(_Out_ void **out)',
-      SetSessionLogSeverityLevel: 'void *f(void *options, int level)',
-      SetSessionGraphOptimizationLevel: 'void *f(void *options, int level)',
-      CreateTensorAsOrtValue: 'void *f(void *allocator, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
-      CreateTensorWithDataAsOrtValue: 'void *f(void *info, void *data, size_t bytes, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
-      GetTensorMutableData: 'void *f(void *value, _Out_ void **out)',
-      CreateMemoryInfo: 'void *f(const char *name, int allocator, int device, int memType, _Out_ void **out)',
-      CreateCpuMemoryInfo: 'void *f(int allocator, int memType, _Out_ void **out)',
-      ReleaseEnv: 'void f(void *p)',
-      ReleaseStatus: 'void f(void *p)',
-      ReleaseMemoryInfo: 'void f(void *p)',
-      ReleaseSession: 'void f(void *p)',
-      ReleaseValue: 'void f(void *p)',
-      ReleaseSessionOptions: 'void f(void *p)',
-      AddFreeDimensionOverrideByName: 'void *f(void *options, const char *name, int64_t value)',
-      CreateIoBinding: 'void *f(void *session, _Out_ void **out)',
-      ReleaseIoBinding: 'void f(void *p)',
-      BindInput: 'void *f(void *binding, const char *name, void *value)',
-      BindOutput: 'void *f(void *binding, const char *name, void *value)',
-      RunWithBinding: 'void *f(void *session, void *runOptions, void *binding)',
-      AddSessionConfigEntry: 'void *f(void *options, const char *key, const char *value)',
-      CreateAllocator: 'void *f(void *session, void *info, _Out_ void **out)',
-      ReleaseAllocator: 'void f(void *p)',
-      SessionOptionsAppendExecutionProvider: 'void *f(void *options, const char *name, const char **keys, const char **values, size_t count)',
-      GetBuildInfoString: 'const char *f()',
-    }
-    this.#fn = Object.fromEntries(Object.entries(protos).map(([name, proto]) => {
-      const at = table[API_INDEX[name as ApiName]]
-      return [name, koffi.decode(at, koffi.proto(proto.replace(/\bf\(/, `${name}(`)))]
-    })) as ApiFunctions
-    this.#env = this.#out('CreateEnv', logLevel, 'chatd-bench')
+    this.#fn = apiFunctions()
+    this.#env = this.#out('CreateEnv', logLevel, 'chatd')
   }
 
   /** Calls `name`, throwing onnxruntime's message if it returns a status. */
@@ -139,10 +152,10 @@ export class OrtCApi {
   }
 
   /**
-   * A session on `modelPath`: on the WebGPU provider with `providerOptions` (e.g. enableGraphCapture),
+   * A session on `model` (a file, or a graph's bytes): on the WebGPU provider with `providerOptions` (e.g. enableGraphCapture),
    * its free dimensions fixed as `dims` says, every optimization on.
    */
-  session (modelPath: string, opts: { webgpu?: Record<string, string>; dims?: Record<string, number>; config?: Record<string, string>; logLevel?: 0 | 1 | 2 | 3 } = {}): Session {
+  session (model: string | Uint8Array, opts: { webgpu?: Record<string, string>; dims?: Record<string, number>; config?: Record<string, string>; logLevel?: 0 | 1 | 2 | 3 } = {}): Session {
     const options = this.#out('CreateSessionOptions')
     try {
       this.#call('SetSessionGraphOptimizationLevel', options, 99)
@@ -153,7 +166,9 @@ export class OrtCApi {
         const keys = Object.keys(opts.webgpu)
         this.#call('SessionOptionsAppendExecutionProvider', options, 'WebGPU', keys, keys.map(k => opts.webgpu?.[k] ?? ''), keys.length)
       }
-      const handle = this.#out('CreateSession', this.#env, modelPath, options)
+      const handle = typeof model === 'string'
+        ? this.#out('CreateSession', this.#env, model, options)
+        : this.#out('CreateSessionFromArray', this.#env, model, model.byteLength, options)
       const session = new Session(this, handle)
       this.#released.push(() => session.release())
       return session
@@ -225,8 +240,26 @@ export class Session {
     }
   }
 
-  /** Inputs and outputs bound by name, for runs of `run()`. */
-  bind (inputs: Record<string, Value>, outputs: Record<string, Value>): () => void {
+  /**
+   * One run on these inputs and outputs. Host inputs to a GPU node are copied when they are bound,
+   * so inputs whose contents change between runs are bound for each run, here.
+   */
+  run (inputs: Record<string, Value>, outputs: Record<string, Value>): void {
+    const binding = this.#api.out('CreateIoBinding', this.#handle)
+    try {
+      for (const [name, value] of Object.entries(inputs)) this.#api.call('BindInput', binding, name, value.handle)
+      for (const [name, value] of Object.entries(outputs)) this.#api.call('BindOutput', binding, name, value.handle)
+      this.#api.call('RunWithBinding', this.#handle, null, binding)
+    } finally {
+      this.#api.release('ReleaseIoBinding', binding)
+    }
+  }
+
+  /**
+   * Inputs and outputs bound by name once; the function returned runs the session on them. For
+   * inputs in GPU memory (or host inputs of nodes that run on the host): see run().
+   */
+  bind (inputs: Record<string, Value>, outputs: Record<string, Value>): BoundRun {
     const binding = this.#api.out('CreateIoBinding', this.#handle)
     this.#api.track(() => this.#api.release('ReleaseIoBinding', binding))
     for (const [name, value] of Object.entries(inputs)) this.#api.call('BindInput', binding, name, value.handle)
