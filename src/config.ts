@@ -142,6 +142,7 @@ export const ConfigSchema = Type.Object({
   // --- models ---
   MODELS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Which models to serve. Unset: `models/models.json` in chatd\'s own directory; a relative path set here is taken from the working directory. Relative model paths inside it resolve against `MODELS_DIR`, else the directory holding the file.', examples: ['models/models.json'] })),
   ONNX_DEVICE: Type.Enum(['auto', 'cpu', 'cuda', 'webgpu'], { default: 'auto', description: 'Execution provider for local ONNX models: `auto` (CUDA when its provider loads, then a real GPU through WebGPU, never a software renderer, else the CPU), `cpu`, `cuda`, or `webgpu` (onnxruntime\'s WebGPU provider over Vulkan: NVIDIA, AMD and Intel GPUs; see docs/deployment.md). A device asked for by name that cannot be used is an error. A models.json entry\'s `device` overrides it.' }),
+  ONNX_WEBGPU_CAPTURE: Type.Integer({ minimum: 0, maximum: 1048576, default: 0, description: 'On the WebGPU device, a request decoding alone takes its steps on the model\'s capture step (`onnx/model_step.onnx`, which `chatd convert --for gpu --capture-step` writes): onnxruntime records the step once and replays it, without the host\'s dispatch of every kernel. The value is the positions its cache holds (prompt and output of that request; longer ones, and several requests decoding together, take the usual steps); its buffers take that many positions of KV cache in GPU memory beside the budget (`KV_CACHE_MB`), and a step\'s attention reads all of them. `0` (the default): off. Measured exact on a software renderer; not yet measured on a GPU (docs/performance.md).' }),
   ONNX_THREADS: Type.Integer({ minimum: 0, maximum: 1024, default: 0, description: 'Intra-op threads for local ONNX models; 0: one per CPU this process may use (`os.availableParallelism()`). A models.json entry\'s `threads` overrides it.' }),
   MAX_BATCH: Type.Integer({ minimum: 1, maximum: 256, default: DEFAULT_SCHEDULER.maxBatch, description: 'Continuous batching: sequences per local model that decode together in one batched step.' }),
   GRAMMAR_COMPILE_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 600000, default: 5000, description: 'How long a request\'s new JSON schemas may take to compile (ms), together: a `response_format`\'s, or every tool\'s of a forced tool call (`tool_choice` `required` or a named tool), in one worker of its own that is terminated at the limit; past it the request gets 400 `invalid_parameter` naming the field of the schema it was on and the limit, and its prompt\'s estimate stays counted against the minute\'s tokens. Only schemas that compiled within it are compiled again where they serve (in the account\'s own grammar worker), so this also bounds how long one new schema can delay that account\'s own structured-output requests (they wait for it before they start; other accounts\' are not delayed).' }),
@@ -227,6 +228,8 @@ export interface Config {
   mixedBatches: boolean
   /** PROMPT_GRAPH: prompts run on the model's int8 prompt graph where it has one (CPU). */
   promptGraph: boolean
+  /** ONNX_WEBGPU_CAPTURE: positions of the capture step a request decoding alone on WebGPU steps on; 0: off. */
+  webgpuCapture: number
   /** GRAMMAR_COMPILE_TIMEOUT_MS, GRAMMAR_COMPILES_PER_ACCOUNT, GRAMMAR_COMPILES_MAX, GRAMMAR_WORKER_MEMORY_MB (bytes), GRAMMAR_WORKERS_MAX. */
   grammar: { compileTimeoutMs: number; perScope: number; total: number; memoryBytes: number; workers: number }
   queueSize: number
@@ -400,6 +403,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     prefixCacheSharedPrefix: raw.PREFIX_CACHE_SHARED_PREFIX,
     mixedBatches: raw.MIXED_BATCHES === '1' || raw.MIXED_BATCHES === 'true',
     promptGraph: raw.PROMPT_GRAPH === '1' || raw.PROMPT_GRAPH === 'true',
+    webgpuCapture: raw.ONNX_WEBGPU_CAPTURE,
     grammar: {
       compileTimeoutMs: raw.GRAMMAR_COMPILE_TIMEOUT_MS,
       perScope: raw.GRAMMAR_COMPILES_PER_ACCOUNT,

@@ -11,7 +11,7 @@ import { DecoderSession } from '../../src/engine/onnx/device/decoder-session.ts'
 import type { Device } from '../../src/engine/onnx/device/providers.ts'
 import { readModelDir, type ModelDtype } from '../../src/engine/onnx/model-dir.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
-import { LocalEngine } from '../../src/engine/onnx/scheduler/engine.ts'
+import { LocalEngine, type EngineSettings } from '../../src/engine/onnx/scheduler/engine.ts'
 import { nextTurnStart } from '../../src/prompt/shape.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
@@ -36,12 +36,12 @@ export const USER_TURNS = [
   'The cat was sleeping under the tree.',
 ]
 
-/** An engine in this thread on `device`, with a promise per request and a callback on each delta. */
-export async function engineOn (dir: string, dtype: ModelDtype, device: Device) {
+/** An engine in this thread on `device` (with `settings`), with a promise per request and a callback on each delta. */
+export async function engineOn (dir: string, dtype: ModelDtype, device: Device, settings: Partial<EngineSettings> = {}) {
   const texts = new Map<string, string>()
   const done = new Map<string, (r: Reply) => void>()
   const onDelta = new Map<string, () => void>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype, device, threads: 2 }, {
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device, threads: 2, ...settings }, {
     delta: (id, text) => {
       texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
       onDelta.get(id)?.()
@@ -62,9 +62,14 @@ export async function engineOn (dir: string, dtype: ModelDtype, device: Device) 
 
 const user = (content: string): ChatMessage[] => [{ role: 'user', content }]
 
+/** Steps a run took on the capture step (ONNX_WEBGPU_CAPTURE): what the device layout counted. */
+function capturedSteps (engine: LocalEngine): number {
+  return (engine.cacheLayout as { capturedSteps?: number }).capturedSteps ?? 0
+}
+
 /** One request alone; three together; one joining another after that one's fourth token. */
-export async function batches (dir: string, dtype: ModelDtype, device: Device) {
-  const { engine, generate } = await engineOn(dir, dtype, device)
+export async function batches (dir: string, dtype: ModelDtype, device: Device, settings: Partial<EngineSettings> = {}) {
+  const { engine, generate } = await engineOn(dir, dtype, device, settings)
   try {
     const solo = await generate(user(USER_TURNS[0]), 40)
     const together = await Promise.all([
@@ -78,15 +83,15 @@ export async function batches (dir: string, dtype: ModelDtype, device: Device) {
       if (++tokens === 4) joined = generate(user(USER_TURNS[2]), 24)
     })
     const join = [await first, await joined!]
-    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, cacheInPlace: engine.session.cacheInPlace, softwareRenderer: engine.session.softwareRenderer, replies: { solo, together, join } }
+    return { device: engine.session.device, cacheOnDevice: engine.session.cacheOnDevice, cacheInPlace: engine.session.cacheInPlace, softwareRenderer: engine.session.softwareRenderer, replies: { solo, together, join }, ...(settings.webgpuCapture ? { capturedSteps: capturedSteps(engine) } : {}) }
   } finally {
     await engine.close()
   }
 }
 
 /** Four turns, each reply's conversation computed ahead before the next turn (as the server does), but for turn 3, which starts from the prefix cache alone. */
-export async function conversation (dir: string, dtype: ModelDtype, device: Device) {
-  const { engine, generate } = await engineOn(dir, dtype, device)
+export async function conversation (dir: string, dtype: ModelDtype, device: Device, settings: Partial<EngineSettings> = {}) {
+  const { engine, generate } = await engineOn(dir, dtype, device, settings)
   try {
     const messages: ChatMessage[] = []
     const replies: Reply[] = []
@@ -98,7 +103,7 @@ export async function conversation (dir: string, dtype: ModelDtype, device: Devi
       messages.push({ role: 'assistant', content: reply.text })
       await engine.idle()
     }
-    return { replies, ahead: engine.tokensComputedAhead }
+    return { replies, ahead: engine.tokensComputedAhead, ...(settings.webgpuCapture ? { capturedSteps: capturedSteps(engine) } : {}) }
   } finally {
     await engine.close()
   }

@@ -58,7 +58,7 @@ export const FILES_MISSING_SUMMARY = 'its files are not on this server yet'
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'prefixCacheSharedPrefix' | 'mixedBatches' | 'promptGraph' | 'grammar'>>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'prefixCacheSharedPrefix' | 'mixedBatches' | 'promptGraph' | 'webgpuCapture' | 'grammar'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
     & Partial<Pick<Config, 'upstream' | 'env'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
@@ -100,6 +100,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     ...(ctx.config.prefixCacheSharedPrefix ? { sharedPrefix: { text: ctx.config.prefixCacheSharedPrefix, placement: entry.systemPrompt ?? 'system' } } : {}),
     mixedBatches: ctx.config.mixedBatches,
     promptGraph: ctx.config.promptGraph,
+    webgpuCapture: ctx.config.webgpuCapture,
     grammar: ctx.config.grammar,
   })
 }

@@ -18,7 +18,7 @@ import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
 import { readToolCalls } from '../tools/prompting.ts'
 
 /** The engine's tuning, as models.json and the settings give it (defaults are the engine's; see EngineSettings). */
-type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph'>
+type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph' | 'webgpuCapture'>
 
 export interface OnnxBackendOptions extends EngineTuning {
   id: string

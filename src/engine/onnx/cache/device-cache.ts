@@ -16,6 +16,15 @@
 // cache every run). A buffer is made from the host's copy when there is no GPU
 // one, and made bigger (in GPU memory) when a run would not fit, its room doubling
 // up to the rows' reservation (what admission counted against the KV budget).
+//
+// With a capture step (CapturedStep, ONNX_WEBGPU_CAPTURE), a one-row run of one token
+// whose row fits the step's buffers takes its step there: recorded once and replayed,
+// without the host's dispatch of every kernel. The step's buffers are loaded from the
+// host's copy when they do not hold the row at its length (a row that ran elsewhere
+// meanwhile, or another row), and its cache_delta keeps the host's copy as every run
+// does; the row's own GPU buffers, now behind, are let go (a later run of several rows
+// makes them again from the host's copy).
+import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
@@ -35,9 +44,13 @@ export class DeviceLayout implements CacheLayout {
   readonly #slots: SlotBuffers
   /** Bytes of GPU memory the caches' present tensors hold. */
   #deviceBytes = 0
+  readonly #captured: CapturedStep | null
+  /** Steps taken on the capture step. */
+  capturedSteps = 0
 
-  constructor (session: DecoderSession) {
+  constructor (session: DecoderSession, captured: CapturedStep | null = null) {
     this.#session = session
+    this.#captured = captured
     this.#names = Object.keys(session.emptyCache(1).tensors)
     this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType })
   }
@@ -48,9 +61,9 @@ export class DeviceLayout implements CacheLayout {
     return this.#session.takesPaddedRows
   }
 
-  /** The host's copies and the GPU's. */
+  /** The host's copies and the GPU's (the capture step's buffers included). */
   get bytesHeld (): number {
-    return this.#slots.bytesHeld + this.#deviceBytes
+    return this.#slots.bytesHeld + this.#deviceBytes + (this.#captured?.cacheBytes ?? 0)
   }
 
   empty (rows = 1): DeviceCache {
@@ -59,6 +72,10 @@ export class DeviceLayout implements CacheLayout {
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: number): Promise<CacheRun> {
     const cache = rowCache as DeviceCache
+    const captured = this.#captured
+    if (captured && !prompt && tokens.length === 1 && tokens[0].length === 1 && cache.lengths.length === 1 && cache.lengths[0] < captured.length) {
+      return this.#capturedRun(captured, cache, tokens[0][0], room)
+    }
     const pastLength = cache.device?.length ?? Math.max(...cache.lengths)
     const { inputIds, attentionMask, positionIds, counts, seqLen } = alignedRun(cache.lengths, pastLength, tokens, this.padsFirstRun)
     const past = this.#session.cacheInPlace
@@ -106,9 +123,28 @@ export class DeviceLayout implements CacheLayout {
 
   free (rowCache: RowCache): void {
     const cache = rowCache as DeviceCache
+    this.#captured?.release(cache)
     if (cache.device) this.#release(cache.device)
     cache.device = null
     this.#slots.free(cache)
+  }
+
+  /** One row's one token on the capture step; the host's copy takes its keys and values, as after every run. */
+  #capturedRun (captured: CapturedStep, cache: DeviceCache, token: number, room?: number): CacheRun {
+    const length = cache.lengths[0]
+    if (!captured.holds(cache, length)) captured.load(cache, cache.buffers as Record<string, Float32Array>, cache.capacity, length)
+    const out = captured.step(cache, token)
+    this.capturedSteps++
+    if (length + 1 > cache.capacity) {
+      const grown = this.#slots.grown(cache, length + 1, room)
+      this.#slots.free(cache)
+      Object.assign(cache, grown)
+    }
+    this.#slots.write(cache, name => out.newEntries[name], [1], 1)
+    // The row's own GPU buffers miss this position now: a run elsewhere makes them again from the host's copy.
+    if (cache.device) this.#release(cache.device)
+    cache.device = null
+    return { logits: out.logits.slice(), cache }
   }
 
   /** The host's copy as a concat graph's past: rows right-aligned to the longest, on the host (onnxruntime uploads it). */

@@ -14,6 +14,7 @@
 //
 // Either way, callers hand over token ids and get logits; masks and position
 // ids follow from the rows' lengths.
+import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
@@ -23,8 +24,9 @@ import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
 export type { CacheLayout, CacheRun, RowCache }
 export { CAPACITY_STEP } from './slot-buffers.ts'
 
-export function cacheLayoutFor (session: DecoderSession): CacheLayout {
-  if (session.cacheOnDevice) return new DeviceLayout(session)
+/** The layout for `session`'s graph; on WebGPU with `captured`, a row decoding alone steps on it. */
+export function cacheLayoutFor (session: DecoderSession, captured: CapturedStep | null = null): CacheLayout {
+  if (session.cacheOnDevice) return new DeviceLayout(session, captured)
   return session.cacheOutputs === 'append' ? new AppendLayout(session) : new ConcatLayout(session)
 }
 

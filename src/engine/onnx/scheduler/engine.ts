@@ -32,6 +32,7 @@ import { ChatTemplate } from '../text/chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
 import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
+import { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, usesGroupQueryAttention } from '../device/decoder-session.ts'
 import { GrammarClient } from '../grammar/grammar-client.ts'
 import { TokenTable } from '../text/token-bytes.ts'
@@ -40,7 +41,7 @@ import { cacheLayoutFor, type CacheLayout, type RowCache } from '../cache/kv-cac
 import { CacheManager, type PrefixMatch, type Reservation } from '../cache/cache-manager.ts'
 import { sharedPrefixIds, type SharedPrefix } from '../cache/shared-prefix.ts'
 import { AHEAD_CHUNK, computeAhead, NextTurns, nextTurnIds, type PendingTurn } from '../cache/next-turn.ts'
-import { ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../model-dir.ts'
+import { CAPTURE_STEP_FILE, ModelDirError, readModelDir, type ModelDir, type ModelDtype } from '../model-dir.ts'
 import type { DeviceChoice } from '../device/providers.ts'
 import { DEFAULT_SCHEDULER, type SchedulerSettings } from './scheduler-settings.ts'
 import { EngineCounters, type EngineLoad, type StatsReport } from './engine-stats.ts'
@@ -80,6 +81,12 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   mixedBatches?: boolean
   /** Run prompts on the model's int8 prompt graph where it has one, on the CPU (PROMPT_GRAPH); default true. */
   promptGraph?: boolean
+  /**
+   * On the WebGPU device: a request decoding alone takes its steps on the model's capture step
+   * (onnx/model_step.onnx), recorded once and replayed, its cache this many positions long
+   * (ONNX_WEBGPU_CAPTURE); 0 or absent: off.
+   */
+  webgpuCapture?: number
 }
 
 /** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
@@ -143,6 +150,8 @@ export class LocalEngine {
   #looping = false
   /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
   readonly #pacer: PrefillPacer
+  /** The capture step a request decoding alone steps on (webgpuCapture); null when off. */
+  readonly #captured: CapturedStep | null
   /** Prompt tokens a run takes when nobody else is waiting on the engine (SOLO_PREFILL_CHUNK, GPU_SOLO_PREFILL_CHUNK). */
   readonly #soloChunk: number
   /** Admission: sequences start only while their reserved caches fit in it. */
@@ -168,7 +177,7 @@ export class LocalEngine {
   readonly #counters: EngineCounters
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
-    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }) {
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }, captured: CapturedStep | null = null) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -176,7 +185,8 @@ export class LocalEngine {
     this.#events = events
     this.#counters = new EngineCounters(report => events.stats?.(report))
     this.scheduler = scheduler
-    this.cacheLayout = cacheLayoutFor(session)
+    this.cacheLayout = cacheLayoutFor(session, captured)
+    this.#captured = captured
     this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
@@ -209,7 +219,15 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
-    return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix })
+    let captured: CapturedStep | null = null
+    try {
+      captured = openCapturedStep(model, session, opts.webgpuCapture)
+      return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix }, captured)
+    } catch (err) {
+      captured?.close()
+      await session.close()
+      throw err
+    }
   }
 
   /**
@@ -683,6 +701,22 @@ export class LocalEngine {
     for (const seq of this.#allSequences()) seq.cancelled = true
     while (this.#looping) await yieldToEventLoop()
     this.prefixes?.clear()
+    this.#captured?.close()
     await this.session.close()
   }
+}
+
+/**
+ * The capture step for a request decoding alone on WebGPU (EngineSettings.webgpuCapture), or null:
+ * asked for and not possible on this device and model, it says why.
+ */
+function openCapturedStep (model: ModelDir, session: DecoderSession, length: number | undefined): CapturedStep | null {
+  if (!length) return null
+  // Other devices have no graph capture to reach: the setting is the WebGPU device's.
+  if (session.device !== 'webgpu') return null
+  if (!session.cacheInPlace || session.cacheType !== 'float32') {
+    throw new ModelDirError(`${model.onnxPath}: ONNX_WEBGPU_CAPTURE needs the GPU form (chatd convert --for gpu --capture-step), not a ${session.graphStyle} graph with a ${session.cacheType} cache`)
+  }
+  if (!model.stepOnnxPath) throw new ModelDirError(`${model.dir}: ONNX_WEBGPU_CAPTURE needs onnx/${CAPTURE_STEP_FILE} beside the GPU form: convert the model again with chatd convert --for gpu --capture-step`)
+  return CapturedStep.open(model, Math.min(length, model.contextLength))
 }

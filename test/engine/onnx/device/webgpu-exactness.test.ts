@@ -12,7 +12,7 @@
 //   - the same fp32 weights as an append graph (the cache on the host);
 //   - a conversation with the prefix cache and the next turn computed ahead;
 //   - the form for GPU hosts (gqa-masked) on a random model: solo, batched,
-//     joining, and a conversation;
+//     joining, and a conversation; and with the capture step (ONNX_WEBGPU_CAPTURE);
 //   - a GroupQueryAttention graph as onnxruntime-genai writes them (positions
 //     from the mask), solo, batched and joining;
 //   - the device layout's gathers (rows regrouped, a prefix cut), step by step,
@@ -25,7 +25,7 @@ import { batches, conversation, goldens, goldensOn, tokensOf } from '../../../..
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
-import { randomGpuFormModelDir, randomGqaModelDir, storiesModelDir } from '../../../helpers/models.ts'
+import { randomCaptureStepModelDir, randomGpuFormModelDir, randomGqaModelDir, storiesModelDir } from '../../../helpers/models.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
 /**
@@ -91,6 +91,27 @@ t.test('a conversation on the GPU form (gqa-masked, int4): the CPU\'s tokens and
   const gpu = await conversation(dir, 'q4', 'webgpu')
   t.ok(cpu.replies.slice(1).every(r => r.cached > 0), 'every later turn reuses cached positions')
   t.same(gpu, cpu, 'replies, cached positions and positions computed ahead')
+})
+
+t.test('the GPU form with the capture step (ONNX_WEBGPU_CAPTURE): a request decoding alone replays its recorded step, the CPU\'s tokens and cached counts', async t => {
+  if (!await needWebgpu(t)) return
+  const dir = randomCaptureStepModelDir()
+  const cpu = await batches(dir, 'q4', 'cpu')
+  // The tiny model's tokenizer is byte-level: a turn is ~100 positions, a conversation ~600.
+  const gpu = await batches(dir, 'q4', 'webgpu', { webgpuCapture: 1024 })
+  t.same(tokensOf(gpu.replies), tokensOf(cpu.replies), 'alone, three together, and one joining another (its row leaving the capture step and coming back from the host\'s copy): every reply, token for token')
+  // The lone request's 39 steps, the joined pair's once one of them is alone, and more.
+  t.ok((gpu.capturedSteps ?? 0) >= 39 + 12, `${gpu.capturedSteps} steps replayed`)
+  const cpuTalk = await conversation(dir, 'q4', 'cpu')
+  const gpuTalk = await conversation(dir, 'q4', 'webgpu', { webgpuCapture: 1024 })
+  t.ok(cpuTalk.replies.slice(1).every(r => r.cached > 0), 'every later turn reuses cached positions')
+  t.same(gpuTalk.replies, cpuTalk.replies, 'a conversation: the replies and cached positions (the prefix cache reads the host\'s copy, which each replayed step wrote)')
+  t.equal(gpuTalk.ahead, cpuTalk.ahead)
+  t.ok((gpuTalk.capturedSteps ?? 0) >= 4 * 23, `${gpuTalk.capturedSteps} steps replayed`)
+  // Too short for these requests: they take the usual steps, with the same tokens.
+  const short = await batches(dir, 'q4', 'webgpu', { webgpuCapture: 8 })
+  t.same(tokensOf(short.replies), tokensOf(cpu.replies), 'rows longer than the capture step\'s cache take the usual steps')
+  t.equal(short.capturedSteps, 0)
 })
 
 /**
