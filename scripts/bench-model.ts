@@ -23,7 +23,8 @@ export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-sha
  * concat cache, which stays in GPU memory, attention's core in one fused node
  * under an explicit mask (gqa-masked: fewer kernels to dispatch a step), and
  * int4 products computed in float (the CPU's tokens, and faster than int8
- * activations on the GPUs measured); `gpuAttention: 'standard'` writes the
+ * activations on the GPUs measured), with its capture step beside it
+ * (onnx/model_step.onnx, for ONNX_WEBGPU_CAPTURE); `gpuAttention: 'standard'` writes the
  * earlier GPU form (plain attention) for comparing the two (gpu-forms.ts), and
  * 'gqa-causal' the GPU form without its mask (for measuring only: exact for
  * unpadded rows alone), 'gqa-static-decode' its decode step for graph capture
@@ -60,6 +61,8 @@ export function benchModelDir (blockSize = 32, form: GraphForm = 'chatd', opts: 
         : {}),
       // What chatd pull writes for the default model: prompts run on an int8 copy (CPUs only).
       promptGraph: form === 'chatd' && !gpu,
+      // The GPU form's capture step beside it, for ONNX_WEBGPU_CAPTURE (gpu-bench.ts --capture).
+      captureStep: gpu && gpuAttention === 'gqa-masked' && !gpuInt8,
     })
     console.error(`built in ${built.seconds.toFixed(0)} s`)
   }

@@ -102,6 +102,8 @@ and bench-out/bench.svg. See docs/performance.md.
   --no-cpu-compare               skip chatd on the CPU
   --no-agent-turns               skip the Codex and Claude Code turns
   --bandwidth-gbs 3350           the GPU's memory bandwidth, for the physical bound
+  --capture 4096                 also chatd with ONNX_WEBGPU_CAPTURE (this many positions): one stream
+                                 decoding on the recorded and replayed step; 0 skips it
   --prepare-only                 build the models and llama.cpp's, measure nothing
   -h, --help                     this text
 `
@@ -138,6 +140,7 @@ try {
       'cpu-compare': { type: 'boolean', default: true },
       'agent-turns': { type: 'boolean', default: true },
       'bandwidth-gbs': { type: 'string', default: '3350' },
+      capture: { type: 'string', default: '4096' },
       'prepare-only': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -177,6 +180,7 @@ if (values.device === 'webgpu') {
     agentTurns: values['agent-turns'],
     config: values['model-config'] && path.resolve(values['model-config']),
     bandwidthGbs: Number(values['bandwidth-gbs']),
+    capture: Number(values.capture),
     prepareOnly: values['prepare-only'],
     log: line => console.error(line),
   })

@@ -220,7 +220,7 @@ bench () {
   else
     args+=(--concurrency 1,8)
   fi
-  say "benchmark: chatd on WebGPU, llama.cpp on Vulkan, chatd on the CPU"
+  say "benchmark: chatd on WebGPU (and with the step replayed: --capture), llama.cpp on Vulkan, chatd on the CPU"
   (cd "$REPO" && node scripts/bench.ts "${args[@]}" "${BENCH_ARGS[@]}")
 }
 

@@ -51,6 +51,8 @@ export interface GpuBenchOptions {
   config?: string
   /** The GPU's memory bandwidth in GB/s, for the physical bound (H100 SXM, HBM3: 3350). */
   bandwidthGbs: number
+  /** Also a server with ONNX_WEBGPU_CAPTURE of this many positions (one stream's decode on the replayed step); 0: not. */
+  capture?: number
   /** Build the models and prepare llama.cpp, then stop (the slow part, done ahead). */
   prepareOnly?: boolean
   log: (line: string) => void
@@ -58,6 +60,8 @@ export interface GpuBenchOptions {
 
 interface Round {
   webgpu: HttpRound
+  /** The server with the capture step (ONNX_WEBGPU_CAPTURE). */
+  webgpu_capture?: HttpRound
   cpu?: HttpRound
   llama_cpp?: LlamaCppReport
 }
@@ -79,6 +83,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
   const date = new Date().toISOString()
   // ---- models: the GPU form, and the CPU form for the CPU comparison ----------
   const gpuModel = benchModelDir(32, 'chatd', { gpu: true, config: o.config })
+  const capture = o.capture ?? 0
   const cpuModel = o.cpuCompare ? benchModelDir(32, 'chatd', { config: o.config }) : null
   const onnxBytes = (dir: string): number => {
     const graph = readModelDir(dir, 'q4').onnxPath
@@ -126,6 +131,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       webgpu_ttft_ms: summarize(pick(r => r.webgpu.ttft_ms)),
     }
     for (const n of o.levels) figures[`webgpu_aggregate_tok_s_${n}`] = summarize(pick(r => level(r.webgpu, n)?.aggregate_tok_s))
+    if (capture) figures.webgpu_capture_decode_tok_s_1 = summarize(pick(r => r.webgpu_capture?.decode_tok_s_1))
     if (cpuModel) {
       figures.cpu_decode_tok_s_1 = summarize(pick(r => r.cpu?.decode_tok_s_1))
       figures.cpu_prefill_tok_s = summarize(pick(r => r.cpu?.prefill_tok_s))
@@ -136,6 +142,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       figures.llama_cpp_decode_tok_s_1 = summarize(pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1))
       figures.llama_cpp_prefill_tok_s = summarize(pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s))
       ratios.decode_1 = summarize(perRoundRatio(pick(r => r.webgpu.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
+      if (capture) ratios.decode_1_capture = summarize(perRoundRatio(pick(r => r.webgpu_capture?.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
       ratios.prefill = summarize(perRoundRatio(pick(r => r.webgpu.prefill_tok_s), pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s)))
       for (const n of o.levels) {
         figures[`llama_cpp_aggregate_tok_s_${n}`] = summarize(pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`]))
@@ -170,6 +177,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
         ttft_ms: med('webgpu_ttft_ms'),
         aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`webgpu_aggregate_tok_s_${n}`)])),
       },
+      ...(capture ? { webgpu_capture: { positions: capture, decode_tok_s_1: med('webgpu_capture_decode_tok_s_1') } } : {}),
       ...(cpuModel
         ? { cpu: { decode_tok_s_1: med('cpu_decode_tok_s_1'), prefill_tok_s: med('cpu_prefill_tok_s'), aggregate_tok_s: { [maxLevel]: med(`cpu_aggregate_tok_s_${maxLevel}`) } } }
         : {}),
@@ -200,6 +208,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       },
       targets: {
         decode_1_at_least_llama_cpp: atLeast(med('webgpu_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')),
+        ...(capture ? { decode_1_with_capture_at_least_llama_cpp: atLeast(med('webgpu_capture_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')) } : {}),
         prefill_at_least_llama_cpp: atLeast(med('webgpu_prefill_tok_s'), med('llama_cpp_prefill_tok_s')),
         [`aggregate_${maxLevel}_at_least_llama_cpp`]: atLeast(med(`webgpu_aggregate_tok_s_${maxLevel}`), med(`llama_cpp_aggregate_tok_s_${maxLevel}`)),
         codex_first_token_under_2_s_uncached: agentTurns.codex ? (med('codex_ttft_s_uncached') ?? Infinity) < 2 : null,
@@ -234,6 +243,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
     gpuDevice = await deviceOf(gpu.client)
     if (gpuDevice.device !== 'webgpu') throw new Error(`the GPU server runs on ${String(gpuDevice.device)}, not webgpu`)
     const cpu = cpuModel ? await start('cpu', cpuModel, 'cpu') : null
+    const captured = capture ? await start('webgpu-capture', gpuModel, 'webgpu', { ONNX_WEBGPU_CAPTURE: String(capture) }) : null
     for (let r = 0; r < o.rounds; r++) {
       log(`round ${r + 1}/${o.rounds}`)
       let llamaRound: LlamaCppReport | undefined
@@ -248,12 +258,18 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       log('chatd on WebGPU ...')
       const webgpu = await measureHttpRound(gpu.client, { content, gen: o.gen, levels: o.levels, log })
       log(`  decode ${webgpu.decode_tok_s_1.toFixed(1)} tok/s, prefill ${webgpu.prefill_tok_s.toFixed(0)} tok/s`)
+      let captureRound: HttpRound | undefined
+      if (captured) {
+        log(`chatd on WebGPU, ONNX_WEBGPU_CAPTURE=${capture} ...`)
+        captureRound = await measureHttpRound(captured.client, { content, gen: o.gen, levels: [1], log })
+        log(`  decode ${captureRound.decode_tok_s_1.toFixed(1)} tok/s`)
+      }
       let cpuRound: HttpRound | undefined
       if (cpu) {
         log('chatd on the CPU ...')
         cpuRound = await measureHttpRound(cpu.client, { content, gen: o.gen, levels: [...new Set([1, maxLevel])], log })
       }
-      rounds.push({ webgpu, ...(cpuRound ? { cpu: cpuRound } : {}), ...(llamaRound ? { llama_cpp: llamaRound } : {}) })
+      rounds.push({ webgpu, ...(captureRound ? { webgpu_capture: captureRound } : {}), ...(cpuRound ? { cpu: cpuRound } : {}), ...(llamaRound ? { llama_cpp: llamaRound } : {}) })
       save(true)
     }
     for (const server of servers.splice(0)) await server.stop()
@@ -293,6 +309,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
   console.log('| tok/s | chatd, WebGPU | llama.cpp, Vulkan | chatd / llama.cpp |' + (cpuModel ? ' chatd, CPU |' : ''))
   console.log('|---|---:|---:|---:|' + (cpuModel ? '---:|' : ''))
   console.log(`| decode, 1 stream | ${f('webgpu_decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('decode_1')} |` + (cpuModel ? ` ${f('cpu_decode_tok_s_1')} |` : ''))
+  if (capture) console.log(`| decode, 1 stream, the step replayed (ONNX_WEBGPU_CAPTURE=${capture}) | ${f('webgpu_capture_decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('decode_1_capture')} |` + (cpuModel ? ' |' : ''))
   console.log(`| prefill, ${report.prompt_tokens} tokens | ${f('webgpu_prefill_tok_s')} | ${f('llama_cpp_prefill_tok_s')} | ${q('prefill')} |` + (cpuModel ? ` ${f('cpu_prefill_tok_s')} |` : ''))
   for (const n of o.levels) {
     console.log(`| aggregate, ${n} stream${n === 1 ? '' : 's'} | ${f(`webgpu_aggregate_tok_s_${n}`)} | ${f(`llama_cpp_aggregate_tok_s_${n}`)} | ${q(`aggregate_${n}`)} |` + (cpuModel ? ` ${n === maxLevel ? f(`cpu_aggregate_tok_s_${n}`) : ''} |` : ''))
