@@ -297,12 +297,14 @@ export class ModelRegistry {
         await model.backend.load()
         // Which execution provider the engine settled on and why (local models report it), said once at start.
         const { device, deviceWhy, cacheOnDevice } = model.backend
-        const { promptGraph } = model.backend as { promptGraph?: boolean }
+        const { promptGraph, capturePositions } = model.backend as { promptGraph?: boolean; capturePositions?: number }
         log?.info({
           model: model.id,
           ms: Math.round(performance.now() - started),
           ...(device ? { device, why: deviceWhy, cacheOnDevice } : {}),
           ...(promptGraph ? { promptGraph } : {}),
+          // A request decoding alone replays its recorded step (ONNX_WEBGPU_CAPTURE); said only when on.
+          ...(capturePositions ? { capturePositions } : {}),
         }, 'model ready')
         if (device === 'webgpu' && cacheOnDevice === false) {
           // An append graph (the CPU form) or a concat graph without cache_delta runs, uploading its cache every step.

@@ -49,6 +49,8 @@ export class OnnxBackend implements Backend {
   cacheOnDevice?: boolean
   /** Whether prompts run on the model's int8 prompt graph, once loaded. */
   promptGraph?: boolean
+  /** Positions of the capture step a request decoding alone steps on (ONNX_WEBGPU_CAPTURE), once loaded; 0: none. */
+  capturePositions?: number
   /** Prompt positions the engine computed ahead for conversations' next turns, since start. */
   promptTokensComputedAhead = 0
   /** The engine's latest report of its counts and load (metrics). */
@@ -127,6 +129,7 @@ export class OnnxBackend implements Backend {
           this.deviceWhy = message.deviceWhy
           this.cacheOnDevice = message.cacheOnDevice
           this.promptGraph = message.promptGraph
+          this.capturePositions = message.capturePositions
           this.#toolFormat = TOOL_FORMATS[message.toolFormat]
           this.#current = { state: 'ready' }
           worker.on('message', (m: FromWorker) => this.#onMessage(m))

@@ -61,9 +61,9 @@ export class DeviceLayout implements CacheLayout {
     return this.#session.takesPaddedRows
   }
 
-  /** The host's copies and the GPU's (the capture step's buffers included). */
+  /** The host's copies and the GPU's (not the capture step's buffers, which no cache owns: CapturedStep.cacheBytes). */
   get bytesHeld (): number {
-    return this.#slots.bytesHeld + this.#deviceBytes + (this.#captured?.cacheBytes ?? 0)
+    return this.#slots.bytesHeld + this.#deviceBytes
   }
 
   empty (rows = 1): DeviceCache {

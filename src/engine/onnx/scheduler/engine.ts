@@ -695,6 +695,11 @@ export class LocalEngine {
     }
   }
 
+  /** Positions of the capture step a request decoding alone steps on (ONNX_WEBGPU_CAPTURE); 0 when there is none. */
+  get capturePositions (): number {
+    return this.#captured?.length ?? 0
+  }
+
   async close (): Promise<void> {
     this.#closing = true
     this.#nextTurns.clear()

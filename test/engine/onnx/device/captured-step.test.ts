@@ -9,6 +9,7 @@ import { CapturedStep, DOWNLOAD_GRAPH, LOAD_GRAPH, UPLOAD_GRAPH } from '../../..
 import { ort } from '../../../../src/engine/onnx/device/ort.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { argmax } from '../../../../src/engine/onnx/sampling/sampler.ts'
+import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { randomCaptureStepModelDir, randomGpuFormModelDir } from '../../../helpers/models.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
@@ -140,4 +141,20 @@ t.test('a model without the step file, or a step too short, is refused with what
   t.equal(model.stepOnnxPath, null)
   t.throws(() => CapturedStep.open(model, 64), /no onnx\/model_step\.onnx \(convert the model again with chatd convert --for gpu --capture-step\)/)
   t.throws(() => CapturedStep.open(readModelDir(randomCaptureStepModelDir(), 'q4'), 1), /at least 2 positions/)
+})
+
+t.test('the engine opens the capture step on WebGPU when asked (ONNX_WEBGPU_CAPTURE), says so, and says what to convert when it cannot', async t => {
+  if (!await needWebgpu(t)) return
+  const events = { delta: () => {}, finish: () => {}, error: () => {} }
+  const on = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'webgpu', threads: 1, webgpuCapture: 96 }, events)
+  t.equal(on.capturePositions, 96, 'its positions, for the "model ready" line')
+  await on.close()
+  const off = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'webgpu', threads: 1 }, events)
+  t.equal(off.capturePositions, 0, 'off unless asked for')
+  await off.close()
+  const cpu = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'cpu', threads: 1, webgpuCapture: 96 }, events)
+  t.equal(cpu.capturePositions, 0, 'the WebGPU device\'s setting: on the CPU there is no capture to reach')
+  await cpu.close()
+  await t.rejects(LocalEngine.load({ modelDir: randomGpuFormModelDir('int4'), dtype: 'q4', device: 'webgpu', threads: 1, webgpuCapture: 96 }, events),
+    /ONNX_WEBGPU_CAPTURE needs onnx\/model_step\.onnx beside the GPU form: convert the model again with chatd convert --for gpu --capture-step/)
 })
