@@ -6,7 +6,8 @@
 // (float compute) concat graph, whose cache stays in GPU memory (one request, three
 // together, one joining mid-decode, a conversation with the prefix cache and the
 // next turn computed ahead), the fp32 append graph (the cache on the host), and the
-// form for GPU hosts (gqa-masked) on a small random model, conversation included;
+// form for GPU hosts (gqa-masked) on a small random model, conversation included,
+// without and with its capture step (ONNX_WEBGPU_CAPTURE: a request alone replays its step);
 // and stories260k's public goldens replayed on WebGPU (the fp32 concat and append
 // graphs): the reference implementation's tokens, not only the CPU provider's.
 // Prints one line per check and writes the report; exits 1 if any reply differs.
@@ -19,6 +20,7 @@ import type { CacheStyle, Int4Compute, WeightFormat } from '../src/convert/decod
 import { convertCheckpoint, convertRandom } from '../src/convert/index.ts'
 import { converterFingerprint } from '../src/convert/fingerprint.ts'
 import type { ModelDtype } from '../src/engine/onnx/model-dir.ts'
+import type { EngineSettings } from '../src/engine/onnx/scheduler/engine.ts'
 import { batches, conversation, goldens, goldensOn, tokensOf } from './bench/exactness.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
@@ -48,16 +50,19 @@ function stories (weights: WeightFormat, cache: CacheStyle, int4Compute?: Int4Co
  * wide (GroupQueryAttention takes no narrower; stories260k's are 8): the tests' model.
  */
 function gpuForm (): string {
-  return built('random-qwen2-hd16-gqa-masked-int4', out => {
-    convertRandom({ configPath: path.join(ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'), out, weights: 'int4', seed: 7, cache: 'concat', attention: 'gqa-masked', int4Compute: 'float' })
+  return built('random-qwen2-hd16-gqa-masked-int4-step', out => {
+    convertRandom({ configPath: path.join(ROOT, 'test/fixtures/tiny-qwen2-hd16.config.json'), out, weights: 'int4', seed: 7, cache: 'concat', attention: 'gqa-masked', int4Compute: 'float', captureStep: true })
   })
 }
 
-const checks: Array<{ name: string; dir: string; dtype: ModelDtype; conversation?: boolean }> = [
+/** `settings`: the WebGPU engine's (the CPU's reference runs without them). */
+const checks: Array<{ name: string; dir: string; dtype: ModelDtype; conversation?: boolean; settings?: Partial<EngineSettings> }> = [
   { name: 'fp32 concat graph (cache in GPU memory)', dir: stories('fp32', 'concat'), dtype: 'fp32', conversation: true },
   { name: 'int4 concat graph, float compute (cache in GPU memory)', dir: stories('int4', 'concat', 'float'), dtype: 'q4' },
   { name: 'fp32 append graph (cache on the host)', dir: stories('fp32', 'append'), dtype: 'fp32' },
   { name: 'int4 gqa-masked graph, float compute (the GPU form; random weights)', dir: gpuForm(), dtype: 'q4', conversation: true },
+  // The byte-level tokenizer's turns are ~100 positions: a conversation fits 1,024.
+  { name: 'the GPU form with its capture step (ONNX_WEBGPU_CAPTURE=1024)', dir: gpuForm(), dtype: 'q4', conversation: true, settings: { webgpuCapture: 1024 } },
 ]
 
 const results: Array<Record<string, unknown>> = []
@@ -65,15 +70,17 @@ let failed = false
 for (const check of checks) {
   const started = performance.now()
   const cpu = await batches(check.dir, check.dtype, 'cpu')
-  const gpu = await batches(check.dir, check.dtype, 'webgpu')
+  const gpu = await batches(check.dir, check.dtype, 'webgpu', check.settings)
   // Tokens decide; cached counts may differ where the devices schedule differently (tokensOf).
   const same = JSON.stringify(tokensOf(gpu.replies)) === JSON.stringify(tokensOf(cpu.replies))
   const result: Record<string, unknown> = { check: check.name, device: gpu.device, cache_on_device: gpu.cacheOnDevice, cache_in_place: gpu.cacheInPlace, same_tokens: same, same_cached: JSON.stringify(gpu.replies) === JSON.stringify(cpu.replies), seconds: Math.round((performance.now() - started) / 100) / 10 }
   if (!same) result.replies = { cpu: cpu.replies, webgpu: gpu.replies }
+  if (gpu.capturedSteps !== undefined) result.captured_steps = gpu.capturedSteps
   if (check.conversation) {
     const expected = await conversation(check.dir, check.dtype, 'cpu')
-    const got = await conversation(check.dir, check.dtype, 'webgpu')
+    const { capturedSteps, ...got } = await conversation(check.dir, check.dtype, 'webgpu', check.settings)
     result.conversation_same = JSON.stringify(got) === JSON.stringify(expected)
+    if (capturedSteps !== undefined) result.conversation_captured_steps = capturedSteps
     result.conversation_cached = got.replies.map(r => r.cached)
     if (!result.conversation_same) result.conversation = { cpu: expected, webgpu: got }
   }
