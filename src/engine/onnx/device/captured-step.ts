@@ -46,7 +46,7 @@ export class CapturedStep {
   readonly #names: string[]
   readonly #sendInputs: () => void
   readonly #step: BoundRun
-  readonly #readBack: BoundRun
+  readonly #readBack: () => void
   readonly #loadLayer: Array<() => void>
   readonly #staging: Float32Array
   readonly #ids: BigInt64Array
@@ -88,7 +88,8 @@ export class CapturedStep {
     // Bound anew for each run: onnxruntime copies a host input to the GPU when it is bound.
     this.#sendInputs = () => upload.run({ input_ids: host.ids, position_ids: host.positions, attention_mask: host.mask }, { input_ids_out: gpu.ids, position_ids_out: gpu.positions, attention_mask_out: gpu.mask })
     this.#step = decode.bind({ input_ids: gpu.ids, position_ids: gpu.positions, attention_mask: gpu.mask, ...past }, { logits: gpu.logits, cache_delta: gpu.delta, ...present })
-    this.#readBack = download.bind({ logits: gpu.logits, cache_delta: gpu.delta }, { logits_out: host.logits, cache_delta_out: host.delta })
+    // Bound for each run too: were a provider to run the copy on the host, it would read the GPU tensor at binding.
+    this.#readBack = () => download.run({ logits: gpu.logits, cache_delta: gpu.delta }, { logits_out: host.logits, cache_delta_out: host.delta })
     this.#loadLayer = this.#names.map(name => () => loader.run({ cache: host.staging }, { cache_out: past[name] }))
     this.#staging = new Float32Array(host.staging.view as ArrayBuffer)
     this.#ids = new BigInt64Array(host.ids.view as ArrayBuffer)
