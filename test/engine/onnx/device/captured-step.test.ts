@@ -5,6 +5,7 @@
 import t from 'tap'
 import { GraphBuilder } from '../../../../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../../../../src/convert/onnx-proto.ts'
+import { OnnxBackend } from '../../../../src/engine/onnx/backend.ts'
 import { CapturedStep, DOWNLOAD_GRAPH, LOAD_GRAPH, UPLOAD_GRAPH } from '../../../../src/engine/onnx/device/captured-step.ts'
 import { ort } from '../../../../src/engine/onnx/device/ort.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
@@ -157,4 +158,27 @@ t.test('the engine opens the capture step on WebGPU when asked (ONNX_WEBGPU_CAPT
   await cpu.close()
   await t.rejects(LocalEngine.load({ modelDir: randomGpuFormModelDir('int4'), dtype: 'q4', device: 'webgpu', threads: 1, webgpuCapture: 96 }, events),
     /ONNX_WEBGPU_CAPTURE needs onnx\/model_step\.onnx beside the GPU form: convert the model again with chatd convert --for gpu --capture-step/)
+})
+
+t.test('in the engine\'s own thread (a worker, as the server runs it): the step opens, the ready message says so, and a reply is the one without it', async t => {
+  if (!await needWebgpu(t)) return
+  const dir = randomCaptureStepModelDir()
+  const request = { temperature: 0, topP: 1, topK: 0, stop: [] as string[], messages: [{ role: 'user' as const, content: 'Once upon a time' }], maxTokens: 24 }
+  const reply = async (settings: { webgpuCapture?: number }): Promise<{ text: string; positions?: number }> => {
+    const backend = new OnnxBackend({ id: 'capture', path: dir, dtype: 'q4', device: 'webgpu', threads: 1, ...settings })
+    try {
+      await backend.load()
+      let text = ''
+      for await (const e of backend.generate(request, new AbortController().signal)) if (e.type === 'delta') text += (e.reasoning ?? '') + (e.content ?? '')
+      return { text, positions: backend.capturePositions }
+    } finally {
+      await backend.close()
+    }
+  }
+  const plain = await reply({})
+  const captured = await reply({ webgpuCapture: 256 })
+  t.equal(plain.positions, 0)
+  t.equal(captured.positions, 256, 'the worker says the step is open (the "model ready" line\'s capturePositions)')
+  t.ok(plain.text.length > 0)
+  t.equal(captured.text, plain.text, 'the same reply, greedy')
 })
