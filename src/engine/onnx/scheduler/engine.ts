@@ -32,7 +32,7 @@ import { ChatTemplate } from '../text/chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
 import { PrefillGroup } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
-import { CapturedStep } from '../device/captured-step.ts'
+import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, usesGroupQueryAttention } from '../device/decoder-session.ts'
 import { GrammarClient } from '../grammar/grammar-client.ts'
 import { TokenTable } from '../text/token-bytes.ts'
@@ -221,7 +221,7 @@ export class LocalEngine {
     }
     let captured: CapturedStep | null = null
     try {
-      captured = openCapturedStep(model, session, opts.webgpuCapture)
+      captured = await openCapturedStep(model, session, opts.webgpuCapture)
       return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix }, captured)
     } catch (err) {
       captured?.close()
@@ -715,7 +715,7 @@ export class LocalEngine {
  * The capture step for a request decoding alone on WebGPU (EngineSettings.webgpuCapture), or null:
  * asked for and not possible on this device and model, it says why.
  */
-function openCapturedStep (model: ModelDir, session: DecoderSession, length: number | undefined): CapturedStep | null {
+async function openCapturedStep (model: ModelDir, session: DecoderSession, length: number | undefined): Promise<CapturedStep | null> {
   if (!length) return null
   // Other devices have no graph capture to reach: the setting is the WebGPU device's.
   if (session.device !== 'webgpu') return null
@@ -723,5 +723,7 @@ function openCapturedStep (model: ModelDir, session: DecoderSession, length: num
     throw new ModelDirError(`${model.onnxPath}: ONNX_WEBGPU_CAPTURE needs the GPU form (chatd convert --for gpu --capture-step), not a ${session.graphStyle} graph with a ${session.cacheType} cache`)
   }
   if (!model.stepOnnxPath) throw new ModelDirError(`${model.dir}: ONNX_WEBGPU_CAPTURE needs onnx/${CAPTURE_STEP_FILE} beside the GPU form: convert the model again with chatd convert --for gpu --capture-step`)
+  // Loaded only here: the FFI (koffi) and onnxruntime's C API stay out of engines that do not capture.
+  const { CapturedStep } = await import('../device/captured-step.ts')
   return CapturedStep.open(model, Math.min(length, model.contextLength))
 }
