@@ -157,7 +157,7 @@ async function main (): Promise<void> {
     const args = { form, decode: readModelDir(dirs.decode, 'q4'), prompts, gen, maxLen, profileSteps: Number(values['profile-steps']), profileDir: work }
     const result = values.child === 'node'
       ? await runNode(args)
-      : values.child === 'native' ? await runNative({ ...args, workDir: work }) : await runWeb({ ...args, capture: values.child === 'capture' })
+      : values.child === 'native' ? await runNative(args) : await runWeb({ ...args, capture: values.child === 'capture' })
     fs.writeFileSync(values.result as string, JSON.stringify(result))
     process.exit(0)
   }

@@ -5,32 +5,18 @@
 // converter's static decode step, every input and output a fixed GPU tensor bound once.
 // Inputs go up, and the logits and the step's new keys and values (cache_delta, what
 // keeps the host's copy of the cache that chatd's prefix cache reads) come down, through
-// two small sessions of their own (an Identity a tensor), which onnxruntime copies across
-// devices for: the captured session's runs replay its recorded kernels and copy nothing.
+// two small sessions of their own (the engine's capture step's Identity graphs), which
+// onnxruntime copies across devices for: the captured session's runs replay its recorded
+// kernels and copy nothing.
 // So a step costs what serving a row this way would. A measurement, not chatd's engine.
-import fs from 'node:fs'
-import path from 'node:path'
-import { GraphBuilder } from '../../src/convert/graph-builder.ts'
-import { DataType, encodeModel } from '../../src/convert/onnx-proto.ts'
+import { DOWNLOAD_GRAPH, LOAD_GRAPH, UPLOAD_GRAPH } from '../../src/engine/onnx/device/captured-step.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { rowOf, stepTimes, type RunArgs, type StepRun } from './decode-runs.ts'
 import { median } from './rounds.ts'
-import { OrtCApi, type ElementName, type Value } from '../../src/engine/onnx/device/ort-capi.ts'
-
-/** A graph copying each named tensor through an Identity: `name` in, `name_out` out. */
-function identityModel (file: string, tensors: Record<string, { type: ElementName; dims: Array<number | string> }>): string {
-  const g = new GraphBuilder(null)
-  for (const [name, { type, dims }] of Object.entries(tensors)) {
-    const elem = type === 'float' ? DataType.FLOAT : DataType.INT64
-    g.op('Identity', [g.input(name, elem, dims)], {}, { output: `${name}_out` })
-    g.output(`${name}_out`, elem, dims)
-  }
-  fs.writeFileSync(file, encodeModel(g.build([{ domain: '', version: 17 }], {})))
-  return file
-}
+import { OrtCApi, type Value } from '../../src/engine/onnx/device/ort-capi.ts'
 
 /** The rows on onnxruntime's native WebGPU provider, the decode step captured. */
-export async function runNative (args: RunArgs & { workDir: string }): Promise<StepRun> {
+export async function runNative (args: RunArgs): Promise<StepRun> {
   const { form: model, maxLen, prompts, gen } = args
   const rows = prompts.length
   const n = prompts[0].length
@@ -46,25 +32,16 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
       // Every dimension fixed: shape arithmetic folds into constants and every node runs on the GPU.
       dims: { batch_size: rows, sequence_length: 1, total_sequence_length: maxLen, past_sequence_length: maxLen },
     })
-    const io = path.join(args.workDir, `native-io-${process.pid}`)
-    fs.mkdirSync(io, { recursive: true })
-    const upload = api.session(identityModel(path.join(io, 'upload.onnx'), {
-      input_ids: { type: 'int64', dims: [rows, 1] },
-      position_ids: { type: 'int64', dims: [rows, 1] },
-      attention_mask: { type: 'int64', dims: [rows, maxLen] },
-    }), { webgpu: {} })
+    const upload = api.session(UPLOAD_GRAPH, { webgpu: {} })
+    const download = api.session(DOWNLOAD_GRAPH, { webgpu: {} })
     const deltaDims = [2 * model.numLayers, rows, model.numKvHeads, 1, model.headDim]
-    const download = api.session(identityModel(path.join(io, 'download.onnx'), {
-      logits: { type: 'float', dims: [rows, 1, vocab] },
-      cache_delta: { type: 'float', dims: deltaDims },
-    }), { webgpu: {} })
     const sessionLoad = (performance.now() - started) / 1000
 
     // The cache: one GPU tensor per layer's keys and values, maxLen positions a row, past and present of
     // every run; zeros first (the static step reads the whole buffer), sent up once.
     const cacheDims = [rows, model.numKvHeads, maxLen, model.headDim]
     const zeros = api.hostTensor('float', cacheDims)
-    const clear = api.session(identityModel(path.join(io, 'clear.onnx'), { cache: { type: 'float', dims: cacheDims } }), { webgpu: {} })
+    const clear = api.session(LOAD_GRAPH, { webgpu: {} })
     const past: Record<string, Value> = {}
     const present: Record<string, Value> = {}
     for (let i = 0; i < model.numLayers; i++) {
@@ -88,7 +65,7 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
     const hostLogits = api.hostTensor('float', [rows, 1, vocab])
     const logitsView = new Float32Array(hostLogits.view as ArrayBuffer)
     let t0 = performance.now()
-    promptSession.bind({ input_ids: promptIds, attention_mask: promptMask, position_ids: promptPositions, num_logits_to_keep: keep, ...past }, { logits: hostLogits, ...present })()
+    promptSession.run({ input_ids: promptIds, attention_mask: promptMask, position_ids: promptPositions, num_logits_to_keep: keep, ...past }, { logits: hostLogits, ...present })
     let next = prompts.map((_, r) => argmax(rowOf(logitsView, r, vocab)))
     const promptMs = performance.now() - t0
 
@@ -111,7 +88,8 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
     // Bound anew for each run: onnxruntime copies a host input to the GPU when it is bound.
     const sendInputs = (): void => upload.run({ input_ids: hostIds, position_ids: hostPositions, attention_mask: hostMask }, { input_ids_out: ids, position_ids_out: positions, attention_mask_out: mask })
     const step = decodeSession.bind({ input_ids: ids, attention_mask: mask, position_ids: positions, ...past }, { logits, cache_delta: delta, ...present })
-    const readBack = download.bind({ logits, cache_delta: delta }, { logits_out: hostLogits, cache_delta_out: hostDelta })
+    // Bound for each run too, as the engine's capture step does (CapturedStep).
+    const readBack = (): void => download.run({ logits, cache_delta: delta }, { logits_out: hostLogits, cache_delta_out: hostDelta })
 
     const tokens = next.map(t => [t])
     const steps: number[] = []
@@ -143,7 +121,6 @@ export async function runNative (args: RunArgs & { workDir: string }): Promise<S
       next.forEach((t, r) => tokens[r].push(t))
     }
     for (const row of tokens) row.pop() // the last step's token has no step of its own in the CPU's list
-    fs.rmSync(io, { recursive: true, force: true })
     // The first runs record the graph (onnxruntime runs a step normally before it captures): time the rest.
     const skip = 3
     return {

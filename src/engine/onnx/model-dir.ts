@@ -86,12 +86,8 @@ export function readModelDir (dir: string, dtype: ModelDtype = DEFAULT_DTYPE): M
     throw new ModelDirError(`${candidates[0]}: file missing (dtype ${dtype}); present in ${path.join(dir, 'onnx')}: ${listOnnx(dir)}`)
   }
   checkExternalData(onnxPath)
-  const promptPath = path.join(dir, 'onnx', PROMPT_GRAPH_FILE)
-  const promptOnnxPath = fs.existsSync(promptPath) ? promptPath : null
-  if (promptOnnxPath) checkExternalData(promptOnnxPath)
-  const stepPath = path.join(dir, 'onnx', CAPTURE_STEP_FILE)
-  const stepOnnxPath = fs.existsSync(stepPath) ? stepPath : null
-  if (stepOnnxPath) checkExternalData(stepOnnxPath)
+  const promptOnnxPath = graphBeside(dir, PROMPT_GRAPH_FILE)
+  const stepOnnxPath = graphBeside(dir, CAPTURE_STEP_FILE)
 
   const configPath = path.join(dir, 'config.json')
   const int = positiveIntegers(config, configPath, message => new ModelDirError(message))
@@ -127,6 +123,14 @@ function trainedLength (value: unknown): number {
 }
 
 /** External data files named by onnx-community's convention must be present beside the graph. */
+/** onnx/`file` when the directory has it (its external data checked), else null. */
+function graphBeside (dir: string, file: string): string | null {
+  const graph = path.join(dir, 'onnx', file)
+  if (!fs.existsSync(graph)) return null
+  checkExternalData(graph)
+  return graph
+}
+
 function checkExternalData (onnxPath: string): void {
   const size = fs.statSync(onnxPath).size
   if (size === 0) throw new ModelDirError(`${onnxPath}: file is empty`)

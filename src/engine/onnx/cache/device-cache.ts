@@ -96,17 +96,10 @@ export class DeviceLayout implements CacheLayout {
       // An upload's host tensors are onnxruntime's copy's source only: freed once the run is over.
       if (past !== cache.device) DecoderSession.disposeCache(past)
     }
-    // The host's copy takes this run's entries; grown first when they do not fit.
-    const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
-    if (needed > cache.capacity) {
-      const grown = this.#slots.grown(cache, needed, room)
-      this.#slots.free(cache)
-      Object.assign(cache, grown)
-    }
     const entries = out.newEntries
     if (!entries) throw new Error(`${this.#session.model.onnxPath}: the run returned no cache_delta`)
     // A left-padded row's entries are the last of its run's (alignedRun).
-    this.#slots.write(cache, name => entries[name], counts, seqLen, counts.map(n => seqLen - n))
+    this.#keep(cache, entries, counts, seqLen, room)
     // A new present replaces the old; kept in place, it is the past's buffers (counted when made).
     if (cache.device?.tensors !== out.present.tensors) {
       if (cache.device) this.#release(cache.device)
@@ -135,16 +128,25 @@ export class DeviceLayout implements CacheLayout {
     if (!captured.holds(cache, length)) captured.load(cache, cache.buffers as Record<string, Float32Array>, cache.capacity, length)
     const out = captured.step(cache, token)
     this.capturedSteps++
-    if (length + 1 > cache.capacity) {
-      const grown = this.#slots.grown(cache, length + 1, room)
-      this.#slots.free(cache)
-      Object.assign(cache, grown)
-    }
-    this.#slots.write(cache, name => out.newEntries[name], [1], 1)
+    this.#keep(cache, out.newEntries, [1], 1, room)
     // The row's own GPU buffers miss this position now: a run elsewhere makes them again from the host's copy.
     if (cache.device) this.#release(cache.device)
     cache.device = null
     return { logits: out.logits.slice(), cache }
+  }
+
+  /**
+   * The host's copy takes a run's entries (`counts[b]` for row b, the last of each row's `seqLen`),
+   * grown first, up to the rows' reservation `room`, when they do not fit.
+   */
+  #keep (cache: DeviceCache, entries: Record<string, CacheData>, counts: number[], seqLen: number, room?: number): void {
+    const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
+    if (needed > cache.capacity) {
+      const grown = this.#slots.grown(cache, needed, room)
+      this.#slots.free(cache)
+      Object.assign(cache, grown)
+    }
+    this.#slots.write(cache, name => entries[name], counts, seqLen, counts.map(n => seqLen - n))
   }
 
   /** The host's copy as a concat graph's past: rows right-aligned to the longest, on the host (onnxruntime uploads it). */

@@ -17,6 +17,7 @@
 // it by the caller, as for every other run), so a row can leave and come back, and the
 // scheduler's gathers and the prefix cache read the host's copy as always.
 import { CAPTURE_STEP_FILE, type ModelDir } from '../model-dir.ts'
+import { cacheDeltaEntries } from './decoder-session.ts'
 import { OrtCApi, type BoundRun, type Value } from './ort-capi.ts'
 
 // Identity graphs over symbolic dimensions, kept as bytes as chatd's graph writer writes them
@@ -65,19 +66,21 @@ export class CapturedStep {
     this.#api = api
     const { numLayers, numKvHeads: heads, headDim: dim, vocabSize: vocab } = model
     const cacheDims = [1, heads, length, dim]
-    this.#names = Array.from({ length: numLayers }, (_, i) => [`past_key_values.${i}.key`, `past_key_values.${i}.value`]).flat()
+    const deltaDims = [2 * numLayers, 1, heads, 1, dim]
+    const host = { ids: api.hostTensor('int64', [1, 1]), positions: api.hostTensor('int64', [1, 1]), mask: api.hostTensor('int64', [1, length]), logits: api.hostTensor('float', [1, 1, vocab]), delta: api.hostTensor('float', deltaDims), staging: api.hostTensor('float', cacheDims) }
+    // The step's keys and values by cache name, views of the read-back delta; their names are the cache's.
+    this.#entries = cacheDeltaEntries(new Float32Array(host.delta.view as ArrayBuffer), numLayers)
+    this.#names = Object.keys(this.#entries)
     this.cacheBytes = this.#names.length * heads * length * dim * 4
     const decode = api.session(model.stepOnnxPath, {
       webgpu: { enableGraphCapture: '1' },
       // Every dimension fixed: the shape arithmetic folds into constants, and every node runs on the GPU (capture needs both).
       dims: { batch_size: 1, sequence_length: 1, total_sequence_length: length, past_sequence_length: length },
     })
-    const deltaDims = [2 * numLayers, 1, heads, 1, dim]
     const upload = api.session(UPLOAD_GRAPH, { webgpu: {} })
     const download = api.session(DOWNLOAD_GRAPH, { webgpu: {} })
     const loader = api.session(LOAD_GRAPH, { webgpu: {} })
 
-    const host = { ids: api.hostTensor('int64', [1, 1]), positions: api.hostTensor('int64', [1, 1]), mask: api.hostTensor('int64', [1, length]), logits: api.hostTensor('float', [1, 1, vocab]), delta: api.hostTensor('float', deltaDims), staging: api.hostTensor('float', cacheDims) }
     const gpu = { ids: decode.gpuTensor('int64', [1, 1]), positions: decode.gpuTensor('int64', [1, 1]), mask: decode.gpuTensor('int64', [1, length]), logits: decode.gpuTensor('float', [1, 1, vocab]), delta: decode.gpuTensor('float', deltaDims) }
     const past: Record<string, Value> = {}
     const present: Record<string, Value> = {}
@@ -96,9 +99,6 @@ export class CapturedStep {
     this.#positions = new BigInt64Array(host.positions.view as ArrayBuffer)
     this.#mask = new BigInt64Array(host.mask.view as ArrayBuffer)
     this.#logits = new Float32Array(host.logits.view as ArrayBuffer)
-    const delta = new Float32Array(host.delta.view as ArrayBuffer)
-    const each = heads * dim
-    this.#entries = Object.fromEntries(this.#names.map((name, i) => [name, delta.subarray(i * each, (i + 1) * each)]))
   }
 
   /**
@@ -141,9 +141,9 @@ export class CapturedStep {
     this.#holder = { of, length }
   }
 
-  /** Lets go of whatever row the buffers hold (it ran elsewhere, or ended). */
-  release (of?: object): void {
-    if (of === undefined || this.#holder?.of === of) this.#holder = null
+  /** Lets go of `of`'s cache if the buffers hold it (the row ended). */
+  release (of: object): void {
+    if (this.#holder?.of === of) this.#holder = null
   }
 
   /** One step of the row its buffers hold: `token` at the next position. */

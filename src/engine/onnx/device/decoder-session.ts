@@ -103,6 +103,20 @@ export interface ForwardOutput {
 /** The inputs chatd knows how to feed. */
 const KNOWN_INPUT = /^(input_ids|attention_mask|position_ids|num_logits_to_keep|tokens_per_row|past_key_values\.\d+\.(key|value))$/
 
+/**
+ * A cache_delta's entries by cache name, as views of `data`: [2 x layers, batch, kvHeads, seqLen,
+ * headDim], layer i's keys at 2i, its values at 2i + 1.
+ */
+export function cacheDeltaEntries<T extends Float32Array | Uint16Array> (data: T, numLayers: number): Record<string, T> {
+  const each = data.length / (2 * numLayers)
+  const entries: Record<string, T> = {}
+  for (let i = 0; i < numLayers; i++) {
+    entries[`past_key_values.${i}.key`] = data.subarray(2 * i * each, (2 * i + 1) * each) as T
+    entries[`past_key_values.${i}.value`] = data.subarray((2 * i + 1) * each, (2 * i + 2) * each) as T
+  }
+  return entries
+}
+
 export class DecoderSession {
   readonly model: ModelDir
   readonly device: Device
@@ -395,15 +409,7 @@ export class DecoderSession {
     }
     logitsTensor.dispose()
     if (!this.cacheOnDevice) return { logits, rows, present }
-    // [2 x layers, batch, kvHeads, seqLen, headDim]: layer i's keys at 2i, its values at 2i + 1.
-    const delta = out[CACHE_DELTA]
-    const data = delta.data as Float32Array | Uint16Array
-    const each = data.length / (2 * this.model.numLayers)
-    const newEntries: Record<string, Float32Array | Uint16Array> = {}
-    for (let i = 0; i < this.model.numLayers; i++) {
-      newEntries[`past_key_values.${i}.key`] = data.subarray(2 * i * each, (2 * i + 1) * each)
-      newEntries[`past_key_values.${i}.value`] = data.subarray((2 * i + 1) * each, (2 * i + 2) * each)
-    }
+    const newEntries = cacheDeltaEntries(out[CACHE_DELTA].data as Float32Array | Uint16Array, this.model.numLayers)
     return { logits, rows, present, newEntries }
   }
 

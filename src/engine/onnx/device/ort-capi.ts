@@ -24,7 +24,6 @@ const API_INDEX = {
   SetSessionGraphOptimizationLevel: 23,
   CreateTensorAsOrtValue: 48,
   CreateTensorWithDataAsOrtValue: 49,
-  GetTensorMutableData: 51,
   CreateMemoryInfo: 68,
   CreateCpuMemoryInfo: 69,
   ReleaseEnv: 92,
@@ -39,11 +38,9 @@ const API_INDEX = {
   BindInput: 136,
   BindOutput: 137,
   RunWithBinding: 133,
-  AddSessionConfigEntry: 130,
   CreateAllocator: 131,
   ReleaseAllocator: 132,
   SessionOptionsAppendExecutionProvider: 216,
-  GetBuildInfoString: 254,
 } as const
 
 /** onnxruntime's API version this was written against (onnxruntime 1.30). */
@@ -94,7 +91,6 @@ function apiFunctions (): ApiFunctions {
     SetSessionGraphOptimizationLevel: 'void *f(void *options, int level)',
     CreateTensorAsOrtValue: 'void *f(void *allocator, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
     CreateTensorWithDataAsOrtValue: 'void *f(void *info, void *data, size_t bytes, const int64_t *shape, size_t rank, int type, _Out_ void **out)',
-    GetTensorMutableData: 'void *f(void *value, _Out_ void **out)',
     CreateMemoryInfo: 'void *f(const char *name, int allocator, int device, int memType, _Out_ void **out)',
     CreateCpuMemoryInfo: 'void *f(int allocator, int memType, _Out_ void **out)',
     ReleaseEnv: 'void f(void *p)',
@@ -109,11 +105,9 @@ function apiFunctions (): ApiFunctions {
     BindInput: 'void *f(void *binding, const char *name, void *value)',
     BindOutput: 'void *f(void *binding, const char *name, void *value)',
     RunWithBinding: 'void *f(void *session, void *runOptions, void *binding)',
-    AddSessionConfigEntry: 'void *f(void *options, const char *key, const char *value)',
     CreateAllocator: 'void *f(void *session, void *info, _Out_ void **out)',
     ReleaseAllocator: 'void f(void *p)',
     SessionOptionsAppendExecutionProvider: 'void *f(void *options, const char *name, const char **keys, const char **values, size_t count)',
-    GetBuildInfoString: 'const char *f()',
   }
   const fns = Object.fromEntries(Object.entries(protos).map(([name, proto]) => {
     const at = table[API_INDEX[name as ApiName]]
@@ -155,13 +149,12 @@ export class OrtCApi {
    * A session on `model` (a file, or a graph's bytes): on the WebGPU provider with `providerOptions` (e.g. enableGraphCapture),
    * its free dimensions fixed as `dims` says, every optimization on.
    */
-  session (model: string | Uint8Array, opts: { webgpu?: Record<string, string>; dims?: Record<string, number>; config?: Record<string, string>; logLevel?: 0 | 1 | 2 | 3 } = {}): Session {
+  session (model: string | Uint8Array, opts: { webgpu?: Record<string, string>; dims?: Record<string, number>; logLevel?: 0 | 1 | 2 | 3 } = {}): Session {
     const options = this.#out('CreateSessionOptions')
     try {
       this.#call('SetSessionGraphOptimizationLevel', options, 99)
       if (opts.logLevel !== undefined) this.#call('SetSessionLogSeverityLevel', options, opts.logLevel)
       for (const [name, value] of Object.entries(opts.dims ?? {})) this.#call('AddFreeDimensionOverrideByName', options, name, value)
-      for (const [key, value] of Object.entries(opts.config ?? {})) this.#call('AddSessionConfigEntry', options, key, value)
       if (opts.webgpu) {
         const keys = Object.keys(opts.webgpu)
         this.#call('SessionOptionsAppendExecutionProvider', options, 'WebGPU', keys, keys.map(k => opts.webgpu?.[k] ?? ''), keys.length)
@@ -200,9 +193,6 @@ export class OrtCApi {
     }
   }
 
-  /** onnxruntime's build information (which also checks the table's far end). */
-  buildInfo (): string { return this.#fn.GetBuildInfoString() as string }
-
   /** Releases every session and tensor made here, then the environment. */
   close (): void {
     for (const release of this.#released.reverse()) release()
@@ -218,6 +208,8 @@ export class OrtCApi {
 export class Session {
   readonly #api: OrtCApi
   readonly #handle: Ptr
+  /** The allocator of this session's GPU memory, made on the first gpuTensor(). */
+  #allocator: Ptr | null = null
   #released = false
 
   constructor (api: OrtCApi, handle: Ptr) {
@@ -227,17 +219,20 @@ export class Session {
 
   /** A tensor in the GPU memory of this session's WebGPU provider (uninitialized). */
   gpuTensor (type: ElementName, dims: number[]): Value {
-    const info = this.#api.out('CreateMemoryInfo', 'WebGPU_Buffer', 0, 0, 0)
-    try {
-      const allocator = this.#api.out('CreateAllocator', this.#handle, info)
-      const handle = this.#api.out('CreateTensorAsOrtValue', allocator, BigInt64Array.from(dims, BigInt), dims.length, ElementType[type])
-      // The tensor frees its memory through the allocator: release it first.
-      this.#api.track(() => this.#api.release('ReleaseAllocator', allocator))
-      this.#api.track(() => this.#api.release('ReleaseValue', handle))
-      return { handle, type, dims }
-    } finally {
-      this.#api.release('ReleaseMemoryInfo', info)
+    if (this.#allocator === null) {
+      const info = this.#api.out('CreateMemoryInfo', 'WebGPU_Buffer', 0, 0, 0)
+      try {
+        const allocator = this.#api.out('CreateAllocator', this.#handle, info)
+        this.#allocator = allocator
+        // Released after every tensor made with it (releases run in reverse order).
+        this.#api.track(() => this.#api.release('ReleaseAllocator', allocator))
+      } finally {
+        this.#api.release('ReleaseMemoryInfo', info)
+      }
     }
+    const handle = this.#api.out('CreateTensorAsOrtValue', this.#allocator, BigInt64Array.from(dims, BigInt), dims.length, ElementType[type])
+    this.#api.track(() => this.#api.release('ReleaseValue', handle))
+    return { handle, type, dims }
   }
 
   /**
@@ -247,8 +242,7 @@ export class Session {
   run (inputs: Record<string, Value>, outputs: Record<string, Value>): void {
     const binding = this.#api.out('CreateIoBinding', this.#handle)
     try {
-      for (const [name, value] of Object.entries(inputs)) this.#api.call('BindInput', binding, name, value.handle)
-      for (const [name, value] of Object.entries(outputs)) this.#api.call('BindOutput', binding, name, value.handle)
+      this.#bindAll(binding, inputs, outputs)
       this.#api.call('RunWithBinding', this.#handle, null, binding)
     } finally {
       this.#api.release('ReleaseIoBinding', binding)
@@ -262,9 +256,13 @@ export class Session {
   bind (inputs: Record<string, Value>, outputs: Record<string, Value>): BoundRun {
     const binding = this.#api.out('CreateIoBinding', this.#handle)
     this.#api.track(() => this.#api.release('ReleaseIoBinding', binding))
+    this.#bindAll(binding, inputs, outputs)
+    return () => this.#api.call('RunWithBinding', this.#handle, null, binding)
+  }
+
+  #bindAll (binding: Ptr, inputs: Record<string, Value>, outputs: Record<string, Value>): void {
     for (const [name, value] of Object.entries(inputs)) this.#api.call('BindInput', binding, name, value.handle)
     for (const [name, value] of Object.entries(outputs)) this.#api.call('BindOutput', binding, name, value.handle)
-    return () => this.#api.call('RunWithBinding', this.#handle, null, binding)
   }
 
   release (): void {
