@@ -42,6 +42,8 @@ export interface CacheLayout {
   free (cache: RowCache): void
   /** Bytes of the caches this layout has handed out and not yet freed. */
   readonly bytesHeld: number
+  /** Bytes of freed host buffers kept for reuse (host buffers' layouts; others keep none). */
+  readonly spareBytes?: number
 }
 
 /** A concat graph's inputs for one run over rows right-aligned to the longest (concat caches). */

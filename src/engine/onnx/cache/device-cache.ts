@@ -28,7 +28,7 @@ import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
 import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
-import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
+import { type CacheData, SlotBuffers, type Slots, type SpareLimits } from './slot-buffers.ts'
 
 interface DeviceCache extends Slots {
   /**
@@ -48,11 +48,11 @@ export class DeviceLayout implements CacheLayout {
   /** Steps taken on the capture step. */
   capturedSteps = 0
 
-  constructor (session: DecoderSession, captured: CapturedStep | null = null) {
+  constructor (session: DecoderSession, captured: CapturedStep | null = null, spare?: SpareLimits) {
     this.#session = session
     this.#captured = captured
     this.#names = Object.keys(session.emptyCache(1).tensors)
-    this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType })
+    this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType }, spare)
   }
 
   readonly packsRows = false
@@ -64,6 +64,10 @@ export class DeviceLayout implements CacheLayout {
   /** The host's copies and the GPU's (not the capture step's buffers, which no cache owns: CapturedStep.cacheBytes). */
   get bytesHeld (): number {
     return this.#slots.bytesHeld + this.#deviceBytes
+  }
+
+  get spareBytes (): number {
+    return this.#slots.spareBytes
   }
 
   empty (rows = 1): DeviceCache {

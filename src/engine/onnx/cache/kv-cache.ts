@@ -19,15 +19,18 @@ import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session
 import { ort, type OrtTensor } from '../device/ort.ts'
 import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
 import { DeviceLayout } from './device-cache.ts'
-import { type CacheData, SlotBuffers, type Slots } from './slot-buffers.ts'
+import { type CacheData, SlotBuffers, type Slots, type SpareLimits } from './slot-buffers.ts'
 
 export type { CacheLayout, CacheRun, RowCache }
 export { CAPACITY_STEP } from './slot-buffers.ts'
 
-/** The layout for `session`'s graph; on WebGPU with `captured`, a row decoding alone steps on it. */
-export function cacheLayoutFor (session: DecoderSession, captured: CapturedStep | null = null): CacheLayout {
-  if (session.cacheOnDevice) return new DeviceLayout(session, captured)
-  return session.cacheOutputs === 'append' ? new AppendLayout(session) : new ConcatLayout(session)
+/**
+ * The layout for `session`'s graph; on WebGPU with `captured`, a row decoding alone steps on it.
+ * `spare`: freed host buffers kept for reuse (SlotBuffers), for the layouts that have them.
+ */
+export function cacheLayoutFor (session: DecoderSession, captured: CapturedStep | null = null, spare?: SpareLimits): CacheLayout {
+  if (session.cacheOnDevice) return new DeviceLayout(session, captured, spare)
+  return session.cacheOutputs === 'append' ? new AppendLayout(session, spare) : new ConcatLayout(session)
 }
 
 interface ConcatCache extends RowCache {
@@ -113,10 +116,10 @@ class AppendLayout implements CacheLayout {
   readonly #names: string[]
   readonly #slots: SlotBuffers
 
-  constructor (session: DecoderSession) {
+  constructor (session: DecoderSession, spare?: SpareLimits) {
     this.#session = session
     this.#names = Object.keys(session.emptyCache(1).tensors)
-    this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType })
+    this.#slots = new SlotBuffers(this.#names, { heads: session.model.numKvHeads, dim: session.model.headDim, type: session.cacheType }, spare)
   }
 
   get packsRows (): boolean {
@@ -128,6 +131,10 @@ class AppendLayout implements CacheLayout {
 
   get bytesHeld (): number {
     return this.#slots.bytesHeld
+  }
+
+  get spareBytes (): number {
+    return this.#slots.spareBytes
   }
 
   empty (rows = 1): Slots {

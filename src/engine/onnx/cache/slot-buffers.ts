@@ -9,11 +9,25 @@
 // steps (each copy is the whole cache: 450 MB at 8k positions of a 1.5B model).
 // The append layout feeds these buffers to the graph as they are; the device
 // layout keeps them as the host's copy of a cache that lives in GPU memory.
+//
+// Freed buffers are kept for reuse, up to `spare.most` bytes (one context window's
+// cache, set by the engine) and while they and the buffers in use fit `spare.total`
+// (the KV budget's bytes): memory the process has never written costs a page fault per
+// 4 KiB on first touch, which made copying a cache into new buffers ~1 GB/s against
+// ~10 GB/s into written ones (a prefix cache hit's gather of an agent's 8k-token
+// turn on the 1.5B: ~400 ms of its first token), and a long prompt's own writes
+// paid the same. A reused buffer is zeroed first: a cache's unused slots are zeros.
 
 export type CacheData = Float32Array | Uint16Array
 
 /** Slots added at a time when a cache grows. */
 export const CAPACITY_STEP = 64
+
+/** Buffers smaller than this are not kept for reuse: their first touch costs little. */
+export const SPARE_MIN_BYTES = 256 * 2 ** 10
+
+/** Freed memory kept for reuse: at most `most` bytes, and only while it and the buffers in use come to `total` at most. */
+export interface SpareLimits { most: number; total: number }
 
 export interface Slots {
   lengths: number[]
@@ -30,24 +44,47 @@ export class SlotBuffers {
   readonly #heads: number
   readonly #dim: number
   readonly #half: boolean
-  /** Bytes of the buffers allocated and not yet freed. */
+  /** Bytes of the buffers allocated and not yet freed (whole buffers: a reused one may be larger than its view). */
   bytesHeld = 0
+  /** Freed buffers kept for reuse, oldest first. */
+  readonly #spares: ArrayBuffer[] = []
+  readonly #spare: SpareLimits
+  /** Bytes of the spares. */
+  spareBytes = 0
 
-  constructor (names: string[], shape: { heads: number; dim: number; type: 'float32' | 'float16' }) {
+  constructor (names: string[], shape: { heads: number; dim: number; type: 'float32' | 'float16' }, spare: SpareLimits = { most: 0, total: 0 }) {
     this.#names = names
     this.#heads = shape.heads
     this.#dim = shape.dim
     this.#half = shape.type === 'float16'
+    this.#spare = spare
   }
 
   allocate (lengths: number[], capacity: number): Slots {
     const buffers: Record<string, CacheData> = {}
     for (const name of this.#names) {
-      const size = lengths.length * this.#heads * capacity * this.#dim
-      buffers[name] = this.#half ? new Uint16Array(size) : new Float32Array(size)
-      this.bytesHeld += buffers[name].byteLength
+      buffers[name] = this.#buffer(lengths.length * this.#heads * capacity * this.#dim)
+      this.bytesHeld += buffers[name].buffer.byteLength
     }
     return { lengths: [...lengths], capacity, buffers }
+  }
+
+  /** A zeroed buffer of `size` elements: the smallest spare that holds it (at most twice its size), else a new one. */
+  #buffer (size: number): CacheData {
+    const bytes = size * (this.#half ? 2 : 4)
+    let best = -1
+    this.#spares.forEach((spare, i) => {
+      if (spare.byteLength >= bytes && spare.byteLength <= 2 * bytes && (best < 0 || spare.byteLength < this.#spares[best].byteLength)) best = i
+    })
+    if (best < 0) {
+      // Spares give way before new memory takes the buffers in use and the spares past the total.
+      while (this.#spares.length > 0 && this.bytesHeld + this.spareBytes + bytes > this.#spare.total) this.#dropOldest()
+      return this.#half ? new Uint16Array(size) : new Float32Array(size)
+    }
+    const [spare] = this.#spares.splice(best, 1)
+    this.spareBytes -= spare.byteLength
+    const data = this.#half ? new Uint16Array(spare, 0, size) : new Float32Array(spare, 0, size)
+    return data.fill(0)
   }
 
   /** New slots holding the given rows (one free slot at least: the next decode step fits without growing). */
@@ -105,15 +142,32 @@ export class SlotBuffers {
     slots.lengths = slots.lengths.map((len, b) => len + counts[b])
   }
 
+  /**
+   * Frees the slots' buffers (kept for reuse while the spares have room). The slots lose them,
+   * and so does any copy of the slots that shares their `buffers`: freeing twice frees once.
+   */
   free (slots: Slots): void {
     for (const name of this.#names) {
       // The buffers are this module's own, never shared with a tensor that outlives a run.
-      const buffer = slots.buffers[name].buffer
-      if (buffer instanceof ArrayBuffer && !buffer.detached) {
-        this.bytesHeld -= buffer.byteLength
+      const buffer = slots.buffers[name]?.buffer
+      // eslint-disable-next-line @typescript-eslint/no-dynamic-delete -- the buffer leaves the slots with its memory
+      delete slots.buffers[name]
+      if (!(buffer instanceof ArrayBuffer) || buffer.detached || this.#spares.includes(buffer)) continue
+      this.bytesHeld -= buffer.byteLength
+      if (buffer.byteLength < SPARE_MIN_BYTES || buffer.byteLength > this.#spare.most || this.bytesHeld + buffer.byteLength > this.#spare.total) {
         buffer.transfer(0)
+        continue
       }
+      this.#spares.push(buffer)
+      this.spareBytes += buffer.byteLength
+      while (this.spareBytes > this.#spare.most || this.bytesHeld + this.spareBytes > this.#spare.total) this.#dropOldest()
     }
+  }
+
+  #dropOldest (): void {
+    const oldest = this.#spares.shift() as ArrayBuffer
+    this.spareBytes -= oldest.byteLength
+    oldest.transfer(0)
   }
 }
 

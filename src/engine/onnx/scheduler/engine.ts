@@ -36,7 +36,7 @@ import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, usesGroupQueryAttention } from '../device/decoder-session.ts'
 import { GrammarClient } from '../grammar/grammar-client.ts'
 import { TokenTable } from '../text/token-bytes.ts'
-import { defaultKeptBytes, defaultKvCacheBytes, KvBudget, kvBytesPerToken } from '../cache/kv-budget.ts'
+import { defaultKeptBytes, defaultKvCacheBytes, KvBudget, kvBytesPerToken, SLOT_SLACK } from '../cache/kv-budget.ts'
 import { cacheLayoutFor, type CacheLayout, type RowCache } from '../cache/kv-cache.ts'
 import { CacheManager, type PrefixMatch, type Reservation } from '../cache/cache-manager.ts'
 import { sharedPrefixIds, type SharedPrefix } from '../cache/shared-prefix.ts'
@@ -185,11 +185,12 @@ export class LocalEngine {
     this.#events = events
     this.#counters = new EngineCounters(report => events.stats?.(report))
     this.scheduler = scheduler
-    this.cacheLayout = cacheLayoutFor(session, captured)
-    this.#captured = captured
-    this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    // Freed cache buffers kept for reuse, one context window's at most, within the budget (slot-buffers.ts says why).
+    this.cacheLayout = cacheLayoutFor(session, captured, { most: (this.#contextLimit + SLOT_SLACK) * this.kvBudget.bytesPerToken, total: this.kvBudget.bytes })
+    this.#captured = captured
+    this.#pacer = new PrefillPacer(INITIAL_PREFILL_CHUNK[session.device])
     this.#soloChunk = soloPrefillChunk(session, this.#contextLimit)
     this.tokens = new TokenTable(tokenizer)
     this.#intake = new RequestIntake({ model, tokenizer, template, tokens: this.tokens, grammars: this.grammars, contextLength: this.#contextLimit })
