@@ -150,7 +150,6 @@ export class SlotBuffers {
     for (const name of this.#names) {
       // The buffers are this module's own, never shared with a tensor that outlives a run.
       const buffer = slots.buffers[name]?.buffer
-      // eslint-disable-next-line @typescript-eslint/no-dynamic-delete -- the buffer leaves the slots with its memory
       delete slots.buffers[name]
       if (!(buffer instanceof ArrayBuffer) || buffer.detached || this.#spares.includes(buffer)) continue
       this.bytesHeld -= buffer.byteLength
