@@ -17,6 +17,20 @@ export interface CacheRun {
   cache: RowCache
 }
 
+/**
+ * How far a cache may grow when a run does not fit it. `most`: the positions a row may come to hold
+ * (its reservation); a growth goes no further unless the run needs it. `least`: positions the rows
+ * will reach for certain (a prompt fed in chunks: its end and the first generated token), which a
+ * growth makes room for at once instead of growing again at the next chunk: each growth allocates
+ * the whole cache anew and copies it.
+ */
+export interface CacheRoom { most: number; least?: number }
+
+/** Positions a cache that must hold `needed` grows to from `held`: twice as many, or what `room` says will be reached, within its `most`. */
+export function grownRoom (needed: number, held: number, room?: CacheRoom): number {
+  return Math.max(needed, Math.min(room?.most ?? needed, Math.max(2 * held, room?.least ?? 0)))
+}
+
 export interface CacheLayout {
   /** `rows` rows (default one) holding nothing. */
   empty (rows?: number): RowCache
@@ -25,10 +39,10 @@ export interface CacheLayout {
    * take the same count of tokens unless `packsRows`, or `padsFirstRun` and the cache is empty;
    * then they may differ, and the logits are each row's last token's (`logitsToKeep` 1). When it
    * throws, the cache passed in is unchanged and still the caller's. `prompt`: every token is a
-   * prompt token (DecoderSession's prompt graph). `room`: the most positions a row may come to
-   * hold (its reservation), so a cache that must grow grows ahead (SlotBuffers.grown).
+   * prompt token (DecoderSession's prompt graph). `room`: how far a cache that must grow grows
+   * ahead (CacheRoom, SlotBuffers.grown).
    */
-  run (cache: RowCache, tokens: number[][], logitsToKeep: number, prompt?: boolean, room?: number): Promise<CacheRun>
+  run (cache: RowCache, tokens: number[][], logitsToKeep: number, prompt?: boolean, room?: CacheRoom): Promise<CacheRun>
   /** Whether rows of one run may take different numbers of tokens (graphs with tokens_per_row). */
   readonly packsRows: boolean
   /** Whether rows of a run on an empty cache may take different numbers of tokens (left-padded). */

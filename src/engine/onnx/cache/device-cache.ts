@@ -27,7 +27,7 @@
 import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
-import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
+import { alignedRun, type CacheLayout, type CacheRoom, type CacheRun, grownRoom, type RowCache } from './cache-layout.ts'
 import { type CacheData, SlotBuffers, type Slots, type SpareLimits } from './slot-buffers.ts'
 
 interface DeviceCache extends Slots {
@@ -74,7 +74,7 @@ export class DeviceLayout implements CacheLayout {
     return { ...this.#slots.allocate(new Array(rows).fill(0), 0), device: null }
   }
 
-  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: number): Promise<CacheRun> {
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: CacheRoom): Promise<CacheRun> {
     const cache = rowCache as DeviceCache
     const captured = this.#captured
     if (captured && !prompt && tokens.length === 1 && tokens[0].length === 1 && cache.lengths.length === 1 && cache.lengths[0] < captured.length) {
@@ -127,7 +127,7 @@ export class DeviceLayout implements CacheLayout {
   }
 
   /** One row's one token on the capture step; the host's copy takes its keys and values, as after every run. */
-  #capturedRun (captured: CapturedStep, cache: DeviceCache, token: number, room?: number): CacheRun {
+  #capturedRun (captured: CapturedStep, cache: DeviceCache, token: number, room?: CacheRoom): CacheRun {
     const length = cache.lengths[0]
     if (!captured.holds(cache, length)) captured.load(cache, cache.buffers as Record<string, Float32Array>, cache.capacity, length)
     const out = captured.step(cache, token)
@@ -141,9 +141,9 @@ export class DeviceLayout implements CacheLayout {
 
   /**
    * The host's copy takes a run's entries (`counts[b]` for row b, the last of each row's `seqLen`),
-   * grown first, up to the rows' reservation `room`, when they do not fit.
+   * grown first, as `room` says (SlotBuffers.grown), when they do not fit.
    */
-  #keep (cache: DeviceCache, entries: Record<string, CacheData>, counts: number[], seqLen: number, room?: number): void {
+  #keep (cache: DeviceCache, entries: Record<string, CacheData>, counts: number[], seqLen: number, room?: CacheRoom): void {
     const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
     if (needed > cache.capacity) {
       const grown = this.#slots.grown(cache, needed, room)
@@ -185,18 +185,19 @@ export class DeviceLayout implements CacheLayout {
   /**
    * The GPU buffers a run on a cache kept in place writes into, with room for `total` positions:
    * the cache's own when they have it; else made from it (the GPU's copy, or the host's), with
-   * twice the old room (64 more positions than the run needs at first), never past the rows'
-   * reservation `room` unless the run needs it, in steps of 64: the host's copy grows alike
-   * (SlotBuffers.grown).
+   * twice the old room (64 more positions than the run needs at first) or what `room` says the
+   * rows will reach, never past its `most` unless the run needs it, in steps of 64: the host's
+   * copy grows alike (SlotBuffers.grown).
    */
-  async #inPlace (cache: DeviceCache, total: number, room?: number): Promise<KvCache> {
+  async #inPlace (cache: DeviceCache, total: number, room?: CacheRoom): Promise<KvCache> {
     const held = cache.device ? roomOf(cache.device) : 0
     if (cache.device && held >= total) return cache.device
     // One row's host copy goes up as it is (its slots past its length are zeros, as the padding is);
     // rows of several lengths are right-aligned first (#upload).
     const borrowed = !cache.device && cache.lengths.length === 1
     const source = cache.device ?? (borrowed ? this.#hostView(cache) : this.#upload(cache))
-    const size = Math.max(roomOf(source), Math.ceil(Math.max(total, Math.min(room ?? Infinity, Math.max(2 * held, total + ROOM_STEP))) / ROOM_STEP) * ROOM_STEP)
+    const least = Math.max(total + ROOM_STEP, room?.least ?? 0)
+    const size = Math.max(roomOf(source), Math.ceil(grownRoom(total, held, { most: room?.most ?? Infinity, least }) / ROOM_STEP) * ROOM_STEP)
     const buffers = await this.#session.gpuBuffers()
     const tensors: Record<string, OrtTensor> = {}
     try {

@@ -17,11 +17,11 @@
 import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, maskRow, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
-import { alignedRun, type CacheLayout, type CacheRun, type RowCache } from './cache-layout.ts'
+import { alignedRun, type CacheLayout, type CacheRoom, type CacheRun, type RowCache } from './cache-layout.ts'
 import { DeviceLayout } from './device-cache.ts'
 import { type CacheData, SlotBuffers, type Slots, type SpareLimits } from './slot-buffers.ts'
 
-export type { CacheLayout, CacheRun, RowCache }
+export type { CacheLayout, CacheRoom, CacheRun, RowCache }
 export { CAPACITY_STEP } from './slot-buffers.ts'
 
 /**
@@ -141,15 +141,18 @@ class AppendLayout implements CacheLayout {
     return this.#slots.allocate(new Array(rows).fill(0), 0)
   }
 
-  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: number): Promise<CacheRun> {
+  async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: CacheRoom): Promise<CacheRun> {
     const cache = rowCache as Slots
     // Rows shorter than the longest are padded after their real tokens (graphs that pack rows).
     const counts = tokens.map(t => t.length)
     const seqLen = Math.max(...counts)
     const rows = tokens.length
     const needed = Math.max(...cache.lengths.map((len, b) => len + counts[b]))
-    // Room for this run's entries first, so nothing is reallocated after the run.
-    const target = needed > cache.capacity ? this.#slots.grown(cache, needed, room) : cache
+    // Room for this run's entries first, so nothing is reallocated after the run. Not for the
+    // prompt's end at once (room.least): the graph's attention spans the whole capacity, so a
+    // chunk of a long prompt would attend over all of its positions (an 8k agent prompt on the
+    // CPU: 108 s to its first token against 85).
+    const target = needed > cache.capacity ? this.#slots.grown(cache, needed, room && { most: room.most }) : cache
     const heads = this.#session.model.numKvHeads
     const dim = this.#session.model.headDim
     const capacity = target.capacity

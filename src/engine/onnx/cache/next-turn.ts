@@ -18,7 +18,7 @@
 import type { ChatMessage } from '../../backend.ts'
 import type { CacheManager } from './cache-manager.ts'
 import { KvBudget } from './kv-budget.ts'
-import type { CacheLayout, RowCache } from './kv-cache.ts'
+import type { CacheLayout, CacheRoom, RowCache } from './kv-cache.ts'
 
 /** Conversations waiting to be computed ahead; older ones give way to newer. */
 export const MAX_PENDING = 4
@@ -83,9 +83,9 @@ export interface AheadRun {
   chunk: number
   /**
    * Runs a chunk of prompt tokens (the prompt graph where there is one); `room`: the positions
-   * reserved for the whole turn, which the cache may grow to at once.
+   * reserved for the whole turn, which the cache grows to at once.
    */
-  feed: (cache: RowCache, tokens: number[], room: number) => Promise<RowCache>
+  feed: (cache: RowCache, tokens: number[], room: CacheRoom) => Promise<RowCache>
 }
 
 /**
@@ -105,7 +105,7 @@ export async function computeAhead (ids: number[], run: AheadRun): Promise<numbe
   try {
     while (cached < ids.length) {
       const chunk = ids.slice(cached, cached + run.chunk)
-      cache = await run.feed(cache, chunk, reserved)
+      cache = await run.feed(cache, chunk, { most: reserved, least: ids.length })
       cached += chunk.length
       if (run.interrupted()) break
     }

@@ -18,6 +18,8 @@
 // turn on the 1.5B: ~400 ms of its first token), and a long prompt's own writes
 // paid the same. A reused buffer is zeroed first: a cache's unused slots are zeros.
 
+import { type CacheRoom, grownRoom } from './cache-layout.ts'
+
 export type CacheData = Float32Array | Uint16Array
 
 /** Slots added at a time when a cache grows. */
@@ -95,11 +97,11 @@ export class SlotBuffers {
   }
 
   /**
-   * The same rows in larger buffers with room for `needed` positions; with `room` (the most
-   * positions the rows may come to hold), twice the old capacity where that is more, never past `room`.
+   * The same rows in larger buffers with room for `needed` positions; with `room`, twice the old
+   * capacity or the positions the rows will reach where that is more, never past its `most`.
    */
-  grown (slots: Slots, needed: number, room = needed): Slots {
-    const out = this.allocate(slots.lengths, roundUp(Math.max(needed, Math.min(room, 2 * slots.capacity)), CAPACITY_STEP))
+  grown (slots: Slots, needed: number, room?: CacheRoom): Slots {
+    const out = this.allocate(slots.lengths, roundUp(grownRoom(needed, slots.capacity, room), CAPACITY_STEP))
     this.copyRows(slots.lengths.map((length, row) => ({ slots, row, length })), out)
     return out
   }

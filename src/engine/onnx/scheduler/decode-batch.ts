@@ -83,7 +83,7 @@ export class DecodeBatch {
   async step (promptChunk = 0): Promise<{ logits: Float32Array; promptTokens: number }> {
     const feeds = this.rows.map(r => r.prefilling ? r.nextPromptChunk(Math.max(1, promptChunk)) : r.pending)
     // Never a prompt-graph run: rows join before their prompts are in only without a prompt graph (mixed batches).
-    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1, false, roomFor(this.rows))
+    const { logits, cache } = await this.#layout.run(this.cache as RowCache, feeds, 1, false, { most: roomFor(this.rows) })
     this.cache = cache
     let promptTokens = 0
     this.rows.forEach((row, b) => {

@@ -12,7 +12,7 @@
 // Graphs that cannot batch prompt chunks on a past (gqa-masked) take a group
 // in whole mode: fresh prompts, each fed whole in one run, the shorter
 // left-padded (the cache layout's padsFirstRun).
-import type { CacheLayout, RowCache } from '../cache/kv-cache.ts'
+import type { CacheLayout, CacheRoom, RowCache } from '../cache/kv-cache.ts'
 import { roomFor, type Sequence } from './sequence.ts'
 
 export class PrefillGroup {
@@ -61,10 +61,15 @@ export class PrefillGroup {
    * rows take the same count; in whole mode, every row's whole prompt) and returns the logits of
    * each row's last position, [rows, vocab].
    */
+  /** The rows' reservations, and the positions their prompts and first tokens bring them to: a growth makes room for the whole prompt at once. */
+  #room (): CacheRoom {
+    return { most: roomFor(this.rows), least: Math.max(...this.rows.map(r => r.promptIds.length)) + 1 }
+  }
+
   async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
     if (this.whole) {
       const prompts = this.rows.map(r => r.nextPromptChunk(r.promptIds.length))
-      const out = await this.#layout.run(this.#cache as RowCache, prompts, 1, true, roomFor(this.rows))
+      const out = await this.#layout.run(this.#cache as RowCache, prompts, 1, true, this.#room())
       this.#cache = out.cache
       this.rows.forEach((row, b) => { row.cachedTokens += prompts[b].length })
       return { logits: out.logits, tokens: prompts.reduce((sum, p) => sum + p.length, 0) }
@@ -72,7 +77,7 @@ export class PrefillGroup {
     const remaining = Math.min(...this.rows.map(r => r.promptIds.length - r.cachedTokens))
     const onPast = this.rows.length > 1 && Math.max(...(this.#cache as RowCache).lengths) > 0
     const count = !this.#batchesChunks && onPast ? 1 : Math.max(1, Math.min(perRow, remaining))
-    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true, roomFor(this.rows))
+    const out = await this.#layout.run(this.#cache as RowCache, this.rows.map(r => r.nextPromptChunk(count)), 1, true, this.#room())
     this.#cache = out.cache
     for (const row of this.rows) row.cachedTokens += count
     return { logits: out.logits, tokens: count * this.rows.length }

@@ -5,7 +5,7 @@
 // different lengths are gathered into one batch.
 import t from 'tap'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
-import { CAPACITY_STEP, cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
+import { CAPACITY_STEP, cacheLayoutFor, type CacheLayout, type CacheRoom, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
 import { testDevice } from '../../../helpers/webgpu.ts'
@@ -132,7 +132,7 @@ t.test('graphs without tokens_per_row: rows of different lengths share a first r
 
 t.test('with room (a reservation), a cache that must grow doubles, up to the room, and computes the same', async t => {
   const { layout } = await open('append')
-  const capacities = (room?: number) => async (): Promise<{ seen: number[]; logits: Float32Array }> => {
+  const capacities = (room?: CacheRoom) => async (): Promise<{ seen: number[]; logits: Float32Array }> => {
     const seen: number[] = []
     let out = await layout.run(layout.empty(), [prompt], 1, true, room)
     seen.push((out.cache as RowCache & { capacity: number }).capacity)
@@ -149,17 +149,22 @@ t.test('with room (a reservation), a cache that must grow doubles, up to the roo
     return { seen: [...new Set(seen)], logits: out.logits }
   }
   const stepwise = await capacities()()
-  const ahead = await capacities(400)()
+  const ahead = await capacities({ most: 400 })()
+  // Told where the prompt ends (6 + 5 * 40 positions, and the first generated token): the append graph's attention spans
+  // the whole capacity, so its cache still grows by doubling (a cache in GPU memory makes room for it at once: webgpu-exactness.test.ts).
+  const promptKnown = await capacities({ most: 400, least: 207 })()
   // Without room: one CAPACITY_STEP more each time the positions pass the capacity (a copy of the whole cache each time).
   t.same(stepwise.seen, [64, 128, 192, 256, 320])
   // With room: twice the capacity each time, the last growth stopping at the room (rounded to a step).
   t.same(ahead.seen, [64, 128, 256, 448])
   t.ok(ahead.seen.at(-1)! >= 306 && ahead.seen.at(-1)! < 400 + CAPACITY_STEP, 'never past the room by more than a step')
+  t.same(promptKnown.seen, ahead.seen, 'the prompt\'s end known: the same growth')
   // On the CPU bit for bit; on WebGPU the attention kernel sums a longer (masked) cache in another order.
   const tolerance = testDevice() === 'cpu' ? 0 : 1e-4
   t.ok(maxAbsDiff(stepwise.logits, ahead.logits) <= tolerance, `the same logits, whatever the capacity (within ${tolerance})`)
+  t.ok(maxAbsDiff(stepwise.logits, promptKnown.logits) <= tolerance, `the same logits with the prompt's end known (within ${tolerance})`)
   // A cache never grows below what a run needs, whatever room it is given.
-  const tight = await layout.run(layout.empty(), [stream(100)], 1, true, 10)
+  const tight = await layout.run(layout.empty(), [stream(100)], 1, true, { most: 10, least: 50 })
   t.equal((tight.cache as RowCache & { capacity: number }).capacity, 128)
   layout.free(tight.cache)
 })

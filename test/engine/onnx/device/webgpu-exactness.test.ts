@@ -22,7 +22,7 @@
 // other tokens on a GPU by design (docs/models.md).
 import t, { type Test } from 'tap'
 import { batches, conversation, goldens, goldensOn, tokensOf } from '../../../../scripts/bench/exactness.ts'
-import { cacheLayoutFor, type CacheLayout, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
+import { cacheLayoutFor, type CacheLayout, type CacheRoom, type RowCache } from '../../../../src/engine/onnx/cache/kv-cache.ts'
 import { DecoderSession } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { readModelDir, type ModelDtype } from '../../../../src/engine/onnx/model-dir.ts'
 import { randomCaptureStepModelDir, randomGpuFormModelDir, randomGqaModelDir, storiesModelDir } from '../../../helpers/models.ts'
@@ -120,7 +120,7 @@ t.test('the GPU form with the capture step (ONNX_WEBGPU_CAPTURE): a request deco
  */
 async function layoutRuns (t: Test, layout: CacheLayout, { chunk = 40, vocab = 512 } = {}): Promise<Float32Array[]> {
   const logits: Float32Array[] = []
-  const run = async (cache: RowCache, tokens: number[][], room?: number): Promise<RowCache> => {
+  const run = async (cache: RowCache, tokens: number[][], room?: CacheRoom): Promise<RowCache> => {
     const out = await layout.run(cache, tokens.map(row => row.map(id => id % vocab)), 1, false, room)
     logits.push(out.logits.slice())
     return out.cache
@@ -149,7 +149,7 @@ async function layoutRuns (t: Test, layout: CacheLayout, { chunk = 40, vocab = 5
   // A prompt in chunks past several capacity steps, the host's copy growing ahead (room: the row's
   // reservation), then a row regrouped from that copy, which must hold every position.
   let long: RowCache = layout.empty(1)
-  for (let k = 0; k < 5; k++) long = await run(long, [Array.from({ length: chunk }, (_, i) => 260 + (((k * chunk + i) * 37) % 200))], 300)
+  for (let k = 0; k < 5; k++) long = await run(long, [Array.from({ length: chunk }, (_, i) => 260 + (((k * chunk + i) * 37) % 200))], { most: 300 })
   const copied = layout.gather([{ cache: long, row: 0 }])
   layout.free(long)
   layout.free(await run(copied, [[12]]))
@@ -204,5 +204,13 @@ t.test('the GPU form kept in place: decode steps write into the cache\'s buffers
   t.not(keys(cache), first, 'the 129th position: new buffers')
   t.equal(keys(cache).dims[2], 256, 'with twice the room')
   layout.free(cache)
+  // The first chunk of a 300-token prompt: room for the whole prompt and its first token at once, within the reservation.
+  const chunked = (await layout.run(layout.empty(1), [[1, 5, 9, 17, 33, 65, 129, 200]], 1, true, { most: 1000, least: 301 })).cache
+  t.equal(keys(chunked).dims[2], 320, 'room for the prompt\'s end, rounded to 64 positions')
+  t.equal((chunked as RowCache & { capacity: number }).capacity, 320, 'the host\'s copy alike')
+  layout.free(chunked)
+  const reserved = (await layout.run(layout.empty(1), [[1, 5, 9]], 1, true, { most: 100, least: 301 })).cache
+  t.equal(keys(reserved).dims[2], 128, 'never past the reservation (rounded up) for a prompt\'s end')
+  layout.free(reserved)
   t.equal(layout.bytesHeld, 0, 'every buffer freed')
 })
