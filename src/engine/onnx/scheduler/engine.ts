@@ -186,7 +186,7 @@ export class LocalEngine {
     this.#counters = new EngineCounters(report => events.stats?.(report))
     this.scheduler = scheduler
     this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
-    this.#contextLimit = Math.min(model.contextLength, limits.contextLength ?? Infinity, this.kvBudget.longestSequence)
+    this.#contextLimit = sequenceLimit(model, this.kvBudget, limits.contextLength)
     // Freed cache buffers kept for reuse, one context window's at most, within the budget (slot-buffers.ts says why).
     this.cacheLayout = cacheLayoutFor(session, captured, { most: (this.#contextLimit + SLOT_SLACK) * this.kvBudget.bytesPerToken, total: this.kvBudget.bytes })
     this.#captured = captured
@@ -222,7 +222,9 @@ export class LocalEngine {
     }
     let captured: CapturedStep | null = null
     try {
-      captured = await openCapturedStep(model, session, opts.webgpuCapture)
+      // No longer than a sequence may be: its buffers take GPU memory for every position.
+      const longest = sequenceLimit(model, new KvBudget(opts.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType)), opts.contextLength)
+      captured = await openCapturedStep(model, session, opts.webgpuCapture && Math.min(opts.webgpuCapture, longest))
       return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix }, captured)
     } catch (err) {
       captured?.close()
@@ -726,5 +728,10 @@ async function openCapturedStep (model: ModelDir, session: DecoderSession, lengt
   if (!model.stepOnnxPath) throw new ModelDirError(`${model.dir}: ONNX_WEBGPU_CAPTURE needs onnx/${CAPTURE_STEP_FILE} beside the GPU form: convert the model again with chatd convert --for gpu --capture-step`)
   // Loaded only here: the FFI (koffi) and onnxruntime's C API stay out of engines that do not capture.
   const { CapturedStep } = await import('../device/captured-step.ts')
-  return CapturedStep.open(model, Math.min(length, model.contextLength))
+  return CapturedStep.open(model, length)
+}
+
+/** The most positions one sequence may hold: the model's context, models.json's `contextLength`, and what the KV budget holds for one. */
+function sequenceLimit (model: ModelDir, budget: KvBudget, contextLength?: number): number {
+  return Math.min(model.contextLength, contextLength ?? Infinity, budget.longestSequence)
 }

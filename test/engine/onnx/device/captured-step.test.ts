@@ -11,6 +11,7 @@ import { ort } from '../../../../src/engine/onnx/device/ort.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { argmax } from '../../../../src/engine/onnx/sampling/sampler.ts'
 import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
+import { kvBytesPerToken, SLOT_SLACK } from '../../../../src/engine/onnx/cache/kv-budget.ts'
 import { randomCaptureStepModelDir, randomGpuFormModelDir } from '../../../helpers/models.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
@@ -150,6 +151,13 @@ t.test('the engine opens the capture step on WebGPU when asked (ONNX_WEBGPU_CAPT
   const on = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'webgpu', threads: 1, webgpuCapture: 96 }, events)
   t.equal(on.capturePositions, 96, 'its positions, for the "model ready" line')
   await on.close()
+  // Its buffers take GPU memory for every position: never more than one sequence may hold.
+  const capped = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'webgpu', threads: 1, webgpuCapture: 4096, contextLength: 80 }, events)
+  t.equal(capped.capturePositions, 80, 'models.json\'s contextLength bounds it')
+  await capped.close()
+  const budgeted = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'webgpu', threads: 1, webgpuCapture: 4096, kvCacheBytes: 200 * kvBytesPerToken(readModelDir(randomCaptureStepModelDir(), 'q4'), 'float32') }, events)
+  t.equal(budgeted.capturePositions, 200 - SLOT_SLACK, 'and so does the KV budget')
+  await budgeted.close()
   const off = await LocalEngine.load({ modelDir: randomCaptureStepModelDir(), dtype: 'q4', device: 'webgpu', threads: 1 }, events)
   t.equal(off.capturePositions, 0, 'off unless asked for')
   await off.close()
