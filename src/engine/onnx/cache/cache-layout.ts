@@ -54,6 +54,11 @@ export interface CacheLayout {
   gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): RowCache
   /** Frees a cache's memory now. */
   free (cache: RowCache): void
+  /**
+   * The cache, taken over, as the prefix cache keeps it: what only runs use (a cache's GPU
+   * buffers) let go, the host's copy kept, so the prefix cache holds no GPU memory.
+   */
+  settle (cache: RowCache): RowCache
   /** Bytes of the caches this layout has handed out and not yet freed. */
   readonly bytesHeld: number
   /** Bytes of freed host buffers kept for reuse (host buffers' layouts; others keep none). */

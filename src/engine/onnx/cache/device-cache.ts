@@ -126,6 +126,14 @@ export class DeviceLayout implements CacheLayout {
     this.#slots.free(cache)
   }
 
+  settle (rowCache: RowCache): RowCache {
+    const cache = rowCache as DeviceCache
+    this.#captured?.release(cache)
+    if (cache.device) this.#release(cache.device)
+    cache.device = null
+    return cache
+  }
+
   /** One row's one token on the capture step; the host's copy takes its keys and values, as after every run. */
   #capturedRun (captured: CapturedStep, cache: DeviceCache, token: number, room?: CacheRoom): CacheRun {
     const length = cache.lengths[0]

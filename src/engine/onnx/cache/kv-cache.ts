@@ -109,6 +109,11 @@ class ConcatLayout implements CacheLayout {
     this.bytesHeld -= kvBytes(kv)
     DecoderSession.disposeCache(kv)
   }
+
+  /** Held on the host as it is. */
+  settle (cache: RowCache): RowCache {
+    return cache
+  }
 }
 
 class AppendLayout implements CacheLayout {
@@ -191,6 +196,11 @@ class AppendLayout implements CacheLayout {
 
   free (rowCache: RowCache): void {
     this.#slots.free(rowCache as Slots)
+  }
+
+  /** Held on the host as it is. */
+  settle (cache: RowCache): RowCache {
+    return cache
   }
 }
 

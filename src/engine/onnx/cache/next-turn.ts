@@ -112,7 +112,8 @@ export async function computeAhead (ids: number[], run: AheadRun): Promise<numbe
   } catch {
     // A failed run leaves the cache it was given as it was: what the earlier chunks computed is kept.
   }
-  if (cached > start) run.prefixes.insert(run.scope, ids.slice(0, cached), run.layout.gather([{ cache, row: 0, length: cached }]))
-  run.layout.free(cache)
+  // Kept as computed, not copied: its room is the turn's (`reserved`), so it wastes little.
+  if (cached > start) run.prefixes.insert(run.scope, ids.slice(0, cached), run.layout.settle(cache))
+  else run.layout.free(cache)
   return cached - start
 }

@@ -85,6 +85,27 @@ for (const [layout, source, dtype] of [
   })
 }
 
+t.test('a turn computed ahead is kept as computed: one copy, of the cached prefix it starts from', async t => {
+  const dir = withChatTemplate(t.testdir({}), storiesModelDir())
+  const on = await engineFor(dir)
+  const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
+  const reply = await on.generate(story, 40)
+  const layout = on.engine.cacheLayout
+  const gather = layout.gather.bind(layout)
+  let copies = 0
+  layout.gather = rows => { copies++; return gather(rows) }
+  const next = nextTurnStart(story, reply.text)
+  on.engine.prepareNextTurn(next)
+  await on.engine.idle()
+  t.ok(on.engine.tokensComputedAhead > 0, `${on.engine.tokensComputedAhead} positions computed ahead`)
+  t.equal(copies, 1, 'the reply\'s cached prefix taken; what was computed kept without a copy (a whole cache each)')
+  layout.gather = gather
+  const followUp = [...stripEarlierThinking([...story, { role: 'assistant', content: reply.text }]), { role: 'user' as const, content: USER_TURNS[1] }]
+  const got = await on.generate(followUp, 20)
+  t.equal(got.cached, nextTurnIds(next, turn => on.engine.encodePrompt({ messages: turn })).length, 'the next turn reuses all of it')
+  t.same({ ...got, cached: 0 }, { ...await (await engineFor(dir, { prefixCache: false })).generate(followUp, 20), cached: 0 }, 'the same reply as without a cache')
+})
+
 t.test('a request arriving while a next turn is computed ahead waits at most one chunk; what was computed is kept; replies unchanged', async t => {
   const dir = withChatTemplate(t.testdir({}), storiesModelDir())
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
