@@ -13,10 +13,10 @@
 // Freed buffers are kept for reuse, up to `spare.most` bytes (one context window's
 // cache, set by the engine) and while they and the buffers in use fit `spare.total`
 // (the KV budget's bytes): memory the process has never written costs a page fault per
-// 4 KiB on first touch, which made copying a cache into new buffers ~1 GB/s against
-// ~10 GB/s into written ones (a prefix cache hit's gather of an agent's 8k-token
-// turn on the 1.5B: ~400 ms of its first token), and a long prompt's own writes
-// paid the same. A reused buffer is zeroed first: a cache's unused slots are zeros.
+// 4 KiB on first touch, and glibc maps buffers of 32 MiB and more afresh every time. A
+// copy of an 8k-token cache of the 1.5B (450 MB) took 1.0-1.3 s into new buffers and
+// 50-70 ms into written ones (docs/performance.md). A reused buffer is zeroed first: a
+// cache's unused slots are zeros.
 
 import { type CacheRoom, grownRoom } from './cache-layout.ts'
 
