@@ -122,7 +122,6 @@ function trainedLength (value: unknown): number {
   return typeof value === 'number' && Number.isInteger(value) && value > 0 && value < 1e9 ? value : Infinity
 }
 
-/** External data files named by onnx-community's convention must be present beside the graph. */
 /** onnx/`file` when the directory has it (its external data checked), else null. */
 function graphBeside (dir: string, file: string): string | null {
   const graph = path.join(dir, 'onnx', file)
@@ -131,6 +130,7 @@ function graphBeside (dir: string, file: string): string | null {
   return graph
 }
 
+/** External data files named by onnx-community's convention must be present beside the graph. */
 function checkExternalData (onnxPath: string): void {
   const size = fs.statSync(onnxPath).size
   if (size === 0) throw new ModelDirError(`${onnxPath}: file is empty`)

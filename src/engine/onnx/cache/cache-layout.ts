@@ -61,8 +61,6 @@ export interface CacheLayout {
   settle (cache: RowCache): RowCache
   /** Bytes of the caches this layout has handed out and not yet freed. */
   readonly bytesHeld: number
-  /** Bytes of freed host buffers kept for reuse (host buffers' layouts; others keep none). */
-  readonly spareBytes?: number
 }
 
 /** A concat graph's inputs for one run over rows right-aligned to the longest (concat caches). */

@@ -66,10 +66,6 @@ export class DeviceLayout implements CacheLayout {
     return this.#slots.bytesHeld + this.#deviceBytes
   }
 
-  get spareBytes (): number {
-    return this.#slots.spareBytes
-  }
-
   empty (rows = 1): DeviceCache {
     return { ...this.#slots.allocate(new Array(rows).fill(0), 0), device: null }
   }

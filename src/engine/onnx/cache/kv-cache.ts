@@ -138,10 +138,6 @@ class AppendLayout implements CacheLayout {
     return this.#slots.bytesHeld
   }
 
-  get spareBytes (): number {
-    return this.#slots.spareBytes
-  }
-
   empty (rows = 1): Slots {
     return this.#slots.allocate(new Array(rows).fill(0), 0)
   }

@@ -177,7 +177,7 @@ export class LocalEngine {
   readonly #counters: EngineCounters
 
   private constructor (model: ModelDir, session: DecoderSession, tokenizer: TextTokenizer, template: ChatTemplate, events: EngineEvents,
-    scheduler: SchedulerSettings, limits: { contextLength?: number; kvCacheBytes?: number; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }, captured: CapturedStep | null = null) {
+    scheduler: SchedulerSettings, limits: { contextLength?: number; kvBudget: KvBudget; prefixCache?: boolean; prefixCacheBytes?: number; mixedBatches?: boolean; sharedPrefix?: SharedPrefix }, captured: CapturedStep | null = null) {
     this.model = model
     this.session = session
     this.tokenizer = tokenizer
@@ -185,7 +185,7 @@ export class LocalEngine {
     this.#events = events
     this.#counters = new EngineCounters(report => events.stats?.(report))
     this.scheduler = scheduler
-    this.kvBudget = new KvBudget(limits.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
+    this.kvBudget = limits.kvBudget
     this.#contextLimit = sequenceLimit(model, this.kvBudget, limits.contextLength)
     // Freed cache buffers kept for reuse, one context window's at most, within the budget (slot-buffers.ts says why).
     this.cacheLayout = cacheLayoutFor(session, captured, { most: (this.#contextLimit + SLOT_SLACK) * this.kvBudget.bytesPerToken, total: this.kvBudget.bytes })
@@ -220,12 +220,13 @@ export class LocalEngine {
       maxBatch: opts.maxBatch ?? DEFAULT_SCHEDULER.maxBatch,
       prefillChunk: opts.prefillChunk ?? DEFAULT_SCHEDULER.prefillChunk,
     }
+    const kvBudget = new KvBudget(opts.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType))
     let captured: CapturedStep | null = null
     try {
       // No longer than a sequence may be: its buffers take GPU memory for every position.
-      const longest = sequenceLimit(model, new KvBudget(opts.kvCacheBytes || defaultKvCacheBytes(), kvBytesPerToken(model, session.cacheType)), opts.contextLength)
+      const longest = sequenceLimit(model, kvBudget, opts.contextLength)
       captured = await openCapturedStep(model, session, opts.webgpuCapture && Math.min(opts.webgpuCapture, longest))
-      return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvCacheBytes: opts.kvCacheBytes, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix }, captured)
+      return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvBudget, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix }, captured)
     } catch (err) {
       captured?.close()
       await session.close()

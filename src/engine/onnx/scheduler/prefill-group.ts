@@ -56,16 +56,16 @@ export class PrefillGroup {
     return this.rows.length
   }
 
-  /**
-   * Feeds up to `perRow` prompt tokens to every row (fewer when a prompt has fewer left, so all
-   * rows take the same count; in whole mode, every row's whole prompt) and returns the logits of
-   * each row's last position, [rows, vocab].
-   */
   /** The rows' reservations, and the positions their prompts and first tokens bring them to: a growth makes room for the whole prompt at once. */
   #room (): CacheRoom {
     return { most: roomFor(this.rows), least: Math.max(...this.rows.map(r => r.promptIds.length)) + 1 }
   }
 
+  /**
+   * Feeds up to `perRow` prompt tokens to every row (fewer when a prompt has fewer left, so all
+   * rows take the same count; in whole mode, every row's whole prompt) and returns the logits of
+   * each row's last position, [rows, vocab].
+   */
   async feed (perRow: number): Promise<{ logits: Float32Array; tokens: number }> {
     if (this.whole) {
       const prompts = this.rows.map(r => r.nextPromptChunk(r.promptIds.length))

@@ -13,6 +13,9 @@ const bufferBytes = (rows: number, capacity: number): number => rows * heads * c
 const big = Math.ceil(SPARE_MIN_BYTES / bufferBytes(1, 1) / 64) * 64 * 2
 const small = 64
 
+/** Buffers whose spares have room for 64 of the `big` caches' buffers. */
+const roomy = (type: 'float32' | 'float16'): SlotBuffers => new SlotBuffers(names, { heads, dim, type }, { most: 64 * bufferBytes(1, big), total: 64 * bufferBytes(1, big) })
+
 /** One row of `length` positions, position p of head h holding 1000 h + p + 1 in every element. */
 function filled (slots: SlotBuffers, length: number, capacity = big): Slots {
   const row = slots.allocate([0], capacity)
@@ -27,7 +30,7 @@ function positionValue (slots: Slots, name: string, h: number, p: number): numbe
 }
 
 tap.test('a freed buffer is reused for the next cache, zeroed past what is copied into it', async t => {
-  const slots = new SlotBuffers(names, { heads, dim, type: 'float32' }, { most: 64 * bufferBytes(1, big), total: 64 * bufferBytes(1, big) })
+  const slots = roomy('float32')
   const source = filled(slots, big - 10)
   // A cache with data everywhere, freed: its buffers become spares.
   const old = slots.allocate([0], big)
@@ -58,7 +61,7 @@ tap.test('a freed buffer is reused for the next cache, zeroed past what is copie
 })
 
 tap.test('a spare serves a cache of up to its size and at least half of it', async t => {
-  const slots = new SlotBuffers(names, { heads, dim, type: 'float32' }, { most: 64 * bufferBytes(1, big), total: 64 * bufferBytes(1, big) })
+  const slots = roomy('float32')
   const a = slots.allocate([0], 4 * big)
   const buffer = a.buffers[names[0]].buffer
   slots.free(a)
@@ -103,7 +106,7 @@ tap.test('the spares stay within their limits', async t => {
 })
 
 tap.test('freeing twice frees once: no buffer serves two caches', async t => {
-  const slots = new SlotBuffers(names, { heads, dim, type: 'float32' }, { most: 64 * bufferBytes(1, big), total: 64 * bufferBytes(1, big) })
+  const slots = roomy('float32')
   const cache = slots.allocate([0], big)
   const alias: Slots = { ...cache }
   slots.free(cache)
@@ -120,7 +123,7 @@ tap.test('freeing twice frees once: no buffer serves two caches', async t => {
 })
 
 tap.test('float16 caches reuse alike', async t => {
-  const slots = new SlotBuffers(names, { heads, dim, type: 'float16' }, { most: 64 * bufferBytes(1, big), total: 64 * bufferBytes(1, big) })
+  const slots = roomy('float16')
   const a = slots.allocate([0], 2 * big)
   a.buffers[names[0]].fill(9)
   const buffer = a.buffers[names[0]].buffer
