@@ -124,11 +124,18 @@ export class CacheManager {
 
   /**
    * Keeps the first `tokens.length` positions of row `row` of `cache` as `scope`'s cache of
-   * `tokens`, then frees the scope's own entries until the `running` sequences' reservations fit
-   * again (the new one last). Where `tokens` start with the shared prefix and it is not cached,
+   * `tokens` (unless an entry of the scope holds them already), then frees the scope's own
+   * entries until the `running` sequences' reservations fit again (the new one last). Where `tokens` start with the shared prefix and it is not cached,
    * its part is kept in the shared scope too, if that fits beside them.
    */
   remember (scope: string, tokens: readonly number[], cache: RowCache, row: number, running: Reservation[]): void {
+    // Already kept (a sequence on the prompt graph keeps its prompt when the prompt is in and again
+    // when it finishes): a copy would be the whole prompt's cache again, for nothing.
+    const held = tokens.length >= BLOCK ? this.#cache.lookup(keyOf(scope), tokens, tokens.length) : null
+    if (held?.length === tokens.length) {
+      this.#cache.touch(held.entry)
+      return
+    }
     this.#cache.insert(keyOf(scope), tokens, this.#layout.gather([{ cache, row, length: tokens.length }]))
     // Before this entry they fitted, so the scope's own entries make room; the fallback only guards that.
     if (!this.makeRoom(scope, running)) this.makeRoom(scope, running, { anyScope: true })

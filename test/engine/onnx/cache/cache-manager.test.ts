@@ -45,6 +45,27 @@ t.test('a scope finds only its own entries', async t => {
   t.equal(cache.sizeOf('A'), 1)
 })
 
+t.test('tokens a scope keeps already are not copied again; a longer or another scope\'s are', async t => {
+  const { layout, remember, held } = countingLayout()
+  let copies = 0
+  const gather = layout.gather.bind(layout)
+  layout.gather = rows => { copies++; return gather(rows) }
+  const cache = new CacheManager(layout, new KvBudget(10_000, 1))
+  const prompt = ids(1, 40)
+  remember(cache, 'A', prompt)
+  remember(cache, 'A', prompt)
+  remember(cache, 'A', prompt.slice(0, 30))
+  t.equal(copies, 1, 'the same prompt and a prefix of it: one copy')
+  t.equal(cache.size, 1)
+  t.equal(held(), 1, 'nothing left unfreed')
+  remember(cache, 'B', prompt)
+  t.equal(copies, 2, 'another scope keeps its own')
+  remember(cache, 'A', ids(1, 41))
+  t.equal(copies, 3, 'a longer one is copied')
+  t.equal(cache.sizeOf('A'), 1, 'and serves the shorter')
+  t.equal(cache.lookup('A', prompt, 40)?.entry.tokens.length, 41)
+})
+
 t.test('the shared prefix: any scope reuses it up to its end; its own entries beyond', async t => {
   const { layout, remember } = countingLayout()
   const shared = ids(1, 20)

@@ -48,6 +48,20 @@ for (const [layout, source, dtype] of [
   })
 }
 
+t.test('int4 with an int8 prompt graph: a request\'s prompt is copied into the cache once, not again when it finishes', async t => {
+  const on = await engineFor(withChatTemplate(t.testdir({}), storiesPromptGraphModelDir()), { dtype: 'q4' })
+  const layout = on.engine.cacheLayout
+  const gather = layout.gather.bind(layout)
+  const copied: number[] = []
+  layout.gather = rows => { copied.push(rows[0].length ?? -1); return gather(rows) }
+  const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
+  const first = await on.generate(story, 20)
+  await on.engine.idle()
+  t.equal(copied.length, 1, `one copy (of ${copied.join(', ')} positions): the cache keeps the prompt only, which it held already when the reply finished`)
+  layout.gather = gather
+  t.same({ ...await on.generate(story, 20), cached: 0 }, first, 'the same prompt again: the same reply')
+})
+
 async function shared (t: Test, dir: string): Promise<void> {
   const system = { role: 'system' as const, content: 'You tell short stories for children about animals, friends, the park, the sea and the sun.' }
   const asks = ['A story about a cat.', 'A story about a bird.', 'A story about a fish.']
