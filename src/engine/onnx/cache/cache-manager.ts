@@ -139,12 +139,21 @@ export class CacheManager {
     this.#cache.insert(keyOf(scope), tokens, this.#layout.gather([{ cache, row, length: tokens.length }]))
     // Before this entry they fitted, so the scope's own entries make room; the fallback only guards that.
     if (!this.makeRoom(scope, running)) this.makeRoom(scope, running, { anyScope: true })
+    this.keepShared(tokens, cache, row, running)
+    this.#trimKept()
+  }
+
+  /**
+   * Where `tokens` (row `row` of `cache`) start with the shared prefix and it is not cached, keeps
+   * that part in the shared scope, if it fits beside the `running` sequences' reservations.
+   */
+  keepShared (tokens: readonly number[], cache: RowCache, row: number, running: Reservation[]): void {
     const shared = this.sharedIds.length
     if (this.#startsShared(tokens) && this.#cache.lookup(SHARED_KEY, this.sharedIds, shared)?.length !== shared &&
       this.#budget.fits(running.map(r => r.positions), this.keptPositions + shared + SLOT_SLACK)) {
       this.#cache.insert(SHARED_KEY, this.sharedIds, this.#layout.gather([{ cache, row, length: shared }]))
+      this.#trimKept()
     }
-    this.#trimKept()
   }
 
   /** Frees entries past the kept bound: the oldest of the scope keeping the most, first. */

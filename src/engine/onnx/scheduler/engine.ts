@@ -160,6 +160,14 @@ export class LocalEngine {
   readonly #contextLimit: number
   /** Caches kept for later requests of the same cache scope with the same start (cache-manager.ts); null when turned off. */
   readonly prefixes: CacheManager | null
+  /**
+   * Decoding sequences whose prompt the prefix cache does not hold yet. A prompt's cache (hundreds
+   * of megabytes for an agent's) is copied only when something may reuse it while the sequence
+   * runs: a request of its scope looking for a prefix, or the sequence cancelled. One that
+   * finishes leaves its whole cache then (#remember), so its prompt alone is never copied: a copy
+   * less a request, and none between its first tokens.
+   */
+  readonly #promptsNotKept = new Set<Sequence>()
   /** Each token's bytes and text (logprobs, grammars); built on first use. */
   readonly tokens: TokenTable
   /** A request's way in: its prompt rendered within the context, its limits checked, its constraint made (intake.ts). */
@@ -418,7 +426,9 @@ export class LocalEngine {
    * turn that into another token.
    */
   #reusablePrefix (seq: Sequence): PrefixMatch | null {
-    return seq.seeded ? null : this.prefixes?.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1) ?? null
+    if (seq.seeded || !this.prefixes) return null
+    this.#keepPrompts(seq.cacheScope)
+    return this.prefixes.lookup(seq.cacheScope, seq.promptIds, seq.promptIds.length - 1)
   }
 
   /** The reservations of the sequences holding caches: prefilling or decoding, and `joining` a batch. */
@@ -435,8 +445,36 @@ export class LocalEngine {
     // holding them would compute them on the prompt graph: only the prompt is kept, so a reused
     // prefix holds exactly what computing it afresh would.
     const kept = this.session.hasPromptGraph ? Math.min(seq.cachedTokens, seq.promptIds.length) : seq.cachedTokens
+    this.#promptsNotKept.delete(seq)
     if (!this.prefixes || kept === 0) return
     this.prefixes.remember(seq.cacheScope, seq.cachedIds.slice(0, kept), cache, row, this.#running(joining))
+  }
+
+  /**
+   * A sequence's prompt is in (row `row` of `cache`) and it goes on decoding: its prompt is kept
+   * later (#promptsNotKept), the operator's shared prefix now (every scope's lookups reuse it).
+   */
+  #promptIn (seq: Sequence, cache: RowCache, row: number, joining: Sequence[] = []): void {
+    if (!this.prefixes) return
+    this.#promptsNotKept.add(seq)
+    this.prefixes.keepShared(seq.promptIds, cache, row, this.#running(joining))
+  }
+
+  /** Keeps the prompts of `scope`'s decoding sequences that are not kept yet (#promptsNotKept). */
+  #keepPrompts (scope: string): void {
+    for (const seq of this.#promptsNotKept) {
+      if (seq.cacheScope !== scope) continue
+      const batch = this.#batches.find(b => b.rows.includes(seq))
+      if (batch) this.#keepPrompt(seq, batch)
+      this.#promptsNotKept.delete(seq)
+    }
+  }
+
+  /** Keeps the prompt of `seq`, a row of `batch`, in the prefix cache. */
+  #keepPrompt (seq: Sequence, batch: DecodeBatch): void {
+    this.#promptsNotKept.delete(seq)
+    if (!this.prefixes || !batch.cache) return
+    this.prefixes.remember(seq.cacheScope, seq.promptIds, batch.cache, batch.rows.indexOf(seq), this.#running())
   }
 
   * #allSequences (): Iterable<Sequence> {
@@ -534,7 +572,10 @@ export class LocalEngine {
     // Rows that left the group to decode still hold their reservations while the others' prompts are kept.
     const joining = [...ready].filter(([, result]) => !result.finish).map(([seq]) => seq)
     for (const [seq, result] of ready) {
-      if (seq.cache) this.#remember(seq, seq.cache, 0, joining)
+      if (seq.cache) {
+        if (result.finish) this.#remember(seq, seq.cache, 0, joining)
+        else this.#promptIn(seq, seq.cache, 0, joining)
+      }
       if (result.finish) {
         if (seq.cache) this.cacheLayout.free(seq.cache)
         seq.cache = null
@@ -588,10 +629,11 @@ export class LocalEngine {
       sampled.push({ seq, row: b, result })
     })
     // Every row's token has gone out; then the caches kept for later requests (each copy is a whole
-    // prompt's cache): a prompt just completed, as one fed in runs of its own is, and a finished row
-    // with its output.
+    // prompt's cache): a finished row's with its output; a prompt just completed, as one fed in
+    // runs of its own is, only noted (#promptsNotKept).
     for (const { seq, row, result } of sampled) {
-      if (batch.cache && (prefilling.has(seq) || result.finish)) this.#remember(seq, batch.cache, row)
+      if (batch.cache && result.finish) this.#remember(seq, batch.cache, row)
+      else if (batch.cache && prefilling.has(seq)) this.#promptIn(seq, batch.cache, row)
       if (result.finish) {
         finished.add(seq)
         this.#finish(seq, result.finish)
@@ -657,12 +699,15 @@ export class LocalEngine {
     for (const batch of this.#batches) {
       const gone = new Set(batch.rows.filter(r => r.cancelled))
       if (gone.size === 0) continue
+      // A cancelled reply's prompt is kept, as a finished one's is (not while the engine closes).
+      for (const seq of gone) if (this.#promptsNotKept.has(seq) && !this.#closing) this.#keepPrompt(seq, batch)
       batch.leave(gone)
       for (const seq of gone) this.#finish(seq, 'cancelled')
     }
   }
 
   #finish (seq: Sequence, reason: FinishReason): void {
+    this.#promptsNotKept.delete(seq)
     seq.release()
     // Before the finish: whoever reads the metrics after the reply sees its steps counted.
     this.#counters.report(() => this.#load(), true)
@@ -692,6 +737,7 @@ export class LocalEngine {
 
   #fail (seqs: Sequence[], err: unknown): void {
     for (const seq of seqs) {
+      this.#promptsNotKept.delete(seq)
       seq.release()
       if (seq.cache) this.cacheLayout.free(seq.cache)
       seq.cache = null

@@ -83,36 +83,58 @@ t.test('two requests sharing a long system prompt: the later ones reuse it, batc
   await shared(t, storiesModelDir())
 })
 
-t.test('a running request\'s prompt is reused by one that arrives while it decodes', async t => {
+t.test('a running request\'s prompt is reused by one that arrives while it decodes; copied only then', async t => {
   const dir = storiesModelDir()
-  const prompt = 'Lily and Tom went to the park to play with a big red ball and a small blue kite'
+  const messages: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball and a small blue kite' }]
   const off = await engineFor(dir, { prefixCache: false })
-  const expected = await off.generate([{ role: 'user', content: prompt }], 60)
+  const expected = await off.generate(messages, 60)
   t.ok(expected.completion > 1, `the first request decodes ${expected.completion} tokens`)
   const on = await engineFor(dir)
-  // The second arrives before the first's first decode step: its prompt is in (and cached), its reply not yet.
+  const promptLength = on.engine.encodePrompt({ messages }).length
+  // The second arrives before the first's first decode step: its prompt is in, its reply not yet.
   let second: Promise<Outcome> | null = null
-  let arrival = { cached: 0, active: 0 }
+  let arrival = { cached: -1, active: 0 }
   const beforeDecode = (): void => {
-    if (!on.engine.prefixes?.size) {
+    if (on.runs.positions <= promptLength) {
       on.runs.beforeRun = beforeDecode
       return
     }
-    arrival = { cached: on.engine.prefixes.size, active: on.engine.activeCount }
-    second = on.generate([{ role: 'user', content: prompt }], 60)
+    arrival = { cached: on.engine.prefixes!.size, active: on.engine.activeCount }
+    second = on.generate(messages, 60)
   }
   on.runs.beforeRun = beforeDecode
-  const long = on.generate([{ role: 'user', content: prompt }], 60)
-  const first = await long
+  const first = await on.generate(messages, 60)
   t.ok(second, 'the second request arrived during one of the first\'s runs')
-  t.same(arrival, { cached: 1, active: 1 }, 'it arrived with the first\'s prompt cached and the first still running')
+  t.same(arrival, { cached: 0, active: 1 }, 'it arrived with the first still running, its prompt not copied yet (nothing had asked for it)')
   const got = await second!
   t.ok(got.cached >= 16, `reused ${got.cached} tokens while the first was still running`)
   t.same({ ...got, cached: 0 }, { ...expected, cached: 0 })
   t.same({ ...first, cached: 0 }, { ...expected, cached: 0 })
 })
 
-t.test('a prompt\'s first token goes out before its cache is copied for later requests (the copy is the whole prompt\'s cache)', async t => {
+t.test('a request cancelled while it decodes leaves its prompt for later ones', async t => {
+  const dir = storiesModelDir()
+  const messages: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball and a small blue kite' }]
+  const expected = await (await engineFor(dir, { prefixCache: false })).generate(messages, 20)
+  const on = await engineFor(dir)
+  const promptLength = on.engine.encodePrompt({ messages }).length
+  const cancelInDecode = (): void => {
+    if (on.runs.positions <= promptLength + 2) {
+      on.runs.beforeRun = cancelInDecode
+      return
+    }
+    on.engine.cancel('r0')
+  }
+  on.runs.beforeRun = cancelInDecode
+  const cancelled = await on.generate(messages, 60)
+  t.equal(cancelled.reason, 'cancelled')
+  t.equal(on.engine.prefixes!.size, 1, 'its prompt kept')
+  const got = await on.generate(messages, 20)
+  t.equal(got.cached, promptLength - 1, 'the same prompt again reuses all of it but its last token')
+  t.same({ ...got, cached: 0 }, { ...expected, cached: 0 }, 'the same reply as without a cache')
+})
+
+t.test('a prompt\'s cache is copied for later requests after its first token, and once: when the reply ends, or when a request of its scope looks for it', async t => {
   const timeline: string[] = []
   const waiting = new Map<string, () => void>()
   /** Notes an event once; `event` resolves when it has happened. */
@@ -130,31 +152,36 @@ t.test('a prompt\'s first token goes out before its cache is copied for later re
   t.teardown(() => engine.close())
   const prefixes = engine.prefixes!
   const remember = prefixes.remember.bind(prefixes)
-  prefixes.remember = (...args) => {
-    timeline.push('copy')
-    remember(...args)
+  prefixes.remember = (scope, tokens, ...rest) => {
+    timeline.push(`copy of ${tokens.length}`)
+    remember(scope, tokens, ...rest)
   }
-  const ask = (id: string, content: string, maxTokens: number): void => {
-    engine.start({ messages: [{ role: 'user', content }], temperature: 0, topP: 1, topK: 0, stop: [], maxTokens }, id)
+  const ask = (id: string, content: string, maxTokens: number, cacheScope: string): void => {
+    engine.start({ messages: [{ role: 'user', content }], temperature: 0, topP: 1, topK: 0, stop: [], maxTokens, cacheScope }, id)
   }
-  const copiedAfter = (from: number): number => timeline.findIndex((e, i) => i >= from && e === 'copy')
+  const promptOf = (content: string): number => engine.encodePrompt({ messages: [{ role: 'user', content }] }).length
 
-  // Alone: its prompt fed in runs of its own.
-  ask('alone', USER_TURNS[0], 4)
+  // Alone: its prompt fed in runs of its own, its prompt and reply kept when it ends.
+  ask('alone', USER_TURNS[0], 4, 'A')
   await event('finish of alone')
-  t.ok(timeline.indexOf('first token of alone') < copiedAfter(0), `alone: the first token, then the copy (${timeline.join('; ')})`)
+  t.same(timeline, ['first token of alone', `copy of ${promptOf(USER_TURNS[0]) + 3}`, 'finish of alone'], 'alone: the first token, then one copy as it ends')
 
-  // Arriving while another request decodes: it rides in that request's decode steps (a mixed batch).
-  ask('decoding', USER_TURNS[1], 60)
+  // Arriving while another request decodes: it rides in that request's decode steps (a mixed
+  // batch); another scope's arrival copies nothing of the first.
+  timeline.length = 0
+  ask('decoding', USER_TURNS[1], 60, 'A')
   await event('first token of decoding')
-  const from = timeline.length
-  ask('riding', USER_TURNS[2], 4)
+  ask('riding', USER_TURNS[2], 4, 'B')
   await event('finish of riding')
+  t.same(timeline, ['first token of decoding', 'first token of riding', `copy of ${promptOf(USER_TURNS[2]) + 3}`, 'finish of riding'], 'riding: the first token, then one copy as it ends; the other scope\'s prompt not copied')
+  // A request of the decoding one's scope looks for a prefix: the decoding prompt is copied then, once.
+  ask('same scope', USER_TURNS[1], 4, 'A')
+  await event('finish of same scope')
   await event('finish of decoding')
-  const first = timeline.indexOf('first token of riding')
-  t.ok(first < timeline.indexOf('finish of decoding'), 'it came in while the other still decoded')
-  t.ok(copiedAfter(from) >= 0, 'its prompt was kept')
-  t.ok(first >= 0 && first < copiedAfter(from), `riding: the first token, then the copy (${timeline.slice(from).join('; ')})`)
+  const copies = timeline.filter(e => e.startsWith('copy')).length
+  t.equal(timeline[4], `copy of ${promptOf(USER_TURNS[1])}`, `the decoding request's prompt, when the same scope's request arrived (${timeline.join('; ')})`)
+  t.ok(timeline.indexOf('first token of same scope') > 4, 'before that request\'s first token: it reuses the copy')
+  t.equal(copies, 4, 'then one copy as each ends')
 })
 
 t.test('a cached prefix longer than the new prompt: only what the prompt has, never its last token', async t => {
