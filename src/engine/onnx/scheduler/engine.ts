@@ -569,21 +569,23 @@ export class LocalEngine {
     group.remove(new Set([...ready.keys(), ...failed.keys()]))
     if (group.size === 0) this.#prefill = null
     for (const [seq, err] of failed) this.#fail([seq], err)
+    // Replies that ended go out before their caches are kept (a copy of the whole cache each).
+    for (const [seq, result] of ready) if (result.finish) this.#finish(seq, result.finish)
     // Rows that left the group to decode still hold their reservations while the others' prompts are kept.
     const joining = [...ready].filter(([, result]) => !result.finish).map(([seq]) => seq)
     for (const [seq, result] of ready) {
-      if (seq.cache) {
-        if (result.finish) this.#remember(seq, seq.cache, 0, joining)
-        else this.#promptIn(seq, seq.cache, 0, joining)
-      }
       if (result.finish) {
-        if (seq.cache) this.cacheLayout.free(seq.cache)
+        if (seq.cache) {
+          this.#remember(seq, seq.cache, 0, joining)
+          this.cacheLayout.free(seq.cache)
+        }
         seq.cache = null
-        this.#finish(seq, result.finish)
       } else {
+        if (seq.cache) this.#promptIn(seq, seq.cache, 0, joining)
         this.#batchWithRoom().join(seq)
       }
     }
+    if (joining.length < ready.size) this.#reportKept()
   }
 
   async #decodeStep (batch: DecodeBatch): Promise<void> {
@@ -628,17 +630,19 @@ export class LocalEngine {
       this.#emit(seq, result)
       sampled.push({ seq, row: b, result })
     })
-    // Every row's token has gone out; then the caches kept for later requests (each copy is a whole
-    // prompt's cache): a finished row's with its output; a prompt just completed, as one fed in
-    // runs of its own is, only noted (#promptsNotKept).
+    // Every row's token, and every reply that ended, has gone out; then the caches kept for later
+    // requests (each copy is a whole cache): a finished row's with its output; a prompt just
+    // completed, as one fed in runs of its own is, only noted (#promptsNotKept).
+    for (const { seq, result } of sampled) {
+      if (!result.finish) continue
+      finished.add(seq)
+      this.#finish(seq, result.finish)
+    }
     for (const { seq, row, result } of sampled) {
       if (batch.cache && result.finish) this.#remember(seq, batch.cache, row)
       else if (batch.cache && prefilling.has(seq)) this.#promptIn(seq, batch.cache, row)
-      if (result.finish) {
-        finished.add(seq)
-        this.#finish(seq, result.finish)
-      }
     }
+    if (finished.size > 0) this.#reportKept()
     batch.leave(finished)
     for (const [seq, err] of failed) this.#fail([seq], err)
   }
@@ -704,6 +708,11 @@ export class LocalEngine {
       batch.leave(gone)
       for (const seq of gone) this.#finish(seq, 'cancelled')
     }
+  }
+
+  /** Reports the load now: finished replies' caches were just kept, after their finish went out (which reported it too). */
+  #reportKept (): void {
+    this.#counters.report(() => this.#load(), true)
   }
 
   #finish (seq: Sequence, reason: FinishReason): void {

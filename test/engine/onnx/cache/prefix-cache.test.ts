@@ -134,7 +134,7 @@ t.test('a request cancelled while it decodes leaves its prompt for later ones', 
   t.same({ ...got, cached: 0 }, { ...expected, cached: 0 }, 'the same reply as without a cache')
 })
 
-t.test('a prompt\'s cache is copied for later requests after its first token, and once: when the reply ends, or when a request of its scope looks for it', async t => {
+t.test('a prompt\'s cache is copied for later requests once, never before its first token: after the reply ends, or when a request of its scope looks for it', async t => {
   const timeline: string[] = []
   const waiting = new Map<string, () => void>()
   /** Notes an event once; `event` resolves when it has happened. */
@@ -164,7 +164,7 @@ t.test('a prompt\'s cache is copied for later requests after its first token, an
   // Alone: its prompt fed in runs of its own, its prompt and reply kept when it ends.
   ask('alone', USER_TURNS[0], 4, 'A')
   await event('finish of alone')
-  t.same(timeline, ['first token of alone', `copy of ${promptOf(USER_TURNS[0]) + 3}`, 'finish of alone'], 'alone: the first token, then one copy as it ends')
+  t.same(timeline, ['first token of alone', 'finish of alone', `copy of ${promptOf(USER_TURNS[0]) + 3}`], 'alone: the first token and the finish, then one copy')
 
   // Arriving while another request decodes: it rides in that request's decode steps (a mixed
   // batch); another scope's arrival copies nothing of the first.
@@ -173,7 +173,7 @@ t.test('a prompt\'s cache is copied for later requests after its first token, an
   await event('first token of decoding')
   ask('riding', USER_TURNS[2], 4, 'B')
   await event('finish of riding')
-  t.same(timeline, ['first token of decoding', 'first token of riding', `copy of ${promptOf(USER_TURNS[2]) + 3}`, 'finish of riding'], 'riding: the first token, then one copy as it ends; the other scope\'s prompt not copied')
+  t.same(timeline, ['first token of decoding', 'first token of riding', 'finish of riding', `copy of ${promptOf(USER_TURNS[2]) + 3}`], 'riding: the first token and the finish, then one copy; the other scope\'s prompt not copied')
   // A request of the decoding one's scope looks for a prefix: the decoding prompt is copied then, once.
   ask('same scope', USER_TURNS[1], 4, 'A')
   await event('finish of same scope')
