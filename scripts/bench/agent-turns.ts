@@ -12,7 +12,8 @@ import { BENCH_MODEL_ID, type ChatdServer } from './chatd-server.ts'
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
 const fixture = (name: string): Record<string, unknown> => JSON.parse(fs.readFileSync(path.join(ROOT, 'test/fixtures', name), 'utf8'))
 
-export interface Turn { ttftMs: number; inputTokens: number; cachedTokens: number }
+/** `ttftMs`: to the first streamed delta; `endMs`: to the stream's end (the reply's 8 tokens and its usage). */
+export interface Turn { ttftMs: number; endMs: number; inputTokens: number; cachedTokens: number }
 type TextPart = { text: string }
 /** One streamed turn of an agent: `first` replaces the instructions' first character, `user` the user's words. */
 export type Agent = (server: ChatdServer, first: string, user: string) => Promise<Turn>
@@ -31,7 +32,7 @@ export const codex: Agent = async (server, first, user) => {
     if (Number.isNaN(ttftMs) && event.type.endsWith('.delta')) ttftMs = performance.now() - started
     if (event.response?.usage) usage = event.response.usage
   }
-  return { ttftMs, inputTokens: usage?.input_tokens ?? NaN, cachedTokens: usage?.input_tokens_details?.cached_tokens ?? 0 }
+  return { ttftMs, endMs: performance.now() - started, inputTokens: usage?.input_tokens ?? NaN, cachedTokens: usage?.input_tokens_details?.cached_tokens ?? 0 }
 }
 
 export const claudeCode: Agent = async (server, first, user) => {
@@ -52,9 +53,10 @@ export const claudeCode: Agent = async (server, first, user) => {
     if (event.type === 'message_start') startUsage = event.message.usage
     if (event.type === 'message_delta') usage = event.usage
   }
+  const endMs = performance.now() - started
   const cached = usage?.cache_read_input_tokens ?? startUsage?.cache_read_input_tokens ?? 0
   // Anthropic's input_tokens leaves out what was read from the cache.
-  return { ttftMs, inputTokens: (usage?.input_tokens ?? startUsage?.input_tokens ?? NaN) + cached, cachedTokens: cached }
+  return { ttftMs, endMs, inputTokens: (usage?.input_tokens ?? startUsage?.input_tokens ?? NaN) + cached, cachedTokens: cached }
 }
 
 /** The agents by the names the benchmarks take. */

@@ -120,7 +120,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
   const maxLevel = Math.max(...o.levels)
   const rounds: Round[] = []
   let gpuDevice: Record<string, unknown> = {}
-  const agentTurns: Record<string, { prompt_tokens: number; cached_tokens: number; ttft_s_uncached: number[]; ttft_s_cached: number[] }> = {}
+  const agentTurns: Record<string, { prompt_tokens: number; cached_tokens: number; ttft_s_uncached: number[]; ttft_s_cached: number[]; end_s_uncached: number[]; end_s_cached: number[] }> = {}
   /** The report; `partial` while measurements are still to come (it is saved after each, so a run cut short keeps what it had). */
   const build = (partial: boolean) => {
     const pick = (f: (r: Round) => number | null | undefined): Array<number | null> => rounds.map(r => f(r) ?? null)
@@ -152,6 +152,8 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
     for (const [name, turns] of Object.entries(agentTurns)) {
       figures[`${name}_ttft_s_uncached`] = summarize(turns.ttft_s_uncached)
       figures[`${name}_ttft_s_cached`] = summarize(turns.ttft_s_cached)
+      figures[`${name}_end_s_uncached`] = summarize(turns.end_s_uncached)
+      figures[`${name}_end_s_cached`] = summarize(turns.end_s_cached)
     }
     const med = (key: string): number | null => figures[key]?.median ?? null
     const firstLlama = rounds.find(r => r.llama_cpp)?.llama_cpp
@@ -199,6 +201,8 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
         cached_tokens: t.cached_tokens,
         ttft_s_uncached: med(`${name}_ttft_s_uncached`),
         ttft_s_cached: med(`${name}_ttft_s_cached`),
+        end_s_uncached: med(`${name}_end_s_uncached`),
+        end_s_cached: med(`${name}_end_s_cached`),
       }])),
       physical_bound: {
         bandwidth_gbs: o.bandwidthGbs,
@@ -291,6 +295,8 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
           cached_tokens: median(cached.map(t => t.cachedTokens)),
           ttft_s_uncached: uncached.map(t => t.ttftMs / 1000),
           ttft_s_cached: cached.map(t => t.ttftMs / 1000),
+          end_s_uncached: uncached.map(t => t.endMs / 1000),
+          end_s_cached: cached.map(t => t.endMs / 1000),
         }
         save(true)
       }
