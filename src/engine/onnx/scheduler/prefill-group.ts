@@ -15,6 +15,21 @@
 import type { CacheLayout, CacheRoom, RowCache } from '../cache/kv-cache.ts'
 import { roomFor, type Sequence } from './sequence.ts'
 
+/**
+ * Positions of a reply a prompt's cache makes room for beside the prompt (at most the reply's
+ * max_tokens). Without them the cache, sized to the prompt's end, would grow (a new allocation and
+ * a copy of the whole cache: ~1 s into fresh memory for an agent's 8k prompt of the 1.5B) a few
+ * dozen tokens into every reply; with them only a reply longer than this grows, once. A cache kept
+ * in GPU memory computes attention over its rows' lengths, not its room, so the room costs memory
+ * alone, which the reservation already holds.
+ */
+export const REPLY_ROOM = 1024
+
+/** The positions a prompt's cache makes room for at once: the prompt, and its reply up to REPLY_ROOM. */
+export function promptRoom (seq: Pick<Sequence, 'promptIds' | 'maxNewTokens'>): number {
+  return seq.promptIds.length + Math.min(seq.maxNewTokens, REPLY_ROOM)
+}
+
 export class PrefillGroup {
   readonly #layout: CacheLayout
   /** Sequences in row order. */
@@ -56,9 +71,9 @@ export class PrefillGroup {
     return this.rows.length
   }
 
-  /** The rows' reservations, and the positions their prompts and first tokens bring them to: a growth makes room for the whole prompt at once. */
+  /** The rows' reservations, and the positions their prompts and replies bring them to (REPLY_ROOM): a growth makes room for the whole prompt at once. */
   #room (): CacheRoom {
-    return { most: roomFor(this.rows), least: Math.max(...this.rows.map(r => r.promptIds.length)) + 1 }
+    return { most: roomFor(this.rows), least: Math.max(...this.rows.map(promptRoom)) }
   }
 
   /**

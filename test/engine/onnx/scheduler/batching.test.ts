@@ -4,6 +4,8 @@ import t, { type Test } from 'tap'
 import type { FinishReason, GenerateRequest } from '../../../../src/engine/backend.ts'
 import type { ForwardInput } from '../../../../src/engine/onnx/device/decoder-session.ts'
 import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
+import { promptRoom, REPLY_ROOM } from '../../../../src/engine/onnx/scheduler/prefill-group.ts'
+import type { CacheRoom } from '../../../../src/engine/onnx/cache/cache-layout.ts'
 import { randomGpuFormModelDir, randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
 import { testDevice } from '../../../helpers/webgpu.ts'
 
@@ -264,6 +266,26 @@ t.test('a prompt that starts from a cached prefix and joins mid-decode is fed in
   t.ok(together.mixedRuns() > mixedBefore, 'the rest of its prompt rode in the other\'s decode steps')
   await other.result
   await together.engine.close()
+})
+
+t.test('a prompt\'s runs ask its cache for room for the prompt and its reply (REPLY_ROOM at most), within the reservation', async t => {
+  const story = 'Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends and her dog.'
+  const e = await engineFor(storiesModelDir(), 'fp32')
+  const prompt = e.engine.encodePrompt({ messages: [{ role: 'user', content: story }] }).length
+  const rooms: Array<CacheRoom | undefined> = []
+  const run = e.engine.cacheLayout.run.bind(e.engine.cacheLayout)
+  e.engine.cacheLayout.run = (cache, tokens, keep, isPrompt, room) => {
+    if (isPrompt) rooms.push(room)
+    return run(cache, tokens, keep, isPrompt, room)
+  }
+  await e.generate(greedy(story, 8)).result
+  t.ok(rooms.length > 0, `the prompt went in ${rooms.length} run(s)`)
+  t.ok(rooms.every(r => r?.least === prompt + 8), 'a short reply: room for all of it')
+  t.ok(rooms.every(r => r!.least! <= r!.most), 'within the reservation')
+  // A long reply (past this model's context): REPLY_ROOM of it.
+  t.equal(promptRoom({ promptIds: new Array<number>(8000).fill(1), maxNewTokens: 30_000 }), 8000 + REPLY_ROOM)
+  t.equal(promptRoom({ promptIds: new Array<number>(8000).fill(1), maxNewTokens: 300 }), 8300)
+  await e.engine.close()
 })
 
 t.test('a request alone copies its cache only for the prefix cache, once: its prompt\'s cache goes to its decode batch as it is, and so does a reused prefix to its prompt', async t => {
