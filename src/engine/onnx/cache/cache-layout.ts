@@ -49,9 +49,11 @@ export interface CacheLayout {
   readonly padsFirstRun: boolean
   /**
    * A new cache holding the given rows, in order; the sources are left as they were. With
-   * `length`, a row keeps only its first `length` positions (a cached prefix).
+   * `length`, a row keeps only its first `length` positions (a cached prefix). `least`: positions
+   * the rows will reach for certain, which a layout that grows ahead (CacheRoom's `least`) makes
+   * room for at once.
    */
-  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): RowCache
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>, least?: number): RowCache
   /** Frees a cache's memory now. */
   free (cache: RowCache): void
   /**

@@ -103,9 +103,9 @@ export class CacheManager {
     return best
   }
 
-  /** A new one-row cache holding the match's positions, for a sequence to continue from. */
-  take (match: PrefixMatch): RowCache {
-    return this.#cache.take(match)
+  /** A new one-row cache holding the match's positions, for a sequence to continue from (to `least` positions: CacheLayout.gather). */
+  take (match: PrefixMatch, least?: number): RowCache {
+    return this.#cache.take(match, least)
   }
 
   /** Whether `entry` is still kept (not evicted). */

@@ -109,8 +109,8 @@ export class DeviceLayout implements CacheLayout {
     return { logits: out.logits, cache }
   }
 
-  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): DeviceCache {
-    const slots = this.#slots.gather(rows.map(r => ({ slots: r.cache as Slots, row: r.row, length: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) })))
+  gather (rows: Array<{ cache: RowCache; row: number; length?: number }>, least?: number): DeviceCache {
+    const slots = this.#slots.gather(rows.map(r => ({ slots: r.cache as Slots, row: r.row, length: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) })), least)
     return { ...slots, device: null }
   }
 

@@ -186,6 +186,7 @@ class AppendLayout implements CacheLayout {
     return { logits: out.logits, cache: target }
   }
 
+  /** No room ahead (`least`): this graph's attention spans the cache's whole room (run's comment). */
   gather (rows: Array<{ cache: RowCache; row: number; length?: number }>): Slots {
     return this.#slots.gather(rows.map(r => ({ slots: r.cache as Slots, row: r.row, length: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) })))
   }

@@ -99,7 +99,7 @@ export async function computeAhead (ids: number[], run: AheadRun): Promise<numbe
   // Room from the scope's own entries, or others' beyond their fair share; never the one extended.
   const reserved = KvBudget.reserveOf(ids.length, 0)
   if (!run.prefixes.makeRoom(run.scope, [{ scope: run.scope, positions: reserved }], { keep: match?.entry })) return 0
-  let cache = match ? run.prefixes.take(match) : run.layout.empty(1)
+  let cache = match ? run.prefixes.take(match, ids.length) : run.layout.empty(1)
   const start = cache.lengths[0]
   let cached = start
   try {

@@ -92,9 +92,9 @@ export class PrefixCache {
     return best
   }
 
-  /** A new one-row cache holding the match's positions, for the sequence to continue from. */
-  take (match: PrefixMatch): RowCache {
-    return this.#layout.gather([{ cache: match.entry.cache, row: 0, length: match.length }])
+  /** A new one-row cache holding the match's positions, for the sequence to continue from (to `least` positions: CacheLayout.gather). */
+  take (match: PrefixMatch, least?: number): RowCache {
+    return this.#layout.gather([{ cache: match.entry.cache, row: 0, length: match.length }], least)
   }
 
   /**

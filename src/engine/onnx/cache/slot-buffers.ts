@@ -90,8 +90,8 @@ export class SlotBuffers {
   }
 
   /** New slots holding the given rows (one free slot at least: the next decode step fits without growing). */
-  gather (rows: SlotRow[]): Slots {
-    const out = this.allocate(rows.map(r => r.length), roundUp(Math.max(...rows.map(r => r.length)) + 1, CAPACITY_STEP))
+  gather (rows: SlotRow[], least = 0): Slots {
+    const out = this.allocate(rows.map(r => r.length), roundUp(Math.max(least, Math.max(...rows.map(r => r.length)) + 1), CAPACITY_STEP))
     this.copyRows(rows, out)
     return out
   }

@@ -30,7 +30,7 @@ import { ApiError } from '../../../errors.ts'
 import type { EncodedPrompt } from '../text/chat-prompt.ts'
 import { ChatTemplate } from '../text/chat-template.ts'
 import { DecodeBatch } from './decode-batch.ts'
-import { PrefillGroup } from './prefill-group.ts'
+import { PrefillGroup, promptRoom } from './prefill-group.ts'
 import { PrefillPacer } from './prefill-pacer.ts'
 import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, usesGroupQueryAttention } from '../device/decoder-session.ts'
@@ -408,7 +408,8 @@ export class LocalEngine {
       if (!fits) break
       // Taken now: making room for the next sequence may evict this one's entry.
       if (match && this.prefixes?.holds(match.entry)) {
-        seq.cache = this.prefixes.take(match)
+        // With room for its prompt and reply (PrefillGroup's), where the layout grows ahead: no growth while it runs.
+        seq.cache = this.prefixes.take(match, promptRoom(seq))
         seq.cachedTokens = seq.reusedTokens = match.length
       }
       if (this.prefixes && !seq.seeded) this.#counters.lookup(seq.promptIds.length, seq.reusedTokens)

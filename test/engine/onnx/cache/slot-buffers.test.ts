@@ -134,3 +134,16 @@ tap.test('float16 caches reuse alike', async t => {
   t.notOk(b.buffers[names[0]].some(v => v !== 0), 'zeroed')
   slots.free(b)
 })
+
+tap.test('a gather makes room for `least` positions at once (a cached prefix taken for a prompt and its reply)', async t => {
+  const slots = new SlotBuffers(names, { heads, dim, type: 'float32' })
+  const source = filled(slots, 100, 128)
+  const plain = slots.gather([{ slots: source, row: 0, length: 90 }])
+  t.equal(plain.capacity, 128, 'the rows and one more position, rounded to 64')
+  const roomy = slots.gather([{ slots: source, row: 0, length: 90 }], 1000)
+  t.equal(roomy.capacity, 1024, 'room for 1,000, rounded to 64')
+  t.same(roomy.lengths, [90])
+  t.equal(positionValue(roomy, names[1], 1, 89), 1090, 'the rows copied')
+  t.equal(positionValue(roomy, names[1], 1, 90), 0, 'nothing past them')
+  t.equal(slots.gather([{ slots: source, row: 0, length: 100 }], 10).capacity, 128, 'a smaller least: as without it')
+})

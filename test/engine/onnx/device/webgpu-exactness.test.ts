@@ -212,5 +212,13 @@ t.test('the GPU form kept in place: decode steps write into the cache\'s buffers
   const reserved = (await layout.run(layout.empty(1), [[1, 5, 9]], 1, true, { most: 100, least: 301 })).cache
   t.equal(keys(reserved).dims[2], 128, 'never past the reservation (rounded up) for a prompt\'s end')
   layout.free(reserved)
+  // A cached prefix taken for a prompt and its reply: the host's copy and the GPU buffers made at its first run have their room.
+  const prefix = (await layout.run(layout.empty(1), [[1, 5, 9, 17, 33, 65, 129, 200]], 1, true)).cache
+  const taken = layout.gather([{ cache: prefix, row: 0, length: 6 }], 400)
+  layout.free(prefix)
+  t.equal((taken as RowCache & { capacity: number }).capacity, 448, 'the host\'s copy: room for 400, rounded to 64')
+  const continued = (await layout.run(taken, [[7, 8]], 1, true, { most: 1000 })).cache
+  t.equal(keys(continued).dims[2], 448, 'its GPU buffers alike')
+  layout.free(continued)
   t.equal(layout.bytesHeld, 0, 'every buffer freed')
 })

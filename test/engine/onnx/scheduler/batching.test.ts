@@ -282,6 +282,17 @@ t.test('a prompt\'s runs ask its cache for room for the prompt and its reply (RE
   t.ok(rooms.length > 0, `the prompt went in ${rooms.length} run(s)`)
   t.ok(rooms.every(r => r?.least === prompt + 8), 'a short reply: room for all of it')
   t.ok(rooms.every(r => r!.least! <= r!.most), 'within the reservation')
+  // A prompt on a cached prefix: the prefix taken with that room.
+  const takes: Array<number | undefined> = []
+  const gather = e.engine.cacheLayout.gather.bind(e.engine.cacheLayout)
+  e.engine.cacheLayout.gather = (rows, least) => {
+    if (rows.length === 1 && rows[0].length !== undefined && takes.length === 0) takes.push(least)
+    return gather(rows, least)
+  }
+  const next = e.generate(greedy(story + ' One day she found a ball.', 20))
+  await next.result
+  t.ok(e.cachedOf(next.id) >= 16, 'the next prompt took a cached prefix')
+  t.same(takes, [e.engine.encodePrompt({ messages: [{ role: 'user', content: story + ' One day she found a ball.' }] }).length + 20], 'with room for the prompt and its reply')
   // A long reply (past this model's context): REPLY_ROOM of it.
   t.equal(promptRoom({ promptIds: new Array<number>(8000).fill(1), maxNewTokens: 30_000 }), 8000 + REPLY_ROOM)
   t.equal(promptRoom({ promptIds: new Array<number>(8000).fill(1), maxNewTokens: 300 }), 8300)
