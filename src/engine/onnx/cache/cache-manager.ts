@@ -125,12 +125,14 @@ export class CacheManager {
   /**
    * Keeps the first `tokens.length` positions of row `row` of `cache` as `scope`'s cache of
    * `tokens` (unless an entry of the scope holds them already), then frees the scope's own
-   * entries until the `running` sequences' reservations fit again (the new one last). Where `tokens` start with the shared prefix and it is not cached,
-   * its part is kept in the shared scope too, if that fits beside them.
+   * entries until the `running` sequences' reservations fit again (the new one last). Where
+   * `tokens` start with the shared prefix and it is not cached, its part is kept in the shared
+   * scope too, if that fits beside them.
    */
   remember (scope: string, tokens: readonly number[], cache: RowCache, row: number, running: Reservation[]): void {
-    // Already kept (a sequence on the prompt graph keeps its prompt when the prompt is in and again
-    // when it finishes): a copy would be the whole prompt's cache again, for nothing.
+    // Already kept (a prompt graph's sequence keeps only its prompt, which a request of its scope
+    // may have had copied while it decoded; the same prompt sent again): a copy would be the whole
+    // cache again, for nothing.
     const held = tokens.length >= BLOCK ? this.#cache.lookup(keyOf(scope), tokens, tokens.length) : null
     if (held?.length === tokens.length) {
       this.#cache.touch(held.entry)

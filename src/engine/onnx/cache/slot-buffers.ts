@@ -89,7 +89,7 @@ export class SlotBuffers {
     return data.fill(0)
   }
 
-  /** New slots holding the given rows (one free slot at least: the next decode step fits without growing). */
+  /** New slots holding the given rows, with room for `least` positions where that is more (one free slot at least: the next decode step fits without growing). */
   gather (rows: SlotRow[], least = 0): Slots {
     const out = this.allocate(rows.map(r => r.length), roundUp(Math.max(least, Math.max(...rows.map(r => r.length)) + 1), CAPACITY_STEP))
     this.copyRows(rows, out)

@@ -446,7 +446,6 @@ export class LocalEngine {
     // holding them would compute them on the prompt graph: only the prompt is kept, so a reused
     // prefix holds exactly what computing it afresh would.
     const kept = this.session.hasPromptGraph ? Math.min(seq.cachedTokens, seq.promptIds.length) : seq.cachedTokens
-    this.#promptsNotKept.delete(seq)
     if (!this.prefixes || kept === 0) return
     this.prefixes.remember(seq.cacheScope, seq.cachedIds.slice(0, kept), cache, row, this.#running(joining))
   }

@@ -57,7 +57,7 @@ t.test('int4 with an int8 prompt graph: a request\'s prompt is copied into the c
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
   const first = await on.generate(story, 20)
   await on.engine.idle()
-  t.equal(copied.length, 1, `one copy (of ${copied.join(', ')} positions): the cache keeps the prompt only, which it held already when the reply finished`)
+  t.equal(copied.length, 1, `one copy (of ${copied.join(', ')} positions): the cache keeps the prompt only, copied once, as the reply ends`)
   layout.gather = gather
   t.same({ ...await on.generate(story, 20), cached: 0 }, first, 'the same prompt again: the same reply')
 })
