@@ -97,15 +97,17 @@ export interface DecoderGraphOptions {
    */
   attentionBias?: boolean
   /**
-   * gqa-masked only: the decode step as onnxruntime's WebGPU graph capture needs it, for measuring
-   * (scripts/bench/graph-capture.ts). Every run then has the same shapes: one row without
-   * padding, one token, its mask as long as the cache buffer (ones for the positions it holds and
-   * the new one, zeros after), so seqlens_k comes from the mask's ones rather than its length, and
+   * gqa-masked only: the decode step as onnxruntime's WebGPU graph capture needs it (the capture
+   * step, model_step.onnx). Every run then has the same shapes: one row without padding, one
+   * token, its mask as long as the cache buffer (ones for the positions it holds and the new one,
+   * zeros after), so seqlens_k comes from the mask's ones rather than its length, and
    * GroupQueryAttention takes no attention_bias (under capture onnxruntime 1.30 cannot check one
    * against a sequence length that is in GPU memory; for one unpadded row seqlens_k bounds the
    * keys); no num_logits_to_keep; cache_delta as the GPU form's (the step's new keys and values, one
-   * position a layer: what keeps the host's copy of a captured row's cache). chatd never serves such a file (metadata
-   * gqa-static-decode): it is wrong for left-padded rows.
+   * position a layer: what keeps the host's copy of a captured row's cache). With no padding the
+   * operator's own rotary is right (it rotates at seqlens_k), so each layer hands it the packed
+   * q/k/v projection (staticStepAttention). chatd serves such a file only as the capture step
+   * (metadata gqa-static-decode): it is wrong for left-padded rows.
    */
   staticDecode?: boolean
 }
@@ -251,10 +253,14 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   // chatd's concat graphs with plain attention collect each layer's new entries for cache_delta.
   // gqa-masked graphs collect the new entries as the projections give them ([B, S, kv heads * hd]).
-  const newEntries: string[] | null = cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
-  const attention = opts.attention === 'gqa'
-    ? groupQueryAttention(g, cfg, attentionMask)
-    : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false && !opts.staticDecode, opts.staticDecode === true)
+  // The static decode step hands each layer's packed projection to GroupQueryAttention and builds cache_delta itself.
+  const step = masked && opts.staticDecode === true ? staticStepAttention(g, cfg, attentionMask, positionIds as string) : null
+  const newEntries: string[] | null = step === null && cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
+  const attention: AttentionBuilder = step
+    ? () => { throw new Error('the static decode step attends through staticStepAttention') }
+    : opts.attention === 'gqa'
+      ? groupQueryAttention(g, cfg, attentionMask)
+      : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -277,18 +283,23 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     const a = `${p}.self_attn`
     const attnIn = addAndNorm(residual, pending, `${p}.input_layernorm.weight`)
     residual = attnIn.sum
-    let qFlat: string, kFlat: string, vFlat: string
+    let merged: string
     if (plain) {
-      [qFlat, kFlat, vFlat] = ['q', 'k', 'v'].map(x =>
+      const [qFlat, kFlat, vFlat] = ['q', 'k', 'v'].map(x =>
         linear(attnIn.normed, `${a}.${x}_proj`, [src.get(`${a}.${x}_proj.weight`)], biasOf([`${a}.${x}_proj.bias`], cfg.qkvBias)))
+      merged = attention(i, qFlat, kFlat, vFlat, past[i])
     } else {
       const qkv = linear(attnIn.normed, `${a}.qkv_proj`,
         [src.get(`${a}.q_proj.weight`), src.get(`${a}.k_proj.weight`), src.get(`${a}.v_proj.weight`)],
         biasOf([`${a}.q_proj.bias`, `${a}.k_proj.bias`, `${a}.v_proj.bias`], cfg.qkvBias))
-      // Packed rows: the projections ran on the real tokens only; attention takes them as padded rows.
-      ;[qFlat, kFlat, vFlat] = g.node('Split', [packed ? packed.toRows(qkv) : qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
+      if (step) {
+        merged = step.layer(i, qkv, past[i])
+      } else {
+        // Packed rows: the projections ran on the real tokens only; attention takes them as padded rows.
+        const [qFlat, kFlat, vFlat] = g.node('Split', [packed ? packed.toRows(qkv) : qkv, g.int64([nH * hd, nKv * hd, nKv * hd])], { axis: attr.i(-1) }, { outputs: 3 })
+        merged = packed ? packed.toTokens(attention(i, qFlat, kFlat, vFlat, past[i])) : attention(i, qFlat, kFlat, vFlat, past[i])
+      }
     }
-    const merged = packed ? packed.toTokens(attention(i, qFlat, kFlat, vFlat, past[i])) : attention(i, qFlat, kFlat, vFlat, past[i])
     for (const kv of ['key', 'value']) {
       if (cache === 'append') g.output(`new_key_values.${i}.${kv}`, ioType, ['batch_size', nKv, 'sequence_length', hd])
       else g.output(`present.${i}.${kv}`, ioType, ['batch_size', nKv, 'total_sequence_length', hd])
@@ -315,7 +326,10 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     pending = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
   }
 
-  if (newEntries && masked) {
+  if (step) {
+    step.cacheDelta()
+    g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
+  } else if (newEntries && masked) {
     // Every layer's [B, S, kv heads * hd] side by side, then one reshape and transpose into the delta's layout.
     const side = g.op('Concat', newEntries, { axis: attr.i(-1) })
     const split = g.op('Reshape', [side, g.int64([0, 0, 2 * cfg.numLayers, nKv, hd])])
@@ -423,7 +437,7 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true, seqlensFromOnes = false): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -470,13 +484,10 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
     // instead of a dozen): q and k rotated here at each row's position_ids, every row's seqlens_k
     // the whole length (so the operator drops no key and derives no position), and padding and
     // causality from the same additive mask as above, as attention_bias. Exact with left padding.
-    // The static decode step's mask is the cache buffer's length: its ones say where the row ends.
-    const lastPositions = seqlensFromOnes
-      ? g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])
-      : g.op('Expand', [
-        g.op('Sub', [totalLen, one]),
-        g.op('Unsqueeze', [g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([0], true)], { axis: attr.i(0) }), g.int64([0])]),
-      ])
+    const lastPositions = g.op('Expand', [
+      g.op('Sub', [totalLen, one]),
+      g.op('Unsqueeze', [g.op('Gather', [g.op('Shape', [attentionMask]), g.int64([0], true)], { axis: attr.i(0) }), g.int64([0])]),
+    ])
     const seqlensK = g.op('Cast', [lastPositions], { to: attr.i(DataType.INT32) })
     const totalLenI32 = g.op('Cast', [totalLen], { to: attr.i(DataType.INT32) })
     return (i, qFlat, kFlat, vFlat, past) => {
@@ -538,6 +549,59 @@ export function groupedAttention (g: GraphBuilder, cfg: Pick<DecoderConfig, 'num
   const probs = g.op('Softmax', [g.op('Add', [scoresPerHead, maskBias])], { axis: attr.i(-1) })
   const context = g.op('MatMul', [g.op('Reshape', [probs, g.int64([0, nKv, -1, 0])]), values]) // [B, nKv, rep*S, hd]
   return g.op('Reshape', [context, g.int64([0, nH, -1, hd])])
+}
+
+/** The static decode step's attention: each layer's from its packed projection, and cache_delta from all of them. */
+interface StepAttention {
+  /** One layer's attention from its packed q/k/v projection [1, 1, (nH + 2 nKv) * hd]; merged heads out, present.i.* written. */
+  layer: (layer: number, qkv: string, past: PastPair) => string
+  /** Writes cache_delta from the layers' projections, once every layer is built. */
+  cacheDelta: () => void
+}
+
+/**
+ * The static decode step (DecoderGraphOptions.staticDecode): one row without padding, so
+ * GroupQueryAttention may derive the new token's position from seqlens_k and rotate q and k
+ * itself. Given the packed projection and a cache buffer that is both past and present, onnxruntime's
+ * WebGPU provider then splits, rotates and writes the new keys and values in one kernel
+ * (SplitPackedQKVWithRotaryEmbeddingAndCopyKV) where a Split and two RotaryEmbedding nodes took three
+ * more. cache_delta wants the rotated keys, which the operator keeps to itself: they are rotated
+ * again here for all layers at once (the projections side by side, one RotaryEmbedding over every
+ * layer's key heads, at position_ids, on the same tables), a handful of kernels for the step.
+ */
+function staticStepAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string, positionIds: string): StepAttention {
+  const { numHeads: nH, numKvHeads: nKv, headDim: hd, numLayers: L } = cfg
+  const one = g.int64([1], true)
+  const totalLen = g.op('Gather', [g.op('Shape', [attentionMask]), one], { axis: attr.i(0) })
+  // The mask is the cache buffer's length: its ones say where the row ends.
+  const seqlensK = g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])], { to: attr.i(DataType.INT32) })
+  const totalLenI32 = g.op('Cast', [totalLen], { to: attr.i(DataType.INT32) })
+  // Rotary tables for positions 0..T-1, as the GPU form computes them (fixed dimensions fold them into constants).
+  const positions = g.op('Unsqueeze', [g.op('Cast', [g.op('Range', [g.int64([0], true), totalLen, one])], { to: attr.i(DataType.FLOAT) }), g.int64([1])])
+  const angles = g.op('Mul', [positions, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
+  const cos = g.op('Cos', [angles])
+  const sin = g.op('Sin', [angles])
+  const projections: string[] = []
+  return {
+    layer: (i, qkv, past) => {
+      projections.push(qkv)
+      return g.node('GroupQueryAttention', [qkv, '', '', past.key, past.value, seqlensK, totalLenI32, cos, sin], {
+        num_heads: attr.i(nH), kv_num_heads: attr.i(nKv), scale: attr.f(1 / Math.sqrt(hd)), do_rotary: attr.i(1), rotary_interleaved: attr.i(0),
+      }, { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
+    },
+    cacheDelta: () => {
+      if (projections.length !== L) throw new Error(`cache_delta wants all ${L} layers' projections, has ${projections.length}`)
+      // [1, 1, L, nH + 2 nKv, hd]: each layer's heads, q's, then k's, then v's.
+      const heads = g.op('Reshape', [g.op('Concat', projections, { axis: attr.i(-1) }), g.int64([0, 0, L, nH + 2 * nKv, hd])])
+      const headsOf = (from: number): string => g.op('Slice', [heads, g.int64([from]), g.int64([from + nKv]), g.int64([3])])
+      const keys = g.op('RotaryEmbedding', [g.op('Reshape', [headsOf(nH), g.int64([0, 0, L * nKv * hd])]), positionIds, cos, sin],
+        { interleaved: attr.i(0), num_heads: attr.i(L * nKv) }, { domain: MS_DOMAIN })
+      const keysAndValues = g.op('Concat', [g.op('Reshape', [keys, g.int64([0, 0, L, nKv, hd])]), headsOf(nH + nKv)], { axis: attr.i(3) })
+      // [1, 1, 2L, nKv, hd] (layer i's keys at 2i, values at 2i + 1) to [2L, 1, nKv, 1, hd].
+      const delta = g.op('Reshape', [keysAndValues, g.int64([0, 0, 2 * L, nKv, hd])])
+      g.op('Transpose', [delta], { perm: attr.ints([2, 0, 3, 1, 4]) }, { output: 'cache_delta' })
+    },
+  }
 }
 
 function groupQueryAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string): AttentionBuilder {
