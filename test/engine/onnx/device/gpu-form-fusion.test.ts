@@ -8,7 +8,7 @@ import path from 'node:path'
 import t from 'tap'
 import { decodeModel } from '../../../../src/convert/onnx-proto.ts'
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
-import { randomGpuFormModelDir } from '../../../helpers/models.ts'
+import { randomCaptureStepModelDir, randomGpuFormModelDir } from '../../../helpers/models.ts'
 import { needWebgpu } from '../../../helpers/webgpu.ts'
 
 /** The node types of the graph a session on `provider` runs, and how many of each. */
@@ -35,4 +35,18 @@ t.test('the GPU form (int4) on WebGPU: each layer\'s norm, gate and up projectio
   const cpu = await optimizedOps(model.onnxPath, 'cpu', dir)
   t.equal(cpu.MatMulNBitsMlp ?? 0, 0, 'the CPU provider fuses nothing of the kind')
   t.equal(cpu.MatMulNBits, 5 * model.numLayers + 1, 'q/k/v, o, gate, up and down a layer apart on the CPU, and the output head')
+})
+
+t.test('the capture step on WebGPU: each layer hands its packed q/k/v to GroupQueryAttention, which rotates them itself (one fused split, rotary and cache write)', async t => {
+  if (!await needWebgpu(t)) return
+  const model = readModelDir(randomCaptureStepModelDir(), 'q4')
+  const gpu = await optimizedOps(model.stepOnnxPath as string, 'webgpu', t.testdir())
+  t.equal(gpu.GroupQueryAttention, model.numLayers)
+  t.equal(gpu.Split ?? 0, 0, 'no Split of the projection')
+  t.equal(gpu.RotaryEmbedding, 1, 'one RotaryEmbedding, for cache_delta\'s keys of every layer at once')
+  const attention = decodeModel(fs.readFileSync(model.stepOnnxPath as string)).graph.node.filter(n => n.op_type === 'GroupQueryAttention')
+  for (const node of attention) {
+    t.same(node.input.slice(1, 3), ['', ''], 'the packed projection as the query, no key or value apart')
+    t.equal(node.attribute.find(a => a.name === 'do_rotary')?.i, 1, 'the operator rotates')
+  }
 })
