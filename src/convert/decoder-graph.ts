@@ -436,6 +436,13 @@ function inverseFrequencies (cfg: DecoderConfig): Float32Array {
   return inv
 }
 
+/** cos and sin of every position in `positions` ([T], int64) times each rotary frequency: [T, hd/2] each. */
+function rotaryTables (g: GraphBuilder, cfg: DecoderConfig, positions: string): { cos: string; sin: string } {
+  const column = g.op('Unsqueeze', [g.op('Cast', [positions], { to: attr.i(DataType.FLOAT) }), g.int64([1])]) // [T, 1]
+  const angles = g.op('Mul', [column, g.initializer('rotary.inv_freq', DataType.FLOAT, [cfg.headDim / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
+  return { cos: g.op('Cos', [angles]), sin: g.op('Sin', [angles]) }
+}
+
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
   plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
@@ -461,10 +468,7 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
   // built once per step and shared by all layers' com.microsoft
   // RotaryEmbedding nodes, which rotate halves (rotate_half, not interleaved)
   // at each row's own position_ids.
-  const positions = g.op('Unsqueeze', [g.op('Cast', [keyPos], { to: attr.i(DataType.FLOAT) }), g.int64([1])]) // [T, 1]
-  const angles = g.op('Mul', [positions, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
-  const cos = g.op('Cos', [angles]) // [T, hd/2]
-  const sin = g.op('Sin', [angles])
+  const { cos, sin } = rotaryTables(g, cfg, keyPos) // [T, hd/2]
   // Plain operators: each row's cos/sin gathered at its position_ids, then x1*cos - x2*sin and
   // x2*cos + x1*sin on the two halves of every head (rotate_half), as exporters write it.
   const cosAt = plainRotary ? g.op('Unsqueeze', [g.op('Gather', [cos, positionIds]), g.int64([2])]) : '' // [B, S, 1, hd/2]
@@ -576,11 +580,8 @@ function staticStepAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask
   // The mask is the cache buffer's length: its ones say where the row ends.
   const seqlensK = g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])], { to: attr.i(DataType.INT32) })
   const totalLenI32 = g.op('Cast', [totalLen], { to: attr.i(DataType.INT32) })
-  // Rotary tables for positions 0..T-1, as the GPU form computes them (fixed dimensions fold them into constants).
-  const positions = g.op('Unsqueeze', [g.op('Cast', [g.op('Range', [g.int64([0], true), totalLen, one])], { to: attr.i(DataType.FLOAT) }), g.int64([1])])
-  const angles = g.op('Mul', [positions, g.initializer('rotary.inv_freq', DataType.FLOAT, [hd / 2], toFloat32Bytes(inverseFrequencies(cfg)))])
-  const cos = g.op('Cos', [angles])
-  const sin = g.op('Sin', [angles])
+  // Rotary tables for positions 0..T-1, as the GPU form's (fixed dimensions fold them into constants).
+  const { cos, sin } = rotaryTables(g, cfg, g.op('Range', [g.int64([0], true), totalLen, one]))
   const projections: string[] = []
   return {
     layer: (i, qkv, past) => {
