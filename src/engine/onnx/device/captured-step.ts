@@ -20,15 +20,18 @@ import { CAPTURE_STEP_FILE, type ModelDir } from '../model-dir.ts'
 import { cacheDeltaEntries } from './decoder-session.ts'
 import { OrtCApi, type BoundRun, type Value } from './ort-capi.ts'
 
-// Identity graphs over symbolic dimensions, kept as bytes as chatd's graph writer writes them
+// Small graphs over symbolic dimensions, kept as bytes as chatd's graph writer writes them
 // (the runtime never imports the converter; test/engine/onnx/device/captured-step.test.ts
-// rebuilds them and compares). Each copies `name` to `name_out`.
+// rebuilds them and compares). Each takes `name` to `name_out`.
 /** input_ids [rows, one], position_ids [rows, one], attention_mask [rows, length], int64. */
 export const UPLOAD_GRAPH = Buffer.from('CAgSBWNoYXRkGgExOq8DCjIKCWlucHV0X2lkcxINaW5wdXRfaWRzX291dBoKSWRlbnRpdHlfMCIISWRlbnRpdHk6AAo4Cgxwb3NpdGlvbl9pZHMSEHBvc2l0aW9uX2lkc19vdXQaCklkZW50aXR5XzEiCElkZW50aXR5OgAKPAoOYXR0ZW50aW9uX21hc2sSEmF0dGVudGlvbl9tYXNrX291dBoKSWRlbnRpdHlfMiIISWRlbnRpdHk6ABIHZGVjb2RlcloiCglpbnB1dF9pZHMSFQoTCAcSDwoGEgRyb3dzCgUSA29uZVolCgxwb3NpdGlvbl9pZHMSFQoTCAcSDwoGEgRyb3dzCgUSA29uZVoqCg5hdHRlbnRpb25fbWFzaxIYChYIBxISCgYSBHJvd3MKCBIGbGVuZ3RoYiYKDWlucHV0X2lkc19vdXQSFQoTCAcSDwoGEgRyb3dzCgUSA29uZWIpChBwb3NpdGlvbl9pZHNfb3V0EhUKEwgHEg8KBhIEcm93cwoFEgNvbmViLgoSYXR0ZW50aW9uX21hc2tfb3V0EhgKFggHEhIKBhIEcm93cwoIEgZsZW5ndGhCBAoAEBE=', 'base64')
 /** logits [rows, one, vocab], cache_delta [layers, rows, heads, one, dim], float. */
 export const DOWNLOAD_GRAPH = Buffer.from('CAgSBWNoYXRkGgExOssCCiwKBmxvZ2l0cxIKbG9naXRzX291dBoKSWRlbnRpdHlfMCIISWRlbnRpdHk6AAo2CgtjYWNoZV9kZWx0YRIPY2FjaGVfZGVsdGFfb3V0GgpJZGVudGl0eV8xIghJZGVudGl0eToAEgdkZWNvZGVyWigKBmxvZ2l0cxIeChwIARIYCgYSBHJvd3MKBRIDb25lCgcSBXZvY2FiWj4KC2NhY2hlX2RlbHRhEi8KLQgBEikKCBIGbGF5ZXJzCgYSBHJvd3MKBxIFaGVhZHMKBRIDb25lCgUSA2RpbWIsCgpsb2dpdHNfb3V0Eh4KHAgBEhgKBhIEcm93cwoFEgNvbmUKBxIFdm9jYWJiQgoPY2FjaGVfZGVsdGFfb3V0Ei8KLQgBEikKCBIGbGF5ZXJzCgYSBHJvd3MKBxIFaGVhZHMKBRIDb25lCgUSA2RpbUIECgAQEQ==', 'base64')
-/** cache [rows, heads, length, dim], float. */
-export const LOAD_GRAPH = Buffer.from('CAgSBWNoYXRkGgExOp8BCioKBWNhY2hlEgljYWNoZV9vdXQaCklkZW50aXR5XzAiCElkZW50aXR5OgASB2RlY29kZXJaMQoFY2FjaGUSKAomCAESIgoGEgRyb3dzCgcSBWhlYWRzCggSBmxlbmd0aAoFEgNkaW1iNQoJY2FjaGVfb3V0EigKJggBEiIKBhIEcm93cwoHEgVoZWFkcwoIEgZsZW5ndGgKBRIDZGltQgQKABAR', 'base64')
+/**
+ * Pad of a row's cache [rows, heads, length, dim] (float) by `pads` [8] (int64) into cache_out
+ * [rows, heads, room, dim]: a row's positions go up, and the buffer's rest is zeroed on the GPU.
+ */
+export const LOAD_GRAPH = Buffer.from('CAgSBWNoYXRkGgExOq0BCiYKBWNhY2hlCgRwYWRzEgljYWNoZV9vdXQaBVBhZF8wIgNQYWQ6ABIHZGVjb2RlcloxCgVjYWNoZRIoCiYIARIiCgYSBHJvd3MKBxIFaGVhZHMKCBIGbGVuZ3RoCgUSA2RpbVoSCgRwYWRzEgoKCAgHEgQKAggIYjMKCWNhY2hlX291dBImCiQIARIgCgYSBHJvd3MKBxIFaGVhZHMKBhIEcm9vbQoFEgNkaW1CBAoAEBE=', 'base64')
 
 export interface StepOutput {
   /** The row's logits, [vocab]: a view the next step overwrites. */
@@ -48,8 +51,10 @@ export class CapturedStep {
   readonly #sendInputs: () => void
   readonly #step: BoundRun
   readonly #readBack: () => void
-  readonly #loadLayer: Array<() => void>
+  readonly #loadLayer: Array<(rows: Value) => void>
+  readonly #stagingTensor: Value
   readonly #staging: Float32Array
+  readonly #pads: BigInt64Array
   readonly #ids: BigInt64Array
   readonly #positions: BigInt64Array
   readonly #mask: BigInt64Array
@@ -67,7 +72,7 @@ export class CapturedStep {
     const { numLayers, numKvHeads: heads, headDim: dim, vocabSize: vocab } = model
     const cacheDims = [1, heads, length, dim]
     const deltaDims = [2 * numLayers, 1, heads, 1, dim]
-    const host = { ids: api.hostTensor('int64', [1, 1]), positions: api.hostTensor('int64', [1, 1]), mask: api.hostTensor('int64', [1, length]), logits: api.hostTensor('float', [1, 1, vocab]), delta: api.hostTensor('float', deltaDims), staging: api.hostTensor('float', cacheDims) }
+    const host = { ids: api.hostTensor('int64', [1, 1]), positions: api.hostTensor('int64', [1, 1]), mask: api.hostTensor('int64', [1, length]), logits: api.hostTensor('float', [1, 1, vocab]), delta: api.hostTensor('float', deltaDims), staging: api.hostTensor('float', cacheDims), pads: api.hostTensor('int64', [8]) }
     // The step's keys and values by cache name, views of the read-back delta; their names are the cache's.
     this.#entries = cacheDeltaEntries(new Float32Array(host.delta.view as ArrayBuffer), numLayers)
     this.#names = Object.keys(this.#entries)
@@ -93,8 +98,10 @@ export class CapturedStep {
     this.#step = decode.bind({ input_ids: gpu.ids, position_ids: gpu.positions, attention_mask: gpu.mask, ...past }, { logits: gpu.logits, cache_delta: gpu.delta, ...present })
     // Bound for each run too: were a provider to run the copy on the host, it would read the GPU tensor at binding.
     this.#readBack = () => download.run({ logits: gpu.logits, cache_delta: gpu.delta }, { logits_out: host.logits, cache_delta_out: host.delta })
-    this.#loadLayer = this.#names.map(name => () => loader.run({ cache: host.staging }, { cache_out: past[name] }))
+    this.#loadLayer = this.#names.map(name => rows => loader.run({ cache: rows, pads: host.pads }, { cache_out: past[name] }))
+    this.#stagingTensor = host.staging
     this.#staging = new Float32Array(host.staging.view as ArrayBuffer)
+    this.#pads = new BigInt64Array(host.pads.view as ArrayBuffer)
     this.#ids = new BigInt64Array(host.ids.view as ArrayBuffer)
     this.#positions = new BigInt64Array(host.positions.view as ArrayBuffer)
     this.#mask = new BigInt64Array(host.mask.view as ArrayBuffer)
@@ -130,12 +137,19 @@ export class CapturedStep {
     if (length >= this.length) throw new Error(`a captured step of ${this.length} positions cannot take a row of ${length}`)
     this.#holder = null
     const { numKvHeads: heads, headDim: dim } = this.model
-    this.#loadLayer.forEach((load, i) => {
-      const from = buffers[this.#names[i]]
-      this.#staging.fill(0)
-      for (let h = 0; h < heads; h++) this.#staging.set(from.subarray(h * capacity * dim, (h * capacity + length) * dim), h * this.length * dim)
-      load()
-    })
+    // Only the row's positions go up, packed head after head; Pad zeroes the rest on the GPU.
+    const rows = this.#api.hostView(this.#stagingTensor, [1, heads, length, dim])
+    this.#pads.fill(0n)
+    this.#pads[6] = BigInt(this.length - length) // after axis 2's end
+    try {
+      this.#loadLayer.forEach((load, i) => {
+        const from = buffers[this.#names[i]]
+        for (let h = 0; h < heads; h++) this.#staging.set(from.subarray(h * capacity * dim, (h * capacity + length) * dim), h * length * dim)
+        load(rows.value)
+      })
+    } finally {
+      rows.release()
+    }
     this.#mask.fill(0n)
     this.#mask.fill(1n, 0, length)
     this.#holder = { of, length }

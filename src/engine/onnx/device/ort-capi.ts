@@ -70,6 +70,8 @@ export interface Value {
   readonly dims: number[]
   /** Host tensors: their memory. */
   readonly view?: ArrayBuffer
+  /** Host tensors made by hostTensor: the address of their memory. */
+  readonly memory?: Ptr
 }
 
 /** onnxruntime's C API functions this file calls, read once a process (koffi's type names are global). */
@@ -187,7 +189,30 @@ export class OrtCApi {
       this.#released.push(() => { this.#fn.ReleaseValue(handle); koffi.free(memory) })
       const view = koffi.view(memory, bytes)
       new Uint8Array(view).fill(0)
-      return { handle, type, dims, view }
+      return { handle, type, dims, view, memory }
+    } finally {
+      this.#fn.ReleaseMemoryInfo(info)
+    }
+  }
+
+  /**
+   * A host tensor of `dims` over the start of `of`'s memory (a tensor hostTensor made, at least as
+   * large), for runs that take fewer elements than it holds; `release` it before `of` goes.
+   */
+  hostView (of: Value, dims: number[]): { value: Value; release: () => void } {
+    const bytes = dims.reduce((a, b) => a * b, 1) * ELEMENT_BYTES[of.type]
+    if (of.memory === undefined || of.view === undefined || bytes > of.view.byteLength) throw new Error(`a view of [${dims.join(', ')}] needs a host tensor of ${bytes} bytes at least`)
+    const info = this.#out('CreateCpuMemoryInfo', 0, 0)
+    try {
+      const handle = this.#out('CreateTensorWithDataAsOrtValue', info, of.memory, bytes, BigInt64Array.from(dims, BigInt), dims.length, ElementType[of.type])
+      let released = false
+      return {
+        value: { handle, type: of.type, dims },
+        release: () => {
+          if (!released) this.#fn.ReleaseValue(handle)
+          released = true
+        },
+      }
     } finally {
       this.#fn.ReleaseMemoryInfo(info)
     }
