@@ -38,16 +38,18 @@ export async function runNative (args: RunArgs): Promise<StepRun> {
     const sessionLoad = (performance.now() - started) / 1000
 
     // The cache: one GPU tensor per layer's keys and values, maxLen positions a row, past and present of
-    // every run; zeros first (the static step reads the whole buffer), sent up once.
+    // every run; zeros first, written on the GPU (the load graph pads one position of zeros to maxLen).
     const cacheDims = [rows, model.numKvHeads, maxLen, model.headDim]
-    const zeros = api.hostTensor('float', cacheDims)
+    const zeros = api.hostTensor('float', [rows, model.numKvHeads, 1, model.headDim])
+    const pads = api.hostTensor('int64', [8])
+    new BigInt64Array(pads.view as ArrayBuffer)[6] = BigInt(maxLen - 1)
     const clear = api.session(LOAD_GRAPH, { webgpu: {} })
     const past: Record<string, Value> = {}
     const present: Record<string, Value> = {}
     for (let i = 0; i < model.numLayers; i++) {
       for (const kv of ['key', 'value']) {
         const t = decodeSession.gpuTensor('float', cacheDims)
-        clear.run({ cache: zeros }, { cache_out: t })
+        clear.run({ cache: zeros, pads }, { cache_out: t })
         past[`past_key_values.${i}.${kv}`] = t
         present[`present.${i}.${kv}`] = t
       }

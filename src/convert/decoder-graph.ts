@@ -577,12 +577,13 @@ function staticStepAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, numLayers: L } = cfg
   const one = g.int64([1], true)
   const totalLen = g.op('Gather', [g.op('Shape', [attentionMask]), one], { axis: attr.i(0) })
-  // The mask is the cache buffer's length: its ones say where the row ends.
-  const seqlensK = g.op('Cast', [g.op('Sub', [g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }), one])], { to: attr.i(DataType.INT32) })
-  // total_sequence_length is the row's length, not the buffer's: under capture the provider sizes
-  // the decode attention's dispatch from it on the GPU at every replay, so a step reads the row's
-  // keys, not the whole buffer's.
-  const totalLenI32 = g.op('Cast', [g.op('ReduceSum', [attentionMask], { keepdims: attr.i(0) })], { to: attr.i(DataType.INT32) })
+  // The mask is the cache buffer's length: its ones say where each row ends.
+  const rowLengths = g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }) // [B]
+  const seqlensK = g.op('Cast', [g.op('Sub', [rowLengths, one])], { to: attr.i(DataType.INT32) })
+  // total_sequence_length is the longest row's length, not the buffer's: under capture the provider
+  // sizes the decode attention's dispatch from it on the GPU at every replay (each row's keys are
+  // bounded by its seqlens_k), so a step reads the rows' keys, not the whole buffer's.
+  const totalLenI32 = g.op('ReduceMax', [g.op('Cast', [rowLengths], { to: attr.i(DataType.INT32) })], { keepdims: attr.i(0) })
   // Rotary tables for positions 0..T-1, as the GPU form's (fixed dimensions fold them into constants).
   const { cos, sin } = rotaryTables(g, cfg, g.op('Range', [g.int64([0], true), totalLen, one]))
   const projections: string[] = []
