@@ -26,8 +26,8 @@ export const BENCH_MODEL_CONFIG = path.join(ROOT, 'scripts/models/qwen2-1.5b-sha
  * activations on the GPUs measured), with its capture step beside it
  * (onnx/model_step.onnx, for ONNX_WEBGPU_CAPTURE); `gpuAttention: 'standard'` writes the
  * earlier GPU form (plain attention) for comparing the two (gpu-forms.ts), and
- * 'gqa-causal' the GPU form without its mask (for measuring only: exact for
- * unpadded rows alone), 'gqa-static-decode' its decode step for graph capture
+ * 'gqa-causal' the GPU form for rows without padding (no mask, the operator's own
+ * rotary; for measuring only: exact for unpadded rows alone), 'gqa-static-decode' its decode step for graph capture
  * (scripts/bench/graph-capture.ts; measuring only); `gpuInt8: true` the GPU form with int8 activations;
  * no int8 prompt graph, which is for CPUs. `config` is another shape (a small
  * one for a quick check of the benchmark itself).

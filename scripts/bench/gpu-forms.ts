@@ -2,9 +2,10 @@
 // decode step (one stream, and 8 rows in one run), a prompt in one run and in
 // 31-token runs, and on the GPU a long prompt on one row in runs of each size in
 // --long-runs (the engine feeds a lone prompt 512 tokens a run), for chatd's GPU
-// form (gqa-masked), the earlier form with plain attention, the GPU form without
-// its mask (gqa-causal: onnxruntime's WebGPU attention takes its flash-attention
-// path only without a bias; exact for unpadded rows alone, so measured, never
+// form (gqa-masked), the earlier form with plain attention, the GPU form for rows
+// without padding (gqa-causal: no mask, GroupQueryAttention rotating q and k itself
+// from the packed projection, so with its cache in place the provider splits, rotates
+// and writes the cache in one kernel; exact for unpadded rows alone, so measured, never
 // served) and the GPU form with int8 activations (onnxruntime's integer-product
 // kernels); each against the CPU provider's logits and greedy tokens on the same
 // file (gqa-causal against gqa-masked's), and the long prompt's last logits against
@@ -60,7 +61,7 @@ const VARIANTS: Variant[] = [
   { name: 'standard', form: 'standard', device: 'webgpu', ref: 'standard, cpu' },
   { name: 'gqa-masked', form: 'gqa-masked', device: 'webgpu', ref: 'gqa-masked, cpu' },
   { name: 'gqa-masked, cache in place', form: 'gqa-masked', device: 'webgpu', ref: 'gqa-masked, cpu', inPlace: true },
-  { name: 'gqa-causal', form: 'gqa-causal', device: 'webgpu', ref: 'gqa-masked, cpu' },
+  { name: 'gqa-causal, cache in place', form: 'gqa-causal', device: 'webgpu', ref: 'gqa-masked, cpu', inPlace: true },
   { name: 'gqa-masked-int8', form: 'gqa-masked-int8', device: 'webgpu', ref: 'gqa-masked-int8, cpu' },
 ]
 /** The long prompt's last logits are compared with this variant's (the GPU form's). */

@@ -4,7 +4,7 @@
 // earlier GPU form with plain attention (gpu-forms.ts compares the two), the
 // chatd model in the CPU form, or llama.cpp's Q4_0 GGUF (its Vulkan build must
 // be in bench-out/ already); gpu-model-causal and gpu-model-int8 are the GPU form
-// without its mask and with int8 activations, measured by gpu-forms.ts only;
+// for rows without padding and with int8 activations, measured by gpu-forms.ts only;
 // gpu-model-static-decode the GPU form's decode step for graph capture, measured
 // by graph-capture.ts only.
 // `npm run bench -- --device webgpu` finds them built.

@@ -90,10 +90,12 @@ export interface DecoderGraphOptions {
   /** chatd (default) or onnx-community (standard attention, concat cache, fp32 or int4 weights). */
   form?: GraphForm
   /**
-   * gqa-masked only; false leaves the mask out of GroupQueryAttention, which is then causal by
-   * itself: exact for rows without padding only, so chatd never serves such a file (its metadata
-   * names it gqa-causal). Written to measure onnxruntime's WebGPU kernel without a bias, the case
-   * its flash-attention path takes (scripts/bench/gpu-forms.ts).
+   * gqa-masked only; false writes the GPU form for rows without padding: no mask (the operator is
+   * causal by itself), and GroupQueryAttention rotating q and k itself from each layer's packed
+   * projection at the positions its seqlens_k gives (unpaddedAttention, as the capture step). Exact
+   * for rows without padding only, so chatd never serves such a file (its metadata names it
+   * gqa-causal); written to measure what the provider's fused attention kernels would make of
+   * every step (scripts/bench/gpu-forms.ts).
    */
   attentionBias?: boolean
   /**
@@ -106,7 +108,7 @@ export interface DecoderGraphOptions {
    * keys); no num_logits_to_keep; cache_delta as the GPU form's (the step's new keys and values, one
    * position a layer: what keeps the host's copy of a captured row's cache). With no padding the
    * operator's own rotary is right (it rotates at seqlens_k), so each layer hands it the packed
-   * q/k/v projection (staticStepAttention). chatd serves such a file only as the capture step
+   * q/k/v projection (unpaddedAttention). chatd serves such a file only as the capture step
    * (metadata gqa-static-decode): it is wrong for left-padded rows.
    */
   staticDecode?: boolean
@@ -253,14 +255,15 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
   // ---- attention ------------------------------------------------------------
   // chatd's concat graphs with plain attention collect each layer's new entries for cache_delta.
   // gqa-masked graphs collect the new entries as the projections give them ([B, S, kv heads * hd]).
-  // The static decode step hands each layer's packed projection to GroupQueryAttention and builds cache_delta itself.
-  const step = masked && opts.staticDecode === true ? staticStepAttention(g, cfg, attentionMask, positionIds as string) : null
+  // Graphs for rows without padding (the static decode step, gqa-causal) hand each layer's packed
+  // projection to GroupQueryAttention and build cache_delta themselves.
+  const step = masked && (opts.staticDecode === true || opts.attentionBias === false) ? unpaddedAttention(g, cfg, attentionMask, positionIds as string) : null
   const newEntries: string[] | null = step === null && cache === 'concat' && !plain && ((opts.attention ?? 'standard') === 'standard' || masked) ? [] : null
   const attention: AttentionBuilder = step
-    ? () => { throw new Error('the static decode step attends through staticStepAttention') }
+    ? () => { throw new Error('graphs for rows without padding attend through unpaddedAttention') }
     : opts.attention === 'gqa'
       ? groupQueryAttention(g, cfg, attentionMask)
-      : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked, opts.attentionBias !== false)
+      : standardAttention(g, cfg, inputIds, attentionMask, positionIds as string, ioType, cache, plain, opts.attention === 'mha', packed !== null, newEntries, masked)
 
   // ---- embedding ----------------------------------------------------------
   const embed = src.get('model.embed_tokens.weight')
@@ -444,7 +447,7 @@ function rotaryTables (g: GraphBuilder, cfg: DecoderConfig, positions: string): 
 }
 
 function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: string, attentionMask: string, positionIds: string, ioType: number, cache: CacheStyle,
-  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false, withBias = true): AttentionBuilder {
+  plainRotary: boolean, fusedMha = false, flatRows = false, newEntries: string[] | null = null, maskedGqa = false): AttentionBuilder {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd } = cfg
   // ---- shared per-step tensors: mask bias and rotary tables ---------------
   const seqLen = g.op('Gather', [g.op('Shape', [inputIds]), g.int64([1], true)], { axis: attr.i(0) })
@@ -498,7 +501,7 @@ function standardAttention (g: GraphBuilder, cfg: DecoderConfig, inputIds: strin
       const k = rotary(kFlat, nKv)
       newEntries?.push(k, vFlat)
       const inputs = [rotary(qFlat, nH), k, vFlat, past.key, past.value, seqlensK, totalLenI32]
-      return g.node('GroupQueryAttention', withBias ? [...inputs, '', '', '', maskBias] : inputs, {
+      return g.node('GroupQueryAttention', [...inputs, '', '', '', maskBias], {
         num_heads: attr.i(nH), kv_num_heads: attr.i(nKv), scale: attr.f(1 / Math.sqrt(hd)), do_rotary: attr.i(0),
       }, { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
     }
@@ -555,7 +558,7 @@ export function groupedAttention (g: GraphBuilder, cfg: Pick<DecoderConfig, 'num
   return g.op('Reshape', [context, g.int64([0, nH, -1, hd])])
 }
 
-/** The static decode step's attention: each layer's from its packed projection, and cache_delta from all of them. */
+/** Attention for rows without padding: each layer's from its packed projection, and cache_delta from all of them. */
 interface StepAttention {
   /** One layer's attention from its packed q/k/v projection [1, 1, (nH + 2 nKv) * hd]; merged heads out, present.i.* written. */
   layer: (layer: number, qkv: string, past: PastPair) => string
@@ -564,27 +567,27 @@ interface StepAttention {
 }
 
 /**
- * The static decode step (DecoderGraphOptions.staticDecode): one row without padding, so
- * GroupQueryAttention may derive the new token's position from seqlens_k and rotate q and k
- * itself. Given the packed projection and a cache buffer that is both past and present, onnxruntime's
+ * Attention for rows without padding (the static decode step, DecoderGraphOptions.staticDecode, and
+ * gqa-causal): each row's tokens from position 0, so GroupQueryAttention may derive the new tokens'
+ * positions from seqlens_k and rotate q and k itself. Given the packed projection and a cache buffer that is both past and present, onnxruntime's
  * WebGPU provider then splits, rotates and writes the new keys and values in one kernel
  * (SplitPackedQKVWithRotaryEmbeddingAndCopyKV) where a Split and two RotaryEmbedding nodes took three
  * more. cache_delta wants the rotated keys, which the operator keeps to itself: they are rotated
  * again here for all layers at once (the projections side by side, one RotaryEmbedding over every
  * layer's key heads, at position_ids, on the same tables), a handful of kernels for the step.
  */
-function staticStepAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string, positionIds: string): StepAttention {
+function unpaddedAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string, positionIds: string): StepAttention {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, numLayers: L } = cfg
   const one = g.int64([1], true)
   const totalLen = g.op('Gather', [g.op('Shape', [attentionMask]), one], { axis: attr.i(0) })
-  // The mask is the cache buffer's length: its ones say where each row ends.
+  // The mask's ones say where each row ends (the static step's mask is as long as its buffers).
   const rowLengths = g.op('ReduceSum', [attentionMask, g.int64([1])], { keepdims: attr.i(0) }) // [B]
   const seqlensK = g.op('Cast', [g.op('Sub', [rowLengths, one])], { to: attr.i(DataType.INT32) })
   // total_sequence_length is the longest row's length, not the buffer's: under capture the provider
   // sizes the decode attention's dispatch from it on the GPU at every replay (each row's keys are
   // bounded by its seqlens_k), so a step reads the rows' keys, not the whole buffer's.
   const totalLenI32 = g.op('ReduceMax', [g.op('Cast', [rowLengths], { to: attr.i(DataType.INT32) })], { keepdims: attr.i(0) })
-  // Rotary tables for positions 0..T-1, as the GPU form's (fixed dimensions fold them into constants).
+  // Rotary tables for positions 0..T-1, as the GPU form's (in the static step, fixed dimensions fold them into constants).
   const { cos, sin } = rotaryTables(g, cfg, g.op('Range', [g.int64([0], true), totalLen, one]))
   const projections: string[] = []
   return {

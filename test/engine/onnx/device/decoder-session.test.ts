@@ -211,21 +211,33 @@ t.test('the gqa-masked graph without its mask (gqa-causal, written for measuring
   const onnx = path.join(out, 'onnx', 'model.onnx')
   // chatd never serves it: a padded row would attend to its padding.
   await t.rejects(DecoderSession.load(readModelDir(out, 'fp32'), { device: testDevice(), threads: 1 }), /gqa-causal graph .* is written for measuring only/)
-  // On onnxruntime directly, one unpadded row computes what the GPU form computes (the operator is causal by itself).
+  // On onnxruntime directly, one unpadded row computes what the GPU form computes: the operator is
+  // causal by itself, and rotates q and k at the positions its seqlens_k gives (the prompt's from 0,
+  // a next token's after the past).
   const { default: ort } = await import('onnxruntime-node')
   const bare = await ort.InferenceSession.create(onnx)
   const masked = await DecoderSession.load(readModelDir(randomGpuFormModelDir('fp32'), 'fp32'), { device: testDevice(), threads: 1 })
   t.teardown(async () => { await bare.release(); await masked.close() })
-  const feeds: Record<string, InstanceType<typeof ort.Tensor>> = {
-    input_ids: new ort.Tensor('int64', BigInt64Array.from(TOKENS, BigInt), [1, TOKENS.length]),
-    attention_mask: new ort.Tensor('int64', BigInt64Array.from(TOKENS, () => 1n), [1, TOKENS.length]),
-    position_ids: new ort.Tensor('int64', BigInt64Array.from(TOKENS, (_, k) => BigInt(k)), [1, TOKENS.length]),
+  type Feeds = Record<string, InstanceType<typeof ort.Tensor>>
+  const feedsFor = (ids: number[], start: number, past: Feeds): Feeds => ({
+    input_ids: new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
+    attention_mask: new ort.Tensor('int64', new BigInt64Array(start + ids.length).fill(1n), [1, start + ids.length]),
+    position_ids: new ort.Tensor('int64', BigInt64Array.from(ids, (_, k) => BigInt(start + k)), [1, ids.length]),
     num_logits_to_keep: new ort.Tensor('int64', BigInt64Array.of(1n), []),
-  }
-  for (const name of bare.inputNames.filter(n => n.startsWith('past_key_values.'))) feeds[name] = new ort.Tensor('float32', new Float32Array(0), [1, masked.model.numKvHeads, 0, masked.model.headDim])
-  const causal = (await bare.run(feeds)).logits.data as Float32Array
+    ...past,
+  })
+  const empty: Feeds = {}
+  for (const name of bare.inputNames.filter(n => n.startsWith('past_key_values.'))) empty[name] = new ort.Tensor('float32', new Float32Array(0), [1, masked.model.numKvHeads, 0, masked.model.headDim])
+  const causal = (await bare.run(feedsFor(TOKENS, 0, empty))).logits.data as Float32Array
   const worst = maxAbsDiff(causal, await fullPass(masked, TOKENS))
   t.ok(worst < 1e-5, `one unpadded row: max difference from the GPU form ${worst.toExponential(2)}`)
+  // The prompt but its last token, then that token on its cache: the same logits as the whole prompt's.
+  const head = await bare.run(feedsFor(TOKENS.slice(0, -1), 0, empty))
+  const past: Feeds = {}
+  for (const name of Object.keys(empty)) past[name] = head[name.replace('past_key_values', 'present')]
+  const stepped = (await bare.run(feedsFor(TOKENS.slice(-1), TOKENS.length - 1, past))).logits.data as Float32Array
+  const worstStep = maxAbsDiff(stepped, causal)
+  t.ok(worstStep < 1e-4, `a next token on the cache: max difference from the whole prompt's ${worstStep.toExponential(2)}`)
   t.throws(() => convertRandom({ configPath, out: t.testdir({}), weights: 'fp32', seed: 7, attention: 'standard', attentionBias: false }), /only the gqa-masked attention style is written without its bias/)
 })
 
