@@ -329,19 +329,16 @@ export function buildDecoderGraph (g: GraphBuilder, cfg: DecoderConfig, src: Wei
     pending = linear(act, `${m}.down_proj`, [src.get(`${m}.down_proj.weight`)], biasOf([`${m}.down_proj.bias`], cfg.mlpBias))
   }
 
-  if (step) {
-    step.cacheDelta()
-    g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
-  } else if (newEntries && masked) {
-    // Every layer's [B, S, kv heads * hd] side by side, then one reshape and transpose into the delta's layout.
-    const side = g.op('Concat', newEntries, { axis: attr.i(-1) })
-    const split = g.op('Reshape', [side, g.int64([0, 0, 2 * cfg.numLayers, nKv, hd])])
+  // Every layer's keys then values side by side ([B, S, ...]), or each layer's apart (plain attention's [B, nKv, S, hd]).
+  const sideBySide = step ? step.keysAndValues() : newEntries && masked ? g.op('Concat', newEntries, { axis: attr.i(-1) }) : null
+  if (sideBySide) {
+    // One reshape and transpose into the delta's layout: [B, S, 2L, nKv, hd] to [2L, B, nKv, S, hd].
+    const split = g.op('Reshape', [sideBySide, g.int64([0, 0, 2 * cfg.numLayers, nKv, hd])])
     g.op('Transpose', [split], { perm: attr.ints([2, 0, 3, 1, 4]) }, { output: 'cache_delta' })
-    g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
   } else if (newEntries) {
     g.op('Concat', newEntries.map(e => g.op('Unsqueeze', [e, g.int64([0])])), { axis: attr.i(0) }, { output: 'cache_delta' })
-    g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
   }
+  if (sideBySide || newEntries) g.output('cache_delta', ioType, [2 * cfg.numLayers, 'batch_size', nKv, 'sequence_length', hd])
 
   // ---- head -----------------------------------------------------------------
   const final = addAndNorm(residual, pending, 'model.norm.weight').normed
@@ -558,23 +555,24 @@ export function groupedAttention (g: GraphBuilder, cfg: Pick<DecoderConfig, 'num
   return g.op('Reshape', [context, g.int64([0, nH, -1, hd])])
 }
 
-/** Attention for rows without padding: each layer's from its packed projection, and cache_delta from all of them. */
+/** Attention for rows without padding: each layer's from its packed projection, and cache_delta's keys and values from all of them. */
 interface StepAttention {
-  /** One layer's attention from its packed q/k/v projection [1, 1, (nH + 2 nKv) * hd]; merged heads out, present.i.* written. */
+  /** One layer's attention from its packed q/k/v projection [B, S, (nH + 2 nKv) * hd]; merged heads out, present.i.* written. */
   layer: (layer: number, qkv: string, past: PastPair) => string
-  /** Writes cache_delta from the layers' projections, once every layer is built. */
-  cacheDelta: () => void
+  /** Every layer's new keys (rotated) and values side by side, [B, S, L, 2 nKv, hd], once every layer is built. */
+  keysAndValues: () => string
 }
 
 /**
  * Attention for rows without padding (the static decode step, DecoderGraphOptions.staticDecode, and
  * gqa-causal): each row's tokens from position 0, so GroupQueryAttention may derive the new tokens'
- * positions from seqlens_k and rotate q and k itself. Given the packed projection and a cache buffer that is both past and present, onnxruntime's
- * WebGPU provider then splits, rotates and writes the new keys and values in one kernel
- * (SplitPackedQKVWithRotaryEmbeddingAndCopyKV) where a Split and two RotaryEmbedding nodes took three
- * more. cache_delta wants the rotated keys, which the operator keeps to itself: they are rotated
- * again here for all layers at once (the projections side by side, one RotaryEmbedding over every
- * layer's key heads, at position_ids, on the same tables), a handful of kernels for the step.
+ * positions from seqlens_k and rotate q and k itself. Given the packed projection and a cache
+ * buffer that is both past and present, onnxruntime's WebGPU provider then splits, rotates and
+ * writes the new keys and values in one kernel (SplitPackedQKVWithRotaryEmbeddingAndCopyKV) where a
+ * Split and two RotaryEmbedding nodes took three more. cache_delta wants the rotated keys, which the
+ * operator keeps to itself: they are rotated again here for all layers at once (the projections
+ * side by side, one RotaryEmbedding over every layer's key heads, at position_ids, on the same
+ * tables), a handful of kernels for the step.
  */
 function unpaddedAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: string, positionIds: string): StepAttention {
   const { numHeads: nH, numKvHeads: nKv, headDim: hd, numLayers: L } = cfg
@@ -597,17 +595,14 @@ function unpaddedAttention (g: GraphBuilder, cfg: DecoderConfig, attentionMask: 
         num_heads: attr.i(nH), kv_num_heads: attr.i(nKv), scale: attr.f(1 / Math.sqrt(hd)), do_rotary: attr.i(1), rotary_interleaved: attr.i(0),
       }, { domain: MS_DOMAIN, outputs: [`layers.${i}.attention`, `present.${i}.key`, `present.${i}.value`] })[0]
     },
-    cacheDelta: () => {
+    keysAndValues: () => {
       if (projections.length !== L) throw new Error(`cache_delta wants all ${L} layers' projections, has ${projections.length}`)
-      // [1, 1, L, nH + 2 nKv, hd]: each layer's heads, q's, then k's, then v's.
+      // [B, S, L, nH + 2 nKv, hd]: each layer's heads, q's, then k's, then v's.
       const heads = g.op('Reshape', [g.op('Concat', projections, { axis: attr.i(-1) }), g.int64([0, 0, L, nH + 2 * nKv, hd])])
       const headsOf = (from: number): string => g.op('Slice', [heads, g.int64([from]), g.int64([from + nKv]), g.int64([3])])
       const keys = g.op('RotaryEmbedding', [g.op('Reshape', [headsOf(nH), g.int64([0, 0, L * nKv * hd])]), positionIds, cos, sin],
         { interleaved: attr.i(0), num_heads: attr.i(L * nKv) }, { domain: MS_DOMAIN })
-      const keysAndValues = g.op('Concat', [g.op('Reshape', [keys, g.int64([0, 0, L, nKv, hd])]), headsOf(nH + nKv)], { axis: attr.i(3) })
-      // [1, 1, 2L, nKv, hd] (layer i's keys at 2i, values at 2i + 1) to [2L, 1, nKv, 1, hd].
-      const delta = g.op('Reshape', [keysAndValues, g.int64([0, 0, 2 * L, nKv, hd])])
-      g.op('Transpose', [delta], { perm: attr.ints([2, 0, 3, 1, 4]) }, { output: 'cache_delta' })
+      return g.op('Concat', [g.op('Reshape', [keys, g.int64([0, 0, L, nKv, hd])]), headsOf(nH + nKv)], { axis: attr.i(3) })
     },
   }
 }
