@@ -62,7 +62,7 @@ export async function engineOn (dir: string, dtype: ModelDtype, device: Device, 
 
 const user = (content: string): ChatMessage[] => [{ role: 'user', content }]
 
-/** Steps a run took on the capture step (ONNX_WEBGPU_CAPTURE): what the device layout counted. */
+/** Tokens decoded on the capture step (ONNX_WEBGPU_CAPTURE): what the device layout counted. */
 function capturedSteps (engine: LocalEngine): number {
   return (engine.cacheLayout as { capturedSteps?: number }).capturedSteps ?? 0
 }

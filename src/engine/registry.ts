@@ -58,7 +58,7 @@ export const FILES_MISSING_SUMMARY = 'its files are not on this server yet'
 // Factories: one per backend kind
 
 export interface FactoryContext {
-  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'prefixCacheSharedPrefix' | 'mixedBatches' | 'promptGraph' | 'webgpuCapture' | 'grammar'>>
+  config: Pick<Config, 'onnxDevice' | 'onnxThreads' | 'queueSize'> & Partial<Pick<Config, 'maxBatch' | 'prefillChunk' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'prefixCacheSharedPrefix' | 'mixedBatches' | 'promptGraph' | 'webgpuCapture' | 'webgpuCaptureRows' | 'grammar'>>
     & Partial<Pick<Config, 'modelsDir' | 'autoPull' | 'hfEndpoint' | 'hfToken'>>
     & Partial<Pick<Config, 'upstream' | 'env'>>
   /** Directory that relative model paths are resolved against (MODELS_DIR, else the one holding models.json). */
@@ -101,6 +101,7 @@ async function openOnnx (entry: OnnxModelEntry, path: string, ctx: FactoryContex
     mixedBatches: ctx.config.mixedBatches,
     promptGraph: ctx.config.promptGraph,
     webgpuCapture: ctx.config.webgpuCapture,
+    webgpuCaptureRows: ctx.config.webgpuCaptureRows,
     grammar: ctx.config.grammar,
   })
 }
@@ -297,14 +298,14 @@ export class ModelRegistry {
         await model.backend.load()
         // Which execution provider the engine settled on and why (local models report it), said once at start.
         const { device, deviceWhy, cacheOnDevice } = model.backend
-        const { promptGraph, capturePositions } = model.backend as { promptGraph?: boolean; capturePositions?: number }
+        const { promptGraph, capturePositions, captureRows } = model.backend as { promptGraph?: boolean; capturePositions?: number; captureRows?: number }
         log?.info({
           model: model.id,
           ms: Math.round(performance.now() - started),
           ...(device ? { device, why: deviceWhy, cacheOnDevice } : {}),
           ...(promptGraph ? { promptGraph } : {}),
-          // A request decoding alone replays its recorded step (ONNX_WEBGPU_CAPTURE); said only when on.
-          ...(capturePositions ? { capturePositions } : {}),
+          // Requests decoding replay their recorded step (ONNX_WEBGPU_CAPTURE, _ROWS); said only when on.
+          ...(capturePositions ? { capturePositions, captureRows } : {}),
         }, 'model ready')
         if (device === 'webgpu' && cacheOnDevice === false) {
           // An append graph (the CPU form) or a concat graph without cache_delta runs, uploading its cache every step.

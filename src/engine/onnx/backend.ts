@@ -18,7 +18,7 @@ import { TOOL_FORMATS, type ToolCallFormat } from '../tools/format.ts'
 import { readToolCalls } from '../tools/prompting.ts'
 
 /** The engine's tuning, as models.json and the settings give it (defaults are the engine's; see EngineSettings). */
-type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph' | 'webgpuCapture'>
+type EngineTuning = Pick<EngineSettings, 'deviceFrom' | 'maxBatch' | 'prefillChunk' | 'contextLength' | 'kvCacheBytes' | 'prefixCache' | 'prefixCacheBytes' | 'sharedPrefix' | 'mixedBatches' | 'promptGraph' | 'webgpuCapture' | 'webgpuCaptureRows'>
 
 export interface OnnxBackendOptions extends EngineTuning {
   id: string
@@ -49,8 +49,10 @@ export class OnnxBackend implements Backend {
   cacheOnDevice?: boolean
   /** Whether prompts run on the model's int8 prompt graph, once loaded. */
   promptGraph?: boolean
-  /** Positions of the capture step a request decoding alone steps on (ONNX_WEBGPU_CAPTURE), once loaded; 0: none. */
+  /** Positions a row of the capture step holds (ONNX_WEBGPU_CAPTURE), once loaded; 0: none. */
   capturePositions?: number
+  /** Rows the capture step takes (ONNX_WEBGPU_CAPTURE_ROWS, within MAX_BATCH), once loaded; 0: none. */
+  captureRows?: number
   /** Prompt positions the engine computed ahead for conversations' next turns, since start. */
   promptTokensComputedAhead = 0
   /** The engine's latest report of its counts and load (metrics). */
@@ -130,6 +132,7 @@ export class OnnxBackend implements Backend {
           this.cacheOnDevice = message.cacheOnDevice
           this.promptGraph = message.promptGraph
           this.capturePositions = message.capturePositions
+          this.captureRows = message.captureRows
           this.#toolFormat = TOOL_FORMATS[message.toolFormat]
           this.#current = { state: 'ready' }
           worker.on('message', (m: FromWorker) => this.#onMessage(m))

@@ -18,7 +18,7 @@ export type ToWorker =
   | { type: 'close' }
 
 export type FromWorker =
-  | { type: 'ready'; contextLength: number; charsPerToken?: number; device: Device; deviceWhy: string; cacheOnDevice: boolean; promptGraph: boolean; capturePositions: number; toolFormat: 'r1' | 'json' }
+  | { type: 'ready'; contextLength: number; charsPerToken?: number; device: Device; deviceWhy: string; cacheOnDevice: boolean; promptGraph: boolean; capturePositions: number; captureRows: number; toolFormat: 'r1' | 'json' }
   | { type: 'load_error'; message: string }
   | { type: 'delta'; id: string; content: string; reasoning: string; logprobs?: DeltaLogprobs }
   | { type: 'finish'; id: string; reason: FinishReason; usage: Usage; stopSequence?: string; timings?: GenerateTimings }

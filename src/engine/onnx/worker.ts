@@ -48,7 +48,7 @@ try {
         break
     }
   })
-  send({ type: 'ready', contextLength: engine.contextLength, charsPerToken: measureCharsPerToken(text => engine.tokenizer.encode(text).length), device: engine.session.device, deviceWhy: engine.session.deviceWhy, cacheOnDevice: engine.session.cacheOnDevice, promptGraph: engine.session.hasPromptGraph, capturePositions: engine.capturePositions, toolFormat: toolFormatForTemplate(engine.template.source).name })
+  send({ type: 'ready', contextLength: engine.contextLength, charsPerToken: measureCharsPerToken(text => engine.tokenizer.encode(text).length), device: engine.session.device, deviceWhy: engine.session.deviceWhy, cacheOnDevice: engine.session.cacheOnDevice, promptGraph: engine.session.hasPromptGraph, capturePositions: engine.capturePositions, captureRows: engine.captureRows, toolFormat: toolFormatForTemplate(engine.template.source).name })
 } catch (err) {
   send({ type: 'load_error', message: (err as Error).message })
 }

@@ -17,13 +17,14 @@
 // one, and made bigger (in GPU memory) when a run would not fit, its room doubling
 // up to the rows' reservation (what admission counted against the KV budget).
 //
-// With a capture step (CapturedStep, ONNX_WEBGPU_CAPTURE), a one-row run of one token
-// whose row fits the step's buffers takes its step there: recorded once and replayed,
-// without the host's dispatch of every kernel. The step's buffers are loaded from the
-// host's copy when they do not hold the row at its length (a row that ran elsewhere
-// meanwhile, or another row), and its cache_delta keeps the host's copy as every run
-// does; the row's own GPU buffers, now behind, are let go (a later run of several rows
-// makes them again from the host's copy).
+// With a capture step (CapturedStep, ONNX_WEBGPU_CAPTURE), a run of one token a row,
+// of no more rows than the step's slots, whose rows fit the step's buffers, takes its
+// step there: recorded once and replayed, without the host's dispatch of every kernel.
+// The step's slots hold rows by key (each row's `keys` entry names its exact contents:
+// a new one after every run, the same one in an exact copy); a step whose rows are not
+// all held loads them from the host's copy, and its cache_delta keeps the host's copy
+// as every run does. The cache's own GPU buffers, now behind, are let go (a later run
+// elsewhere makes them again from the host's copy).
 import type { CapturedStep } from '../device/captured-step.ts'
 import { DecoderSession, type KvCache } from '../device/decoder-session.ts'
 import { ort, type OrtTensor } from '../device/ort.ts'
@@ -31,6 +32,11 @@ import { alignedRun, type CacheLayout, type CacheRoom, type CacheRun, grownRoom,
 import { type CacheData, SlotBuffers, type Slots, type SpareLimits } from './slot-buffers.ts'
 
 interface DeviceCache extends Slots {
+  /**
+   * Each row's key: an object naming its exact contents (new after every run; a gather's exact
+   * copy of a row keeps it), by which the capture step's slots know the rows they hold.
+   */
+  keys: object[]
   /**
    * The last run's present.N.* in GPU memory, rows right-aligned to its length; null when only
    * the host's copy holds the cache (a fresh or gathered cache, before its first run).
@@ -45,8 +51,10 @@ export class DeviceLayout implements CacheLayout {
   /** Bytes of GPU memory the caches' present tensors hold. */
   #deviceBytes = 0
   readonly #captured: CapturedStep | null
-  /** Steps taken on the capture step. */
+  /** Tokens decoded on the capture step (a step of n rows: n). */
   capturedSteps = 0
+  /** Capture steps that loaded their rows first. */
+  capturedLoads = 0
 
   constructor (session: DecoderSession, captured: CapturedStep | null = null, spare?: SpareLimits) {
     this.#session = session
@@ -67,14 +75,14 @@ export class DeviceLayout implements CacheLayout {
   }
 
   empty (rows = 1): DeviceCache {
-    return { ...this.#slots.allocate(new Array(rows).fill(0), 0), device: null }
+    return { ...this.#slots.allocate(new Array(rows).fill(0), 0), device: null, keys: newKeys(rows) }
   }
 
   async run (rowCache: RowCache, tokens: number[][], logitsToKeep: number, prompt = false, room?: CacheRoom): Promise<CacheRun> {
     const cache = rowCache as DeviceCache
     const captured = this.#captured
-    if (captured && !prompt && tokens.length === 1 && tokens[0].length === 1 && cache.lengths.length === 1 && cache.lengths[0] < captured.length) {
-      return this.#capturedRun(captured, cache, tokens[0][0], room)
+    if (captured && !prompt && tokens.length <= captured.rows && tokens.every(t => t.length === 1) && cache.lengths.every(len => len < captured.length)) {
+      return this.#capturedRun(captured, cache, tokens.map(t => t[0]), room)
     }
     const pastLength = cache.device?.length ?? Math.max(...cache.lengths)
     const { inputIds, attentionMask, positionIds, counts, seqLen } = alignedRun(cache.lengths, pastLength, tokens, this.padsFirstRun)
@@ -100,6 +108,7 @@ export class DeviceLayout implements CacheLayout {
     if (!entries) throw new Error(`${this.#session.model.onnxPath}: the run returned no cache_delta`)
     // A left-padded row's entries are the last of its run's (alignedRun).
     this.#keep(cache, entries, counts, seqLen, room)
+    cache.keys = newKeys(tokens.length)
     // A new present replaces the old; kept in place, it is the past's buffers (counted when made).
     if (cache.device?.tensors !== out.present.tensors) {
       if (cache.device) this.#release(cache.device)
@@ -111,12 +120,13 @@ export class DeviceLayout implements CacheLayout {
 
   gather (rows: Array<{ cache: RowCache; row: number; length?: number }>, least?: number): DeviceCache {
     const slots = this.#slots.gather(rows.map(r => ({ slots: r.cache as Slots, row: r.row, length: Math.min(r.length ?? Infinity, r.cache.lengths[r.row]) })), least)
-    return { ...slots, device: null }
+    // A row copied whole keeps its key (the same contents); a prefix of one is other contents.
+    const keys = rows.map(r => r.length === undefined || r.length >= r.cache.lengths[r.row] ? (r.cache as DeviceCache).keys[r.row] : {})
+    return { ...slots, device: null, keys }
   }
 
   free (rowCache: RowCache): void {
     const cache = rowCache as DeviceCache
-    this.#captured?.release(cache)
     if (cache.device) this.#release(cache.device)
     cache.device = null
     this.#slots.free(cache)
@@ -124,23 +134,34 @@ export class DeviceLayout implements CacheLayout {
 
   settle (rowCache: RowCache): RowCache {
     const cache = rowCache as DeviceCache
-    this.#captured?.release(cache)
     if (cache.device) this.#release(cache.device)
     cache.device = null
     return cache
   }
 
-  /** One row's one token on the capture step; the host's copy takes its keys and values, as after every run. */
-  #capturedRun (captured: CapturedStep, cache: DeviceCache, token: number, room?: CacheRoom): CacheRun {
-    const length = cache.lengths[0]
-    if (!captured.holds(cache, length)) captured.load(cache, cache.buffers as Record<string, Float32Array>, cache.capacity, length)
-    const out = captured.step(cache, token)
-    this.capturedSteps++
-    this.#keep(cache, out.newEntries, [1], 1, room)
-    // The row's own GPU buffers miss this position now: a run elsewhere makes them again from the host's copy.
+  /** One token a row on the capture step; the host's copy takes their keys and values, as after every run. */
+  #capturedRun (captured: CapturedStep, cache: DeviceCache, tokens: number[], room?: CacheRoom): CacheRun {
+    const buffers = cache.buffers as Record<string, Float32Array>
+    const out = captured.step(cache.lengths.map((length, row) => ({ key: cache.keys[row], length, token: tokens[row], buffers, capacity: cache.capacity, row })))
+    this.capturedSteps += tokens.length
+    if (out.loaded) this.capturedLoads++
+    // The rows' entries side by side, [rows, kv heads, 1, head_dim] by name, as a run's cache_delta gives them.
+    const each = this.#session.model.numKvHeads * this.#session.model.headDim
+    const entries: Record<string, Float32Array> = {}
+    for (const name of this.#names) {
+      const data = new Float32Array(tokens.length * each)
+      out.newEntries.forEach((rowEntries, b) => data.set(rowEntries[name], b * each))
+      entries[name] = data
+    }
+    this.#keep(cache, entries, tokens.map(() => 1), 1, room)
+    cache.keys = out.keys
+    // The cache's own GPU buffers miss this position now: a run elsewhere makes them again from the host's copy.
     if (cache.device) this.#release(cache.device)
     cache.device = null
-    return { logits: out.logits.slice(), cache }
+    const vocab = this.#session.model.vocabSize
+    const logits = new Float32Array(tokens.length * vocab)
+    out.logits.forEach((rowLogits, b) => logits.set(rowLogits, b * vocab))
+    return { logits, cache }
   }
 
   /**
@@ -239,4 +260,9 @@ function kvBytes (kv: KvCache): number {
   let bytes = 0
   for (const t of Object.values(kv.tensors)) bytes += t.dims.reduce((n, d) => n * d, 1) * (t.type === 'float16' ? 2 : 4)
   return bytes
+}
+
+/** A new key for each of `rows` rows (DeviceCache.keys). */
+function newKeys (rows: number): object[] {
+  return Array.from({ length: rows }, () => ({}))
 }

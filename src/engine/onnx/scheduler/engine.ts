@@ -82,11 +82,13 @@ export interface EngineSettings extends Partial<SchedulerSettings> {
   /** Run prompts on the model's int8 prompt graph where it has one, on the CPU (PROMPT_GRAPH); default true. */
   promptGraph?: boolean
   /**
-   * On the WebGPU device: a request decoding alone takes its steps on the model's capture step
-   * (onnx/model_step.onnx), recorded once and replayed, its cache this many positions long
-   * (ONNX_WEBGPU_CAPTURE); 0 or absent: off.
+   * On the WebGPU device: requests decoding take their steps on the model's capture step
+   * (onnx/model_step.onnx), recorded once and replayed, each one's cache there this many
+   * positions long (ONNX_WEBGPU_CAPTURE); 0 or absent: off.
    */
   webgpuCapture?: number
+  /** Requests decoding together the capture step takes (ONNX_WEBGPU_CAPTURE_ROWS, within maxBatch); default 1. */
+  webgpuCaptureRows?: number
 }
 
 /** Prompt tokens per run while others decode, until the pacer has timings (PREFILL_CHUNK=0). */
@@ -150,7 +152,7 @@ export class LocalEngine {
   #looping = false
   /** Sizes prompt chunks from measured timings when PREFILL_CHUNK is 0. */
   readonly #pacer: PrefillPacer
-  /** The capture step a request decoding alone steps on (webgpuCapture); null when off. */
+  /** The capture step requests decoding step on (webgpuCapture, webgpuCaptureRows); null when off. */
   readonly #captured: CapturedStep | null
   /** Prompt tokens a run takes when nobody else is waiting on the engine (SOLO_PREFILL_CHUNK, GPU_SOLO_PREFILL_CHUNK). */
   readonly #soloChunk: number
@@ -233,7 +235,8 @@ export class LocalEngine {
     try {
       // No longer than a sequence may be: its buffers take GPU memory for every position.
       const longest = sequenceLimit(model, kvBudget, opts.contextLength)
-      captured = await openCapturedStep(model, session, opts.webgpuCapture && Math.min(opts.webgpuCapture, longest))
+      // No more rows than decode together: a row no request takes costs a replay its work all the same.
+      captured = await openCapturedStep(model, session, opts.webgpuCapture && Math.min(opts.webgpuCapture, longest), Math.min(opts.webgpuCaptureRows ?? 1, scheduler.maxBatch))
       return new LocalEngine(model, session, tokenizer, template, events, scheduler, { contextLength: opts.contextLength, kvBudget, prefixCache: opts.prefixCache, prefixCacheBytes: opts.prefixCacheBytes, mixedBatches: opts.mixedBatches, sharedPrefix: opts.sharedPrefix }, captured)
     } catch (err) {
       captured?.close()
@@ -754,9 +757,14 @@ export class LocalEngine {
     }
   }
 
-  /** Positions of the capture step a request decoding alone steps on (ONNX_WEBGPU_CAPTURE); 0 when there is none. */
+  /** Positions a row of the capture step holds (ONNX_WEBGPU_CAPTURE); 0 when there is none. */
   get capturePositions (): number {
     return this.#captured?.length ?? 0
+  }
+
+  /** Rows the capture step takes (ONNX_WEBGPU_CAPTURE_ROWS within MAX_BATCH); 0 when there is none. */
+  get captureRows (): number {
+    return this.#captured?.rows ?? 0
   }
 
   async close (): Promise<void> {
@@ -771,10 +779,10 @@ export class LocalEngine {
 }
 
 /**
- * The capture step for a request decoding alone on WebGPU (EngineSettings.webgpuCapture), or null:
+ * The capture step for requests decoding on WebGPU (EngineSettings.webgpuCapture, webgpuCaptureRows), or null:
  * asked for and not possible on this device and model, it says why.
  */
-async function openCapturedStep (model: ModelDir, session: DecoderSession, length: number | undefined): Promise<CapturedStep | null> {
+async function openCapturedStep (model: ModelDir, session: DecoderSession, length: number | undefined, rows: number): Promise<CapturedStep | null> {
   if (!length) return null
   // Other devices have no graph capture to reach: the setting is the WebGPU device's.
   if (session.device !== 'webgpu') return null
@@ -784,7 +792,7 @@ async function openCapturedStep (model: ModelDir, session: DecoderSession, lengt
   if (!model.stepOnnxPath) throw new ModelDirError(`${model.dir}: ONNX_WEBGPU_CAPTURE needs onnx/${CAPTURE_STEP_FILE} beside the GPU form: convert the model again with chatd convert --for gpu --capture-step`)
   // Loaded only here: the FFI (koffi) and onnxruntime's C API stay out of engines that do not capture.
   const { CapturedStep } = await import('../device/captured-step.ts')
-  return CapturedStep.open(model, length)
+  return CapturedStep.open(model, length, rows)
 }
 
 /** The most positions one sequence may hold: the model's context, models.json's `contextLength`, and what the KV budget holds for one. */

@@ -12,7 +12,8 @@
 //   - the same fp32 weights as an append graph (the cache on the host);
 //   - a conversation with the prefix cache and the next turn computed ahead;
 //   - the form for GPU hosts (gqa-masked) on a random model: solo, batched,
-//     joining, and a conversation; and with the capture step (ONNX_WEBGPU_CAPTURE);
+//     joining, and a conversation; and with the capture step (ONNX_WEBGPU_CAPTURE),
+//     a row a step and several (ONNX_WEBGPU_CAPTURE_ROWS);
 //   - a GroupQueryAttention graph as onnxruntime-genai writes them (positions
 //     from the mask), solo, batched and joining;
 //   - the device layout's gathers (rows regrouped, a prefix cut), step by step,
@@ -112,6 +113,20 @@ t.test('the GPU form with the capture step (ONNX_WEBGPU_CAPTURE): a request deco
   const short = await batches(dir, 'q4', 'webgpu', { webgpuCapture: 8 })
   t.same(tokensOf(short.replies), tokensOf(cpu.replies), 'rows longer than the capture step\'s cache take the usual steps')
   t.equal(short.capturedSteps, 0)
+})
+
+t.test('the capture step taking several rows (ONNX_WEBGPU_CAPTURE_ROWS): requests decoding together replay one recorded step, the CPU\'s tokens', async t => {
+  if (!await needWebgpu(t)) return
+  const dir = randomCaptureStepModelDir()
+  const cpu = await batches(dir, 'q4', 'cpu')
+  const gpu = await batches(dir, 'q4', 'webgpu', { webgpuCapture: 1024, webgpuCaptureRows: 4 })
+  t.same(tokensOf(gpu.replies), tokensOf(cpu.replies), 'alone, three together, and one joining another: every reply, token for token')
+  // The lone request's 39 steps and every decode step of the three together (29 each), where one row alone took them before.
+  t.ok((gpu.capturedSteps ?? 0) >= 39 + 3 * 29, `${gpu.capturedSteps} tokens decoded on replays`)
+  const cpuTalk = await conversation(dir, 'q4', 'cpu')
+  const gpuTalk = await conversation(dir, 'q4', 'webgpu', { webgpuCapture: 1024, webgpuCaptureRows: 4 })
+  t.same(gpuTalk.replies, cpuTalk.replies, 'a conversation: the replies and cached positions')
+  t.equal(gpuTalk.ahead, cpuTalk.ahead)
 })
 
 /**
