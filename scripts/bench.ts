@@ -102,8 +102,9 @@ and bench-out/bench.svg. See docs/performance.md.
   --no-cpu-compare               skip chatd on the CPU
   --no-agent-turns               skip the Codex and Claude Code turns
   --bandwidth-gbs 3350           the GPU's memory bandwidth, for the physical bound
-  --capture 4096                 also chatd with ONNX_WEBGPU_CAPTURE (this many positions): one stream
-                                 decoding on the recorded and replayed step; 0 skips it
+  --capture 4096                 also chatd with ONNX_WEBGPU_CAPTURE (this many positions) and
+                                 ONNX_WEBGPU_CAPTURE_ROWS the most streams (--concurrency): one stream and
+                                 the most decoding on the recorded and replayed step; 0 skips it
   --prepare-only                 build the models and llama.cpp's, measure nothing
   -h, --help                     this text
 `

@@ -51,7 +51,10 @@ export interface GpuBenchOptions {
   config?: string
   /** The GPU's memory bandwidth in GB/s, for the physical bound (H100 SXM, HBM3: 3350). */
   bandwidthGbs: number
-  /** Also a server with ONNX_WEBGPU_CAPTURE of this many positions (one stream's decode on the replayed step); 0: not. */
+  /**
+   * Also a server with ONNX_WEBGPU_CAPTURE of this many positions and ONNX_WEBGPU_CAPTURE_ROWS the
+   * most streams measured (one stream's decode and the most streams' on the replayed step); 0: not.
+   */
   capture?: number
   /** Build the models and prepare llama.cpp, then stop (the slow part, done ahead). */
   prepareOnly?: boolean
@@ -131,7 +134,10 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       webgpu_ttft_ms: summarize(pick(r => r.webgpu.ttft_ms)),
     }
     for (const n of o.levels) figures[`webgpu_aggregate_tok_s_${n}`] = summarize(pick(r => level(r.webgpu, n)?.aggregate_tok_s))
-    if (capture) figures.webgpu_capture_decode_tok_s_1 = summarize(pick(r => r.webgpu_capture?.decode_tok_s_1))
+    if (capture) {
+      figures.webgpu_capture_decode_tok_s_1 = summarize(pick(r => r.webgpu_capture?.decode_tok_s_1))
+      figures[`webgpu_capture_aggregate_tok_s_${maxLevel}`] = summarize(pick(r => level(r.webgpu_capture, maxLevel)?.aggregate_tok_s))
+    }
     if (cpuModel) {
       figures.cpu_decode_tok_s_1 = summarize(pick(r => r.cpu?.decode_tok_s_1))
       figures.cpu_prefill_tok_s = summarize(pick(r => r.cpu?.prefill_tok_s))
@@ -142,7 +148,10 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       figures.llama_cpp_decode_tok_s_1 = summarize(pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1))
       figures.llama_cpp_prefill_tok_s = summarize(pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s))
       ratios.decode_1 = summarize(perRoundRatio(pick(r => r.webgpu.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
-      if (capture) ratios.decode_1_capture = summarize(perRoundRatio(pick(r => r.webgpu_capture?.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
+      if (capture) {
+        ratios.decode_1_capture = summarize(perRoundRatio(pick(r => r.webgpu_capture?.decode_tok_s_1), pick(r => r.llama_cpp?.llama_cpp_decode_tok_s_1)))
+        ratios[`aggregate_${maxLevel}_capture`] = summarize(perRoundRatio(pick(r => level(r.webgpu_capture, maxLevel)?.aggregate_tok_s), pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${maxLevel}`])))
+      }
       ratios.prefill = summarize(perRoundRatio(pick(r => r.webgpu.prefill_tok_s), pick(r => r.llama_cpp?.llama_cpp_prefill_tok_s)))
       for (const n of o.levels) {
         figures[`llama_cpp_aggregate_tok_s_${n}`] = summarize(pick(r => r.llama_cpp?.[`llama_cpp_aggregate_tok_s_${n}`]))
@@ -179,7 +188,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
         ttft_ms: med('webgpu_ttft_ms'),
         aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`webgpu_aggregate_tok_s_${n}`)])),
       },
-      ...(capture ? { webgpu_capture: { positions: capture, decode_tok_s_1: med('webgpu_capture_decode_tok_s_1') } } : {}),
+      ...(capture ? { webgpu_capture: { positions: capture, rows: maxLevel, decode_tok_s_1: med('webgpu_capture_decode_tok_s_1'), aggregate_tok_s: { [maxLevel]: med(`webgpu_capture_aggregate_tok_s_${maxLevel}`) } } } : {}),
       ...(cpuModel
         ? { cpu: { decode_tok_s_1: med('cpu_decode_tok_s_1'), prefill_tok_s: med('cpu_prefill_tok_s'), aggregate_tok_s: { [maxLevel]: med(`cpu_aggregate_tok_s_${maxLevel}`) } } }
         : {}),
@@ -212,7 +221,12 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       },
       targets: {
         decode_1_at_least_llama_cpp: atLeast(med('webgpu_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')),
-        ...(capture ? { decode_1_with_capture_at_least_llama_cpp: atLeast(med('webgpu_capture_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')) } : {}),
+        ...(capture
+          ? {
+              decode_1_with_capture_at_least_llama_cpp: atLeast(med('webgpu_capture_decode_tok_s_1'), med('llama_cpp_decode_tok_s_1')),
+              [`aggregate_${maxLevel}_with_capture_at_least_llama_cpp`]: atLeast(med(`webgpu_capture_aggregate_tok_s_${maxLevel}`), med(`llama_cpp_aggregate_tok_s_${maxLevel}`)),
+            }
+          : {}),
         prefill_at_least_llama_cpp: atLeast(med('webgpu_prefill_tok_s'), med('llama_cpp_prefill_tok_s')),
         [`aggregate_${maxLevel}_at_least_llama_cpp`]: atLeast(med(`webgpu_aggregate_tok_s_${maxLevel}`), med(`llama_cpp_aggregate_tok_s_${maxLevel}`)),
         codex_first_token_under_2_s_uncached: agentTurns.codex ? (med('codex_ttft_s_uncached') ?? Infinity) < 2 : null,
@@ -247,7 +261,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
     gpuDevice = await deviceOf(gpu.client)
     if (gpuDevice.device !== 'webgpu') throw new Error(`the GPU server runs on ${String(gpuDevice.device)}, not webgpu`)
     const cpu = cpuModel ? await start('cpu', cpuModel, 'cpu') : null
-    const captured = capture ? await start('webgpu-capture', gpuModel, 'webgpu', { ONNX_WEBGPU_CAPTURE: String(capture) }) : null
+    const captured = capture ? await start('webgpu-capture', gpuModel, 'webgpu', { ONNX_WEBGPU_CAPTURE: String(capture), ONNX_WEBGPU_CAPTURE_ROWS: String(maxLevel) }) : null
     for (let r = 0; r < o.rounds; r++) {
       log(`round ${r + 1}/${o.rounds}`)
       let llamaRound: LlamaCppReport | undefined
@@ -264,8 +278,8 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       log(`  decode ${webgpu.decode_tok_s_1.toFixed(1)} tok/s, prefill ${webgpu.prefill_tok_s.toFixed(0)} tok/s`)
       let captureRound: HttpRound | undefined
       if (captured) {
-        log(`chatd on WebGPU, ONNX_WEBGPU_CAPTURE=${capture} ...`)
-        captureRound = await measureHttpRound(captured.client, { content, gen: o.gen, levels: [1], log })
+        log(`chatd on WebGPU, ONNX_WEBGPU_CAPTURE=${capture}, ONNX_WEBGPU_CAPTURE_ROWS=${maxLevel} ...`)
+        captureRound = await measureHttpRound(captured.client, { content, gen: o.gen, levels: [...new Set([1, maxLevel])], log })
         log(`  decode ${captureRound.decode_tok_s_1.toFixed(1)} tok/s`)
       }
       let cpuRound: HttpRound | undefined
@@ -315,11 +329,12 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
   console.log('| tok/s | chatd, WebGPU | llama.cpp, Vulkan | chatd / llama.cpp |' + (cpuModel ? ' chatd, CPU |' : ''))
   console.log('|---|---:|---:|---:|' + (cpuModel ? '---:|' : ''))
   console.log(`| decode, 1 stream | ${f('webgpu_decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('decode_1')} |` + (cpuModel ? ` ${f('cpu_decode_tok_s_1')} |` : ''))
-  if (capture) console.log(`| decode, 1 stream, the step replayed (ONNX_WEBGPU_CAPTURE=${capture}) | ${f('webgpu_capture_decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('decode_1_capture')} |` + (cpuModel ? ' |' : ''))
+  if (capture) console.log(`| decode, 1 stream, the step replayed (ONNX_WEBGPU_CAPTURE=${capture}, _ROWS=${maxLevel}) | ${f('webgpu_capture_decode_tok_s_1')} | ${f('llama_cpp_decode_tok_s_1')} | ${q('decode_1_capture')} |` + (cpuModel ? ' |' : ''))
   console.log(`| prefill, ${report.prompt_tokens} tokens | ${f('webgpu_prefill_tok_s')} | ${f('llama_cpp_prefill_tok_s')} | ${q('prefill')} |` + (cpuModel ? ` ${f('cpu_prefill_tok_s')} |` : ''))
   for (const n of o.levels) {
     console.log(`| aggregate, ${n} stream${n === 1 ? '' : 's'} | ${f(`webgpu_aggregate_tok_s_${n}`)} | ${f(`llama_cpp_aggregate_tok_s_${n}`)} | ${q(`aggregate_${n}`)} |` + (cpuModel ? ` ${n === maxLevel ? f(`cpu_aggregate_tok_s_${n}`) : ''} |` : ''))
   }
+  if (capture && maxLevel > 1) console.log(`| aggregate, ${maxLevel} streams, the step replayed | ${f(`webgpu_capture_aggregate_tok_s_${maxLevel}`)} | ${f(`llama_cpp_aggregate_tok_s_${maxLevel}`)} | ${q(`aggregate_${maxLevel}_capture`)} |` + (cpuModel ? ' |' : ''))
   if (!firstLlama) console.log(`\nllama.cpp (Vulkan): ${llamaError}`)
   for (const [name, t] of Object.entries(agentTurns)) {
     console.log(`\n${name} turn (${t.prompt_tokens} prompt tokens): first token ${f(`${name}_ttft_s_uncached`)} s with nothing cached, ${f(`${name}_ttft_s_cached`)} s with ${t.cached_tokens} cached`)

@@ -81,8 +81,8 @@ export class CapturedStep {
   readonly #step: BoundRun
   readonly #readBack: () => void
   readonly #loadLayer: Array<(rows: Value) => void>
-  readonly #stagingTensor: Value
-  readonly #staging: Float32Array
+  /** Where a load stages the rows' positions on the host: made at the first load, grown as loads need. */
+  #staging: { tensor: Value; data: Float32Array } | null = null
   readonly #pads: BigInt64Array
   readonly #ids: BigInt64Array
   readonly #positions: BigInt64Array
@@ -105,7 +105,7 @@ export class CapturedStep {
     const { numLayers, numKvHeads: heads, headDim: dim, vocabSize: vocab } = model
     const cacheDims = [rows, heads, length, dim]
     const deltaDims = [2 * numLayers, rows, heads, 1, dim]
-    const host = { ids: api.hostTensor('int64', [rows, 1]), positions: api.hostTensor('int64', [rows, 1]), mask: api.hostTensor('int64', [rows, length]), logits: api.hostTensor('float', [rows, 1, vocab]), delta: api.hostTensor('float', deltaDims), staging: api.hostTensor('float', cacheDims), pads: api.hostTensor('int64', [8]) }
+    const host = { ids: api.hostTensor('int64', [rows, 1]), positions: api.hostTensor('int64', [rows, 1]), mask: api.hostTensor('int64', [rows, length]), logits: api.hostTensor('float', [rows, 1, vocab]), delta: api.hostTensor('float', deltaDims), pads: api.hostTensor('int64', [8]) }
     // Each layer's keys or values in the read-back delta, [rows, heads, 1, dim], a slot's [heads, 1, dim] after another's.
     const entries = cacheDeltaEntries(new Float32Array(host.delta.view as ArrayBuffer), numLayers)
     this.#names = Object.keys(entries)
@@ -135,8 +135,6 @@ export class CapturedStep {
     // Bound for each run too: were a provider to run the copy on the host, it would read the GPU tensor at binding.
     this.#readBack = () => download.run({ logits: gpu.logits, cache_delta: gpu.delta }, { logits_out: host.logits, cache_delta_out: host.delta })
     this.#loadLayer = this.#names.map(name => staged => loader.run({ cache: staged, pads: host.pads }, { cache_out: past[name] }))
-    this.#stagingTensor = host.staging
-    this.#staging = new Float32Array(host.staging.view as ArrayBuffer)
     this.#pads = new BigInt64Array(host.pads.view as ArrayBuffer)
     this.#ids = new BigInt64Array(host.ids.view as ArrayBuffer)
     this.#positions = new BigInt64Array(host.positions.view as ArrayBuffer)
@@ -161,6 +159,11 @@ export class CapturedStep {
       api.close()
       throw err
     }
+  }
+
+  /** Bytes of host memory its loads stage rows in: what loads have needed so far, up to the size of its cache buffers. */
+  get stagingBytes (): number {
+    return (this.#staging?.data.length ?? 0) * 4
   }
 
   /** Whether a slot holds the row named by `key`, `length` positions of it. */
@@ -219,7 +222,8 @@ export class CapturedStep {
     this.#slots.fill(null)
     const { numKvHeads: heads, headDim: dim } = this.model
     const longest = Math.max(1, ...rows.map(r => r.length))
-    const staged = this.#api.hostView(this.#stagingTensor, [rows.length, heads, longest, dim])
+    const staging = this.#stagingFor(rows.length * heads * longest * dim)
+    const staged = this.#api.hostView(staging.tensor, [rows.length, heads, longest, dim])
     this.#pads.fill(0n)
     this.#pads[4] = BigInt(this.rows - rows.length) // after axis 0's end: the slots no row takes
     this.#pads[6] = BigInt(this.length - longest) // after axis 2's end: the room past the longest row
@@ -231,7 +235,7 @@ export class CapturedStep {
           // Past a shorter row's end, the staging's stale values: never read (its mask ends there).
           for (let h = 0; h < heads; h++) {
             const start = (row.row * heads + h) * row.capacity * dim
-            this.#staging.set(from.subarray(start, start + row.length * dim), (i * heads + h) * longest * dim)
+            staging.data.set(from.subarray(start, start + row.length * dim), (i * heads + h) * longest * dim)
           }
         })
         load(staged.value)
@@ -243,6 +247,21 @@ export class CapturedStep {
       this.#setMaskOnes(i, row.length)
       this.#slots[i] = { key: row.key, length: row.length }
     })
+  }
+
+  /**
+   * The staging tensor, with room for `floats` at least: grown to twice its size where that is
+   * more (never past every slot's whole buffer), so the host holds only what loads have needed.
+   */
+  #stagingFor (floats: number): { tensor: Value; data: Float32Array } {
+    if (this.#staging && this.#staging.data.length >= floats) return this.#staging
+    const { numKvHeads: heads, headDim: dim } = this.model
+    const size = Math.min(this.rows * heads * this.length * dim, Math.max(floats, 2 * (this.#staging?.data.length ?? 0)))
+    if (this.#staging) this.#api.freeHost(this.#staging.tensor)
+    this.#staging = null
+    const tensor = this.#api.hostTensor('float', [size])
+    this.#staging = { tensor, data: new Float32Array(tensor.view as ArrayBuffer) }
+    return this.#staging
   }
 
   /** A slot no row takes: nothing held; it steps token 0 at position 0, its mask one position long. */

@@ -123,6 +123,8 @@ export class OrtCApi {
   readonly #fn: ApiFunctions
   readonly #env: Ptr
   readonly #released: Array<() => void> = []
+  /** Host tensors not yet released, each by its handle: what releases it (freeHost, or close). */
+  readonly #hostReleases = new Map<Ptr, () => void>()
 
   constructor (logLevel: 0 | 1 | 2 | 3 = 2) {
     this.#fn = apiFunctions()
@@ -186,7 +188,13 @@ export class OrtCApi {
     const info = this.#out('CreateCpuMemoryInfo', 0, 0)
     try {
       const handle = this.#out('CreateTensorWithDataAsOrtValue', info, memory, bytes, BigInt64Array.from(dims, BigInt), dims.length, ElementType[type])
-      this.#released.push(() => { this.#fn.ReleaseValue(handle); koffi.free(memory) })
+      const release = (): void => {
+        if (!this.#hostReleases.delete(handle)) return
+        this.#fn.ReleaseValue(handle)
+        koffi.free(memory)
+      }
+      this.#hostReleases.set(handle, release)
+      this.#released.push(release)
       const view = koffi.view(memory, bytes)
       new Uint8Array(view).fill(0)
       return { handle, type, dims, view, memory }
@@ -216,6 +224,11 @@ export class OrtCApi {
     } finally {
       this.#fn.ReleaseMemoryInfo(info)
     }
+  }
+
+  /** Releases a tensor hostTensor made, and its memory, before close(): neither it nor its views may be used again. */
+  freeHost (value: Value): void {
+    this.#hostReleases.get(value.handle)?.()
   }
 
   /** Releases every session and tensor made here, then the environment. */

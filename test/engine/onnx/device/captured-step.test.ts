@@ -209,9 +209,11 @@ t.test('several rows of different lengths step together, each its own tokens: ro
   const b = new HostRow(story, 4, heads, dim)
   const c = new HostRow(other, 0, heads, dim)
   t.ok(new Set([a.length, b.length, c.length]).size === 3, `rows of ${a.length}, ${b.length} and ${c.length} positions`)
+  const longest = Math.max(a.length, b.length, c.length)
   const three = stepTogether(step, [a, b, c], 3)
   t.same(three.got, three.want, 'three rows: each one\'s own greedy tokens')
   t.same(three.loads, [true, false, false], 'loaded once, then replays alone')
+  t.equal(step.stagingBytes, 3 * heads * longest * dim * 4, 'the host staged the three rows, each as long as the longest, and no more')
   t.ok(three.worstDelta < 1e-4, `new keys and values within ${three.worstDelta.toExponential(1)} of the CPU's`)
   // b leaves: a and c go on in their slots, nothing reloaded, and the slot b held computes nothing of theirs.
   const two = stepTogether(step, [c, a], 3)
@@ -223,6 +225,7 @@ t.test('several rows of different lengths step together, each its own tokens: ro
   const joined = stepTogether(step, [a, d, c], 3)
   t.same(joined.got, joined.want, 'a row joining: every row\'s tokens, the others from their host copies')
   t.same(joined.loads, [true, false, false])
+  t.ok(step.stagingBytes <= 3 * heads * 48 * dim * 4, 'grown as loads needed, never past the buffers\' size')
   // Exact copies share a key: each still takes a slot of its own.
   const twin = new HostRow(story, 1, heads, dim)
   const copy = { ...twin.stepRow, buffers: twin.stepRow.buffers }
