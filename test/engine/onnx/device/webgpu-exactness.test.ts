@@ -127,6 +127,10 @@ t.test('the capture step taking several rows (ONNX_WEBGPU_CAPTURE_ROWS): request
   const gpuTalk = await conversation(dir, 'q4', 'webgpu', { webgpuCapture: 1024, webgpuCaptureRows: 4 })
   t.same(gpuTalk.replies, cpuTalk.replies, 'a conversation: the replies and cached positions')
   t.equal(gpuTalk.ahead, cpuTalk.ahead)
+  // Fewer rows than decode together: three take the usual steps until they are two, then the replay.
+  const two = await batches(dir, 'q4', 'webgpu', { webgpuCapture: 1024, webgpuCaptureRows: 2 })
+  t.same(tokensOf(two.replies), tokensOf(cpu.replies), 'two rows: every reply, token for token, moving between the usual steps and the replay')
+  t.ok((two.capturedSteps ?? 0) > 39 + 2 * 23, `${two.capturedSteps} tokens decoded on replays`)
 })
 
 /**
