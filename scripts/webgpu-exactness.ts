@@ -7,7 +7,8 @@
 // together, one joining mid-decode, a conversation with the prefix cache and the
 // next turn computed ahead), the fp32 append graph (the cache on the host), and the
 // form for GPU hosts (gqa-masked) on a small random model, conversation included,
-// without and with its capture step (ONNX_WEBGPU_CAPTURE: a request alone replays its step);
+// without and with its capture step (ONNX_WEBGPU_CAPTURE: a request alone replays its step;
+// with ONNX_WEBGPU_CAPTURE_ROWS=4, requests decoding together replay one step);
 // and stories260k's public goldens replayed on WebGPU (the fp32 concat and append
 // graphs): the reference implementation's tokens, not only the CPU provider's.
 // Prints one line per check and writes the report; exits 1 if any reply differs.
@@ -63,6 +64,8 @@ const checks: Array<{ name: string; dir: string; dtype: ModelDtype; conversation
   { name: 'int4 gqa-masked graph, float compute (the GPU form; random weights)', dir: gpuForm(), dtype: 'q4', conversation: true },
   // The byte-level tokenizer's turns are ~100 positions: a conversation fits 1,024.
   { name: 'the GPU form with its capture step (ONNX_WEBGPU_CAPTURE=1024)', dir: gpuForm(), dtype: 'q4', conversation: true, settings: { webgpuCapture: 1024 } },
+  // Requests decoding together on one replay, rows of different lengths (three together fit 4; a join).
+  { name: 'the capture step with rows (ONNX_WEBGPU_CAPTURE=1024, ONNX_WEBGPU_CAPTURE_ROWS=4)', dir: gpuForm(), dtype: 'q4', settings: { webgpuCapture: 1024, webgpuCaptureRows: 4 } },
 ]
 
 const results: Array<Record<string, unknown>> = []
