@@ -53,8 +53,6 @@ export class DeviceLayout implements CacheLayout {
   readonly #captured: CapturedStep | null
   /** Tokens decoded on the capture step (a step of n rows: n). */
   capturedSteps = 0
-  /** Capture steps that loaded their rows first. */
-  capturedLoads = 0
 
   constructor (session: DecoderSession, captured: CapturedStep | null = null, spare?: SpareLimits) {
     this.#session = session
@@ -144,7 +142,6 @@ export class DeviceLayout implements CacheLayout {
     const buffers = cache.buffers as Record<string, Float32Array>
     const out = captured.step(cache.lengths.map((length, row) => ({ key: cache.keys[row], length, token: tokens[row], buffers, capacity: cache.capacity, row })))
     this.capturedSteps += tokens.length
-    if (out.loaded) this.capturedLoads++
     // The rows' entries side by side, [rows, kv heads, 1, head_dim] by name, as a run's cache_delta gives them.
     const each = this.#session.model.numKvHeads * this.#session.model.headDim
     const entries: Record<string, Float32Array> = {}
