@@ -230,6 +230,8 @@ export interface EngineStats {
   /** Runs of the model by kind since start, and the tokens they fed. */
   steps: Record<StepKind, number>
   stepTokens: Record<StepKind, number>
+  /** Tokens decoded on the capture step since start (ONNX_WEBGPU_CAPTURE: replays of the recorded step); 0 without it. */
+  replayedTokens: number
 }
 
 export type GenerateEvent =

@@ -76,6 +76,7 @@ export class ServingMetrics {
   readonly iterationTokens: Histogram<'model_name'>
   readonly engineSteps: Counter<'model_name' | 'kind'>
   readonly engineStepTokens: Counter<'model_name' | 'kind'>
+  readonly engineReplayedTokens: Counter<'model_name'>
   readonly prefixCacheKept: Gauge<'model_name'>
   readonly upstreamResponse: Histogram<'model_name'>
 
@@ -159,6 +160,13 @@ export class ServingMetrics {
       labelNames: ['model_name', 'kind'] as const,
       registers,
       collect: () => this.#mirrorSteps(this.engineStepTokens, stats => stats.stepTokens),
+    })
+    this.engineReplayedTokens = new Counter({
+      name: 'chatd_engine_replayed_tokens_total',
+      help: 'Tokens a local model decoded on its capture step since start (ONNX_WEBGPU_CAPTURE: the recorded step replayed, without the host\'s dispatch of every kernel); over chatd_engine_step_tokens_total{kind="decode"}: the share of decoding that replays. 0 without capture.',
+      labelNames,
+      registers,
+      collect: () => this.#mirror(this.engineReplayedTokens, stats => stats.replayedTokens),
     })
     this.prefixCacheKept = new Gauge({
       name: 'chatd_prefix_cache_usage_perc',

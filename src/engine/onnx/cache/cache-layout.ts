@@ -63,6 +63,8 @@ export interface CacheLayout {
   settle (cache: RowCache): RowCache
   /** Bytes of the caches this layout has handed out and not yet freed. */
   readonly bytesHeld: number
+  /** Tokens decoded on a capture step (a device layout with ONNX_WEBGPU_CAPTURE); absent elsewhere. */
+  readonly capturedSteps?: number
 }
 
 /** A concat graph's inputs for one run over rows right-aligned to the longest (concat caches). */

@@ -24,6 +24,8 @@ export interface EngineLoad {
   waiting: number
   kvUsage: number
   prefixCacheUsage: number
+  /** Tokens decoded on the capture step since start (the cache layout counts them). */
+  replayedTokens: number
 }
 
 export class EngineCounters {

@@ -276,13 +276,14 @@ t.test('in the engine\'s own thread (a worker, as the server runs it): the step 
   if (!await needWebgpu(t)) return
   const dir = randomCaptureStepModelDir()
   const request = { temperature: 0, topP: 1, topK: 0, stop: [] as string[], messages: [{ role: 'user' as const, content: 'Once upon a time' }], maxTokens: 24 }
-  const reply = async (settings: { webgpuCapture?: number; webgpuCaptureRows?: number }): Promise<{ text: string; positions?: number; rows?: number }> => {
+  const reply = async (settings: { webgpuCapture?: number; webgpuCaptureRows?: number }): Promise<{ text: string; positions?: number; rows?: number; replayed?: number; decoded?: number }> => {
     const backend = new OnnxBackend({ id: 'capture', path: dir, dtype: 'q4', device: 'webgpu', threads: 1, ...settings })
     try {
       await backend.load()
       let text = ''
       for await (const e of backend.generate(request, new AbortController().signal)) if (e.type === 'delta') text += (e.reasoning ?? '') + (e.content ?? '')
-      return { text, positions: backend.capturePositions, rows: backend.captureRows }
+      const stats = backend.engineStats
+      return { text, positions: backend.capturePositions, rows: backend.captureRows, replayed: stats?.replayedTokens, decoded: stats?.stepTokens.decode }
     } finally {
       await backend.close()
     }
@@ -292,6 +293,8 @@ t.test('in the engine\'s own thread (a worker, as the server runs it): the step 
   t.equal(plain.positions, 0)
   t.equal(captured.positions, 256, 'the worker says the step is open (the "model ready" line\'s capturePositions)')
   t.equal(captured.rows, 2, 'and its rows (captureRows)')
+  t.equal(plain.replayed, 0, 'the engine\'s stats: nothing replayed without the step')
+  t.ok((captured.replayed ?? 0) > 0 && captured.replayed === captured.decoded, `every decode step replayed (${captured.replayed} tokens), as /metrics reads it (chatd_engine_replayed_tokens_total)`)
   t.ok(plain.text.length > 0)
   t.equal(captured.text, plain.text, 'the same reply, greedy')
 })

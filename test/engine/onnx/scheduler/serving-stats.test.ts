@@ -49,6 +49,7 @@ t.test('prefix cache hits, steps, queue/prefill/decode: in /metrics, in spans an
   const computed = first.body.usage.prompt_tokens + second.body.usage.prompt_tokens - cached
   t.ok(value(text, 'chatd_engine_step_tokens_total', { ...m, kind: 'prefill' }) >= computed, 'the computed prompt tokens went through prefill steps')
   t.ok(value(text, 'chatd_prefix_cache_usage_perc', m) > 0, 'the kept caches hold part of the budget')
+  t.equal(value(text, 'chatd_engine_replayed_tokens_total', m), 0, 'no capture step: nothing replayed')
 
   // The response's own timings: the engine's queue and prompt times.
   t.match(second.body.timings, { prompt_n: second.body.usage.prompt_tokens, cache_n: cached, predicted_n: second.body.usage.completion_tokens })
