@@ -15,6 +15,8 @@ export interface ChatdServer {
   client: OpenAI
   /** The server process's peak resident memory so far, in MB. */
   peakRssMb (): number
+  /** The sum of a counter's or gauge's series in the server's /metrics whose labels include `labels` (e.g. `kind="decode"`). */
+  metric (name: string, labels?: string): Promise<number>
   stop (): Promise<void>
 }
 
@@ -74,6 +76,15 @@ export async function startChatdServer (opts: {
     peakRssMb () {
       const status = fs.readFileSync(`/proc/${server.pid}/status`, 'utf8')
       return Math.round(Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024)
+    },
+    async metric (name, labels = '') {
+      const text = await fetch(`${base}/metrics`).then(r => r.text())
+      let sum = 0
+      for (const line of text.split('\n')) {
+        const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})? (\S+)$/.exec(line)
+        if (m && m[1] === name && (m[2] ?? '').includes(labels)) sum += Number(m[3])
+      }
+      return sum
     },
     async stop () {
       cleanup()

@@ -63,8 +63,8 @@ export interface GpuBenchOptions {
 
 interface Round {
   webgpu: HttpRound
-  /** The server with the capture step (ONNX_WEBGPU_CAPTURE). */
-  webgpu_capture?: HttpRound
+  /** The server with the capture step (ONNX_WEBGPU_CAPTURE), and its decode tokens so far on replays and in all (its /metrics). */
+  webgpu_capture?: HttpRound & { replayed_tokens: number; decode_tokens: number }
   cpu?: HttpRound
   llama_cpp?: LlamaCppReport
 }
@@ -165,6 +165,9 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       figures[`${name}_end_s_cached`] = summarize(turns.end_s_cached)
     }
     const med = (key: string): number | null => figures[key]?.median ?? null
+    // The capture server's decode tokens since start that replayed the recorded step (its /metrics, after the last round).
+    const lastCapture = rounds.at(-1)?.webgpu_capture
+    const replayedShare = lastCapture && lastCapture.decode_tokens > 0 ? Math.round(1000 * lastCapture.replayed_tokens / lastCapture.decode_tokens) / 1000 : null
     const firstLlama = rounds.find(r => r.llama_cpp)?.llama_cpp
     // One decode step reads every weight once: the memory's bandwidth over those bytes bounds one stream's rate.
     const bound = Math.round((o.bandwidthGbs * 1e9) / weightBytes)
@@ -188,7 +191,7 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
         ttft_ms: med('webgpu_ttft_ms'),
         aggregate_tok_s: Object.fromEntries(o.levels.map(n => [n, med(`webgpu_aggregate_tok_s_${n}`)])),
       },
-      ...(capture ? { webgpu_capture: { positions: capture, rows: maxLevel, decode_tok_s_1: med('webgpu_capture_decode_tok_s_1'), aggregate_tok_s: { [maxLevel]: med(`webgpu_capture_aggregate_tok_s_${maxLevel}`) } } } : {}),
+      ...(capture ? { webgpu_capture: { positions: capture, rows: maxLevel, replayed_share: replayedShare, decode_tok_s_1: med('webgpu_capture_decode_tok_s_1'), aggregate_tok_s: { [maxLevel]: med(`webgpu_capture_aggregate_tok_s_${maxLevel}`) } } } : {}),
       ...(cpuModel
         ? { cpu: { decode_tok_s_1: med('cpu_decode_tok_s_1'), prefill_tok_s: med('cpu_prefill_tok_s'), aggregate_tok_s: { [maxLevel]: med(`cpu_aggregate_tok_s_${maxLevel}`) } } }
         : {}),
@@ -276,11 +279,13 @@ export async function runGpuBench (o: GpuBenchOptions): Promise<Record<string, u
       log('chatd on WebGPU ...')
       const webgpu = await measureHttpRound(gpu.client, { content, gen: o.gen, levels: o.levels, log })
       log(`  decode ${webgpu.decode_tok_s_1.toFixed(1)} tok/s, prefill ${webgpu.prefill_tok_s.toFixed(0)} tok/s`)
-      let captureRound: HttpRound | undefined
+      let captureRound: Round['webgpu_capture']
       if (captured) {
         log(`chatd on WebGPU, ONNX_WEBGPU_CAPTURE=${capture}, ONNX_WEBGPU_CAPTURE_ROWS=${maxLevel} ...`)
-        captureRound = await measureHttpRound(captured.client, { content, gen: o.gen, levels: [...new Set([1, maxLevel])], log })
-        log(`  decode ${captureRound.decode_tok_s_1.toFixed(1)} tok/s`)
+        const measured = await measureHttpRound(captured.client, { content, gen: o.gen, levels: [...new Set([1, maxLevel])], log })
+        // Whether the decoding did replay: a row past the step's positions or rows takes the usual steps.
+        captureRound = { ...measured, replayed_tokens: await captured.metric('chatd_engine_replayed_tokens_total'), decode_tokens: await captured.metric('chatd_engine_step_tokens_total', 'kind="decode"') }
+        log(`  decode ${captureRound.decode_tok_s_1.toFixed(1)} tok/s; ${captureRound.replayed_tokens} of ${captureRound.decode_tokens} decode tokens since start replayed`)
       }
       let cpuRound: HttpRound | undefined
       if (cpu) {
