@@ -229,7 +229,7 @@ export interface Config {
   mixedBatches: boolean
   /** PROMPT_GRAPH: prompts run on the model's int8 prompt graph where it has one (CPU). */
   promptGraph: boolean
-  /** ONNX_WEBGPU_CAPTURE: positions of the capture step a request decoding alone on WebGPU steps on; 0: off. */
+  /** ONNX_WEBGPU_CAPTURE: positions a request may hold on the WebGPU device's capture step (each of its rows); 0: off. */
   webgpuCapture: number
   /** ONNX_WEBGPU_CAPTURE_ROWS: requests decoding together that the capture step takes. */
   webgpuCaptureRows: number

@@ -64,7 +64,7 @@ const user = (content: string): ChatMessage[] => [{ role: 'user', content }]
 
 /** Tokens decoded on the capture step (ONNX_WEBGPU_CAPTURE): what the device layout counted. */
 function capturedSteps (engine: LocalEngine): number {
-  return engine.cacheLayout.capturedSteps ?? 0
+  return engine.cacheLayout.replayedTokens ?? 0
 }
 
 /** One request alone; three together; one joining another after that one's fourth token. */

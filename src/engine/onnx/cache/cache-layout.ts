@@ -64,7 +64,7 @@ export interface CacheLayout {
   /** Bytes of the caches this layout has handed out and not yet freed. */
   readonly bytesHeld: number
   /** Tokens decoded on a capture step (a device layout with ONNX_WEBGPU_CAPTURE); absent elsewhere. */
-  readonly capturedSteps?: number
+  readonly replayedTokens?: number
 }
 
 /** A concat graph's inputs for one run over rows right-aligned to the longest (concat caches). */

@@ -52,7 +52,7 @@ export class DeviceLayout implements CacheLayout {
   #deviceBytes = 0
   readonly #captured: CapturedStep | null
   /** Tokens decoded on the capture step (a step of n rows: n). */
-  capturedSteps = 0
+  replayedTokens = 0
 
   constructor (session: DecoderSession, captured: CapturedStep | null = null, spare?: SpareLimits) {
     this.#session = session
@@ -141,7 +141,7 @@ export class DeviceLayout implements CacheLayout {
   #capturedRun (captured: CapturedStep, cache: DeviceCache, tokens: number[], room?: CacheRoom): CacheRun {
     const buffers = cache.buffers as Record<string, Float32Array>
     const out = captured.step(cache.lengths.map((length, row) => ({ key: cache.keys[row], length, token: tokens[row], buffers, capacity: cache.capacity, row })))
-    this.capturedSteps += tokens.length
+    this.replayedTokens += tokens.length
     // The rows' entries side by side, [rows, kv heads, 1, head_dim] by name, as a run's cache_delta gives them.
     const each = this.#session.model.numKvHeads * this.#session.model.headDim
     const entries: Record<string, Float32Array> = {}

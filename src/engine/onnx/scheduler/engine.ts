@@ -744,7 +744,7 @@ export class LocalEngine {
       waiting: this.#waiting.length,
       kvUsage: budget > 0 ? Math.min(1, held / budget) : 0,
       prefixCacheUsage: budget > 0 && this.prefixes ? Math.min(1, this.prefixes.keptPositions / budget) : 0,
-      replayedTokens: this.cacheLayout.capturedSteps ?? 0,
+      replayedTokens: this.cacheLayout.replayedTokens ?? 0,
     }
   }
 
