@@ -9,3 +9,15 @@
 export function testDevice (): 'cpu' | 'webgpu' {
   return process.env.CHATD_TEST_DEVICE === 'webgpu' ? 'webgpu' : 'cpu'
 }
+
+/**
+ * The device a test computes its expected answers on. A test that compares what the engine does
+ * under some condition (batched, cached, within a budget) with what it does plainly computes the
+ * plain side on the CPU, so in an on-webgpu/ twin it checks what WebGPU must hold to, the CPU
+ * provider's tokens, and lavapipe (whose every token costs ~15x the CPU's) runs only the side under
+ * test. Int4 builds (`dtype` q4) are the exception: chatd's compute with int8 activations on the CPU
+ * and in float on a GPU, by design, so their reference runs on the tests' device.
+ */
+export function referenceDevice (dtype = 'fp32'): 'cpu' | 'webgpu' {
+  return dtype === 'q4' ? testDevice() : 'cpu'
+}

@@ -12,6 +12,7 @@ import { nextTurnIds } from '../../../../src/engine/onnx/cache/next-turn.ts'
 import { nextTurnStart } from '../../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir } from '../../../helpers/models.ts'
 import { inThreadEngine, withChatTemplate } from '../../../helpers/engine-harness.ts'
+import { referenceDevice } from '../../../helpers/webgpu.ts'
 
 const engineFor = (dir: string, settings: Partial<EngineSettings> = {}) => inThreadEngine(t, dir, { prefillChunk: 8, ...settings })
 
@@ -33,7 +34,7 @@ const FORMS = [
 for (const [form, source] of FORMS) {
   t.test(`${form}: account B reuses nothing of account A's prompt, and its replies are those of a cold engine; A reuses its own`, async t => {
     const dir = source()
-    const cold = await engineFor(dir, { prefixCache: false })
+    const cold = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
     const expected = []
     for (const probe of PROBES) expected.push(await cold.generate(probe, 12))
     // What B sees on a server where A never was: the cold replies, and cached_tokens from B's own probes only.
@@ -74,7 +75,7 @@ for (const [form, source] of FORMS) {
   t.test(`${form}: a next turn computed ahead for account A is reused by A alone`, async t => {
     const dir = withChatTemplate(t.testdir({}), source())
     const story = secret('4821')
-    const cold = await engineFor(dir, { prefixCache: false })
+    const cold = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
     const reply = await cold.generate(story, 24)
     const followUp: ChatMessage[] = [...story, { role: 'assistant', content: reply.text }, { role: 'user', content: 'What did Max do next?' }]
     const expected = await cold.generate(followUp, 12)
@@ -104,7 +105,7 @@ for (const [form, source, placement] of [...FORMS.map(([f, s]) => [f, s, 'system
       ? [{ role: 'system', content: SYSTEM }, { role: 'user', content: question }]
       : [{ role: 'user', content: `${SYSTEM}\n\n${question}` }]
     const question = 'A story about Max and his secret number 4821.'
-    const cold = await engineFor(dir, { prefixCache: false })
+    const cold = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
     const expected = await cold.generate(ask(question), 12)
     const on = await engineFor(dir, { sharedPrefix: { text: SYSTEM, placement } })
     const shared = on.engine.prefixes?.sharedIds.length ?? 0
@@ -132,7 +133,7 @@ t.test('without the setting, a system prompt two accounts both send is not share
 
 t.test('fair share: account A\'s flood of requests does not evict account B\'s cached prompt', async t => {
   const dir = storiesModelDir()
-  const probe = await engineFor(dir, { prefixCache: false })
+  const probe = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const perToken = kvBytesPerToken(probe.engine.model, probe.engine.session.cacheType)
   const bPrompt = secret('4821')
   const floods: ChatMessage[][] = [

@@ -12,7 +12,7 @@ import { defaultKeptBytes, KvBudget, kvBytesPerToken } from '../../../../src/eng
 import { readModelDir } from '../../../../src/engine/onnx/model-dir.ts'
 import { STORIES_OPTIMUM, storiesModelDir } from '../../../helpers/models.ts'
 import { startStoriesServer } from '../../../helpers/stories-server.ts'
-import { testDevice } from '../../../helpers/webgpu.ts'
+import { referenceDevice, testDevice } from '../../../helpers/webgpu.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
@@ -94,7 +94,7 @@ for (const [name, dir] of [['chatd\'s own graph (append cache)', () => storiesMo
   t.test(`${name}: a burst of long requests waits for cache room; the cache held never exceeds the budget`, async t => {
     const prompts = ['Once upon a time', 'The dog', 'Lily and Tom', 'A cat', 'The sun was hot', 'Tim had a toy', 'One day', 'Sue liked to sing']
     const maxTokens = 120
-    const solo = await engineFor(dir(), {})
+    const solo = await engineFor(dir(), { device: referenceDevice() })
     const expected: Outcome[] = []
     for (const p of prompts) expected.push(await solo.generate(greedy(p, maxTokens)))
     await solo.engine.close()

@@ -11,6 +11,7 @@ import { nextTurnStart, stripEarlierThinking } from '../../../../src/prompt/shap
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
 import { inThreadEngine, USER_TURNS, withChatTemplate, type Outcome } from '../../../helpers/engine-harness.ts'
 import { startStoriesServer } from '../../../helpers/stories-server.ts'
+import { referenceDevice } from '../../../helpers/webgpu.ts'
 
 /**
  * Qwen3's way with earlier turns, in small: an assistant turn after the last user message keeps an
@@ -52,7 +53,7 @@ async function conversation (e: Awaited<ReturnType<typeof engineFor>>, ahead: bo
 
 t.test('a template that renders the last reply otherwise than an earlier one (Qwen3-like): the next turn still computes only its new message', async t => {
   const dir = withChatTemplate(t.testdir({}), storiesPromptGraphModelDir(), QWEN3_LIKE_TEMPLATE)
-  const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype: 'q4' }), false)
+  const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype: 'q4', device: referenceDevice('q4') }), false)
   const on = await engineFor(dir, { dtype: 'q4' })
   const got = await conversation(on, true)
   got.outcomes.forEach((g, i) => t.same({ ...g, cached: 0 }, { ...expected.outcomes[i], cached: 0 }, `turn ${i + 1}: the same reply and reason`))
@@ -71,7 +72,7 @@ for (const [layout, source, dtype] of [
 ] as const) {
   t.test(`${layout}: each turn after the first computes only its new message, replies unchanged`, async t => {
     const dir = withChatTemplate(t.testdir({}), source())
-    const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype }), false)
+    const expected = await conversation(await engineFor(dir, { prefixCache: false, dtype, device: referenceDevice(dtype) }), false)
     const plain = await conversation(await engineFor(dir, { dtype }), false)
     const on = await engineFor(dir, { dtype })
     const got = await conversation(on, true)
@@ -103,14 +104,14 @@ t.test('a turn computed ahead is kept as computed: one copy, of the cached prefi
   const followUp = [...stripEarlierThinking([...story, { role: 'assistant', content: reply.text }]), { role: 'user' as const, content: USER_TURNS[1] }]
   const got = await on.generate(followUp, 20)
   t.equal(got.cached, nextTurnIds(next, turn => on.engine.encodePrompt({ messages: turn })).length, 'the next turn reuses all of it')
-  t.same({ ...got, cached: 0 }, { ...await (await engineFor(dir, { prefixCache: false })).generate(followUp, 20), cached: 0 }, 'the same reply as without a cache')
+  t.same({ ...got, cached: 0 }, { ...await (await engineFor(dir, { prefixCache: false, device: referenceDevice() })).generate(followUp, 20), cached: 0 }, 'the same reply as without a cache')
 })
 
 t.test('a request arriving while a next turn is computed ahead waits at most one chunk; what was computed is kept; replies unchanged', async t => {
   const dir = withChatTemplate(t.testdir({}), storiesModelDir())
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
   const other: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball.' }]
-  const off = await engineFor(dir, { prefixCache: false })
+  const off = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const long = await off.generate(story, 300)
   const expectedOther = await off.generate(other, 20)
   const followUp = [...stripEarlierThinking([...story, { role: 'assistant', content: long.text }]), { role: 'user' as const, content: USER_TURNS[1] }]
@@ -158,7 +159,7 @@ t.test('pending conversations: the newest goes first, and the oldest gives way b
 
 t.test('a conversation that cannot fit the KV budget is not computed ahead, and nothing cached is evicted for it', async t => {
   const dir = storiesModelDir()
-  const probe = await engineFor(dir, { prefixCache: false })
+  const probe = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const perToken = kvBytesPerToken(probe.engine.model, probe.engine.session.cacheType)
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
   const other: ChatMessage[] = [{ role: 'user', content: USER_TURNS[2] }]

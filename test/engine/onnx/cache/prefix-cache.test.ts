@@ -9,7 +9,7 @@ import { stripEarlierThinking } from '../../../../src/prompt/shape.ts'
 import { STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
 import { inThreadEngine, USER_TURNS, withChatTemplate, type Outcome } from '../../../helpers/engine-harness.ts'
 import { startStoriesServer } from '../../../helpers/stories-server.ts'
-import { testDevice } from '../../../helpers/webgpu.ts'
+import { referenceDevice, testDevice } from '../../../helpers/webgpu.ts'
 
 /** An in-thread engine counting the prompt positions it computes. */
 const engineFor = (dir: string, settings: Partial<EngineSettings> = {}) => inThreadEngine(t, dir, { prefillChunk: 8, ...settings })
@@ -36,7 +36,7 @@ for (const [layout, source, dtype] of [
 ] as const) {
   t.test(`${layout}: a multi-turn chat with R1's template reuses each earlier turn, output unchanged`, async t => {
     const dir = withChatTemplate(t.testdir({}), source())
-    const off = await engineFor(dir, { prefixCache: false, dtype })
+    const off = await engineFor(dir, { prefixCache: false, dtype, device: referenceDevice(dtype) })
     const expected = await conversation(off.generate)
     const on = await engineFor(dir, { dtype })
     const got = await conversation(on.generate)
@@ -65,7 +65,7 @@ t.test('int4 with an int8 prompt graph: a request\'s prompt is copied into the c
 async function shared (t: Test, dir: string): Promise<void> {
   const system = { role: 'system' as const, content: 'You tell short stories for children about animals, friends, the park, the sea and the sun.' }
   const asks = ['A story about a cat.', 'A story about a bird.', 'A story about a fish.']
-  const off = await engineFor(dir, { prefixCache: false })
+  const off = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const expected: Outcome[] = []
   for (const ask of asks) expected.push(await off.generate([system, { role: 'user', content: ask }], 20))
   const on = await engineFor(dir)
@@ -86,7 +86,7 @@ t.test('two requests sharing a long system prompt: the later ones reuse it, batc
 t.test('a running request\'s prompt is reused by one that arrives while it decodes; copied only then', async t => {
   const dir = storiesModelDir()
   const messages: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball and a small blue kite' }]
-  const off = await engineFor(dir, { prefixCache: false })
+  const off = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const expected = await off.generate(messages, 60)
   t.ok(expected.completion > 1, `the first request decodes ${expected.completion} tokens`)
   const on = await engineFor(dir)
@@ -115,7 +115,7 @@ t.test('a running request\'s prompt is reused by one that arrives while it decod
 t.test('a request cancelled while it decodes leaves its prompt for later ones', async t => {
   const dir = storiesModelDir()
   const messages: ChatMessage[] = [{ role: 'user', content: 'Lily and Tom went to the park to play with a big red ball and a small blue kite' }]
-  const expected = await (await engineFor(dir, { prefixCache: false })).generate(messages, 20)
+  const expected = await (await engineFor(dir, { prefixCache: false, device: referenceDevice() })).generate(messages, 20)
   const on = await engineFor(dir)
   const promptLength = on.engine.encodePrompt({ messages }).length
   const cancelInDecode = (): void => {
@@ -188,7 +188,7 @@ t.test('a cached prefix longer than the new prompt: only what the prompt has, ne
   const dir = storiesModelDir()
   const long = 'Once upon a time there was a little dog named Max who lived in a small house near the woods with his mother.'
   const short = 'Once upon a time there was a little dog named Max who lived in a small house'
-  const off = await engineFor(dir, { prefixCache: false })
+  const off = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const expected = await off.generate([{ role: 'user', content: short }], 20)
   const on = await engineFor(dir)
   await on.generate([{ role: 'user', content: long }], 20)
@@ -205,7 +205,7 @@ t.test('a cached prefix longer than the new prompt: only what the prompt has, ne
 t.test('an entry evicted while another request wants it: that request computes its prompt again, output unchanged', async t => {
   const dir = storiesModelDir()
   const story = 'Once upon a time there was a little dog named Max who lived in a small house near the woods.'
-  const off = await engineFor(dir, { prefixCache: false })
+  const off = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
   const expected = await off.generate([{ role: 'user', content: story }], 20)
   // Room for one 400-token request, or for the cached story and a short request, not for all three.
   const perToken = kvBytesPerToken(off.engine.model, off.engine.session.cacheType)

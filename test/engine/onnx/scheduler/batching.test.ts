@@ -7,17 +7,17 @@ import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import { promptRoom, REPLY_ROOM } from '../../../../src/engine/onnx/scheduler/prefill-group.ts'
 import type { CacheRoom } from '../../../../src/engine/onnx/cache/cache-layout.ts'
 import { randomGpuFormModelDir, randomGqaModelDir, randomModelDir, STORIES_OPTIMUM, storiesModelDir, storiesPromptGraphModelDir } from '../../../helpers/models.ts'
-import { testDevice } from '../../../helpers/webgpu.ts'
+import { referenceDevice, testDevice } from '../../../helpers/webgpu.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
-/** An in-thread engine whose runs are recorded, with a promise per request. */
-async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch = 8, mixedBatches = true) {
+/** An in-thread engine (on the tests' device unless `device` says) whose runs are recorded, with a promise per request. */
+async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch = 8, mixedBatches = true, device = testDevice()) {
   const texts = new Map<string, string>()
   const done = new Map<string, (o: Outcome) => void>()
   const deltaCounts = new Map<string, number>()
   const cachedTokens = new Map<string, number>()
-  const engine = await LocalEngine.load({ modelDir: dir, dtype, device: testDevice(), threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
+  const engine = await LocalEngine.load({ modelDir: dir, dtype, device, threads: 1, maxBatch, prefillChunk: 4, mixedBatches }, {
     delta: (id, text) => {
       texts.set(id, (texts.get(id) ?? '') + text.reasoning + text.content)
       deltaCounts.set(id, (deltaCounts.get(id) ?? 0) + 1)
@@ -65,11 +65,12 @@ const until = async (check: () => boolean) => {
 }
 
 /**
- * Each prompt alone on one engine, then all at once on another: every reply the same. Returns the
- * second engine (still open, its runs recorded) and the replies alone.
+ * Each prompt alone on one engine (the reference, on the CPU), then all at once on another (the tests'
+ * device): every reply the same. Returns the second engine (still open, its runs recorded) and the
+ * replies alone.
  */
 async function burstEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'q4', prompts: Array<[string, number]>) {
-  const solo = await engineFor(dir, dtype)
+  const solo = await engineFor(dir, dtype, 8, true, referenceDevice(dtype))
   const expected: Outcome[] = []
   for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
   await solo.engine.close()
@@ -79,14 +80,14 @@ async function burstEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'q4', prom
   return { burst, expected }
 }
 
-/** Prompts of different lengths, run alone, then together with staggered starts. */
+/** Prompts of different lengths, run alone (the reference, on the CPU), then together with staggered starts. */
 async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp16' | 'q4', expectBatches: boolean, mixedBatches = true) {
   const prompts: Array<[string, number]> = [
     ['Once upon a time', 40], ['The dog', 12], ['Lily and Tom went to the park to play with a big red ball', 30],
     // 'A' runs past 64 and 128 positions: the append cache grows while others share its steps.
     ['café 日本', 25], ['A', 140],
   ]
-  const solo = await engineFor(dir, dtype)
+  const solo = await engineFor(dir, dtype, 8, true, referenceDevice(dtype))
   const expected: Outcome[] = []
   for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
   await solo.engine.close()
