@@ -133,7 +133,7 @@ t.test('without the setting, a system prompt two accounts both send is not share
 
 t.test('fair share: account A\'s flood of requests does not evict account B\'s cached prompt', async t => {
   const dir = storiesModelDir()
-  const probe = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
+  const probe = await engineFor(dir, { prefixCache: false })
   const perToken = kvBytesPerToken(probe.engine.model, probe.engine.session.cacheType)
   const bPrompt = secret('4821')
   const floods: ChatMessage[][] = [

@@ -159,7 +159,7 @@ t.test('pending conversations: the newest goes first, and the oldest gives way b
 
 t.test('a conversation that cannot fit the KV budget is not computed ahead, and nothing cached is evicted for it', async t => {
   const dir = storiesModelDir()
-  const probe = await engineFor(dir, { prefixCache: false, device: referenceDevice() })
+  const probe = await engineFor(dir, { prefixCache: false })
   const perToken = kvBytesPerToken(probe.engine.model, probe.engine.session.cacheType)
   const story: ChatMessage[] = [{ role: 'user', content: USER_TURNS[0] }]
   const other: ChatMessage[] = [{ role: 'user', content: USER_TURNS[2] }]

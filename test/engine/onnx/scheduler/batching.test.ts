@@ -65,8 +65,8 @@ const until = async (check: () => boolean) => {
 }
 
 /**
- * Each prompt alone on one engine (the reference, on the CPU), then all at once on another (the tests'
- * device): every reply the same. Returns the second engine (still open, its runs recorded) and the
+ * Each prompt alone on one engine (the reference, on referenceDevice(): the CPU, but for int4 builds),
+ * then all at once on another (the tests' device): every reply the same. Returns the second engine (still open, its runs recorded) and the
  * replies alone.
  */
 async function burstEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'q4', prompts: Array<[string, number]>) {
@@ -80,7 +80,7 @@ async function burstEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'q4', prom
   return { burst, expected }
 }
 
-/** Prompts of different lengths, run alone (the reference, on the CPU), then together with staggered starts. */
+/** Prompts of different lengths, run alone (the reference, on referenceDevice()), then together with staggered starts. */
 async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp16' | 'q4', expectBatches: boolean, mixedBatches = true) {
   const prompts: Array<[string, number]> = [
     ['Once upon a time', 40], ['The dog', 12], ['Lily and Tom went to the park to play with a big red ball', 30],
