@@ -7,6 +7,7 @@ import t from 'tap'
 import { Agent, OpenAIProvider, Runner, tool, type ModelSettings } from '@openai/agents'
 import { z } from 'zod'
 import { startStoriesServer } from '../helpers/stories-server.ts'
+import { testDevice } from '../helpers/webgpu.ts'
 import { ANSWER, MODEL, relayThroughChatd, sentBodies } from './harness.ts'
 
 const weatherInput = z.object({ city: z.string() })
@@ -125,7 +126,10 @@ t.test('on stories260k: a required tool choice gives a call valid against the sc
   const run = runner(`${server.url}/api/v1`, KEY)
   const answers: string[] = []
 
-  for (const stream of [false, true]) {
+  // On a software renderer (the WebGPU twin in CI, ~20x slower a token) the streamed runs alone: the
+  // story is ~340 tokens, and whole and streamed differ in their framing, which the CPU run checks.
+  const modes = testDevice() === 'webgpu' ? [true] : [false, true]
+  for (const stream of modes) {
     const how = stream ? 'streamed' : 'whole'
     const ran: WeatherInput[] = []
     // stories260k writes stories, not calls: chatd's grammar makes the forced call well-formed.
@@ -167,5 +171,5 @@ t.test('on stories260k: a required tool choice gives a call valid against the sc
     t.ok((plain.rawResponses[0]?.usage.outputTokens ?? 0) > 0, `${how}, no tool: its usage`)
     answers.push(plain.finalOutput ?? '')
   }
-  t.equal(answers[0], answers[1], 'whole and streamed: the same story at temperature 0')
+  if (modes.length === 2) t.equal(answers[0], answers[1], 'whole and streamed: the same story at temperature 0')
 })

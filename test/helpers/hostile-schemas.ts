@@ -13,6 +13,12 @@ export function refChain (levels = 200): Record<string, unknown> {
 export const NESTED_PATTERN = { type: 'string', pattern: '^(((a|b){20}){20}){20}$' }
 
 /**
+ * The same, twelve at its outer level: a compile that is still slow beside a short reply (its trial
+ * and its serving compile ~6 s together on a 2-core EPYC, where NESTED_PATTERN's take 15 s).
+ */
+export const SLOW_PATTERN = { type: 'string', pattern: '^(((a|b){20}){20}){12}$' }
+
+/**
  * One more level of the same: no compile ends within any limit a test sets (over a minute on
  * stories260k), so a test that needs a compile still running, or timed out, never races its end.
  */

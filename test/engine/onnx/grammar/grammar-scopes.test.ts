@@ -9,7 +9,7 @@ import type { GenerateRequest } from '../../../../src/engine/backend.ts'
 import { LocalEngine } from '../../../../src/engine/onnx/scheduler/engine.ts'
 import type { JsonFormat } from '../../../../src/engine/onnx/grammar/grammar.ts'
 import { GrammarService } from '../../../../src/engine/onnx/grammar/grammar-service.ts'
-import { NESTED_PATTERN } from '../../../helpers/hostile-schemas.ts'
+import { SLOW_PATTERN } from '../../../helpers/hostile-schemas.ts'
 import { storiesModelDir } from '../../../helpers/models.ts'
 import { testDevice } from '../../../helpers/webgpu.ts'
 
@@ -47,7 +47,7 @@ t.test('a slow compile for account B does not hold up account A\'s constrained g
   t.equal(await run('warm', 'a', ANIMAL), 'stop', 'A\'s schema serves')
 
   const serving = once(service, 'serving')
-  const slow = service.compile(format(NESTED_PATTERN), { scope: 'b' }).then(() => { events.push('b:compiled') })
+  const slow = service.compile(format(SLOW_PATTERN), { scope: 'b' }).then(() => { events.push('b:compiled') })
   const [started] = await serving as [{ scope: string }]
   t.equal(started.scope, 'b', 'B\'s schema passed its trial and compiles where it will serve')
   events.length = 0
