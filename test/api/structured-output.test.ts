@@ -7,7 +7,7 @@
 import t from 'tap'
 import OpenAI from 'openai'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { perDevice } from '../helpers/test-device.ts'
 
 const MODEL = 'stories260k'
 const KEY = `sk-chatd-${'jsonSchm'.repeat(4)}`
@@ -73,7 +73,7 @@ t.test('json_object: the reply is a JSON object', async t => {
   // ends by itself parses as an object. Sent together, so the engine decodes them side by side
   // (a seed's reply is the same either way). On a software renderer (the WebGPU twin in CI), which
   // decodes ~25x slower, the three around seed 9.
-  const seeds = testDevice() === 'webgpu' ? [8, 9, 10] : Array.from({ length: 10 }, (_, i) => i + 1)
+  const seeds = perDevice({ cpu: Array.from({ length: 10 }, (_, i) => i + 1), webgpu: [8, 9, 10] })
   const replies = await Promise.all(seeds.map(seed =>
     client.chat.completions.create({ model: MODEL, messages, temperature: 2, seed, max_tokens: 300, response_format: { type: 'json_object' } })))
   let closed = 0

@@ -13,7 +13,7 @@ import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { refChain } from '../helpers/hostile-schemas.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { perDevice } from '../helpers/test-device.ts'
 
 const URL = '/api/v1/chat/completions'
 const weatherTool = { type: 'function', function: { name: 'get_weather', description: 'The weather in a city.', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }
@@ -205,7 +205,7 @@ t.test('the local engine (stories260k) writes a required or named call by constr
   ]
   for (const [label, toolChoice] of choices) {
     // One seed each on a software renderer (the WebGPU twin in CI), which decodes ~25x slower.
-    for (const seed of testDevice() === 'webgpu' ? [1] : [1, 2, 3]) {
+    for (const seed of perDevice({ cpu: [1, 2, 3], webgpu: [1] })) {
       const request = { model: 'stories260k', messages, tools, tool_choice: toolChoice, temperature: 1, seed }
       const whole = await client.chat.completions.create(request)
       const choice = whole.choices[0]

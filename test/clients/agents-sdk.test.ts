@@ -7,7 +7,7 @@ import t from 'tap'
 import { Agent, OpenAIProvider, Runner, tool, type ModelSettings } from '@openai/agents'
 import { z } from 'zod'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { testDevice } from '../helpers/webgpu.ts'
+import { perDevice } from '../helpers/webgpu.ts'
 import { ANSWER, MODEL, relayThroughChatd, sentBodies } from './harness.ts'
 
 const weatherInput = z.object({ city: z.string() })
@@ -128,7 +128,7 @@ t.test('on stories260k: a required tool choice gives a call valid against the sc
 
   // On a software renderer (the WebGPU twin in CI, ~20x slower a token) the streamed runs alone: the
   // story is ~340 tokens, and whole and streamed differ in their framing, which the CPU run checks.
-  const modes = testDevice() === 'webgpu' ? [true] : [false, true]
+  const modes = perDevice({ cpu: [false, true], webgpu: [true] })
   for (const stream of modes) {
     const how = stream ? 'streamed' : 'whole'
     const ran: WeatherInput[] = []

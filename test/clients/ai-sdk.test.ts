@@ -8,7 +8,7 @@ import { generateText, jsonSchema, Output, stepCountIs, streamText, tool } from 
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible'
 import { z } from 'zod'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { testDevice } from '../helpers/webgpu.ts'
+import { perDevice } from '../helpers/webgpu.ts'
 import { ANSWER, callThenAnswer, captureServer, MODEL, relayThroughChatd, replayCaptured, sentBodies } from './harness.ts'
 
 const CHAT = '/api/v1/chat/completions'
@@ -174,7 +174,7 @@ t.test('on stories260k: auto answers; required gives a call valid against the sc
   t.equal((await streamed.totalUsage).outputTokens, auto.usage.outputTokens)
 
   // One seed on a software renderer (the WebGPU twin in CI), which decodes ~20x slower.
-  for (let seed = 0; seed < (testDevice() === 'webgpu' ? 1 : 3); seed++) {
+  for (let seed = 0; seed < perDevice({ cpu: 3, webgpu: 1 }); seed++) {
     // Room for the whole call: max_tokens counts every token written, the forced closing included.
     const outcome = await generateText({ model, maxRetries: 0, prompt: 'Oslo?', tools, toolChoice: 'required', stopWhen: stepCountIs(1), maxOutputTokens: 160, seed })
       .catch((error: unknown) => error as Error)

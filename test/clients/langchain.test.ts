@@ -9,7 +9,7 @@ import { AIMessageChunk, HumanMessage, type BaseMessage } from '@langchain/core/
 import { tool } from '@langchain/core/tools'
 import { z } from 'zod'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { testDevice } from '../helpers/webgpu.ts'
+import { perDevice } from '../helpers/webgpu.ts'
 import { ANSWER, callThenAnswer, captureServer, MODEL, relayThroughChatd, replayCaptured, sentBodies } from './harness.ts'
 
 const weatherInput = z.object({
@@ -129,7 +129,7 @@ t.test('on stories260k: auto answers; tool_choice any gives a call valid against
   t.equal(streamed.content, auto.content, 'auto, streamed: the same answer at temperature 0')
 
   // One seed on a software renderer (the WebGPU twin in CI), which decodes ~20x slower.
-  for (let seed = 0; seed < (testDevice() === 'webgpu' ? 1 : 3); seed++) {
+  for (let seed = 0; seed < perDevice({ cpu: 3, webgpu: 1 }); seed++) {
     const outcome = await chat(`${server.url}/api/v1`, KEY, 'stories260k', { maxTokens: 160, modelKwargs: { seed } }).bindTools([small], { tool_choice: 'any' }).invoke('Oslo?')
       .catch((error: unknown) => error as Error)
     if (outcome instanceof Error) {

@@ -21,3 +21,13 @@ export function testDevice (): 'cpu' | 'webgpu' {
 export function referenceDevice (dtype = 'fp32'): 'cpu' | 'webgpu' {
   return dtype === 'q4' ? testDevice() : 'cpu'
 }
+
+/**
+ * How much of a test's work runs on the tests' device: `cpu` on the CPU, `webgpu` in an on-webgpu/
+ * twin. Lavapipe, the software renderer CI's twins run on, decodes ~20x slower a token than the CPU
+ * provider, so a twin asks fewer tokens, seeds or waves where the CPU run already covers the rest;
+ * the caller says in a comment what the CPU run keeps.
+ */
+export function perDevice<T> (amounts: { cpu: T, webgpu: T }): T {
+  return amounts[testDevice()]
+}

@@ -31,7 +31,7 @@ export async function needWebgpu (t: Test): Promise<boolean> {
   return false
 }
 
-export { referenceDevice, testDevice } from './test-device.ts'
+export { perDevice, referenceDevice, testDevice } from './test-device.ts'
 
 /**
  * Runs the test file `file` (a URL or path relative to the caller's `from`) in this process with

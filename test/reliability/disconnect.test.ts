@@ -15,12 +15,12 @@ import t from 'tap'
 import { startLoadServer } from '../helpers/load/server.ts'
 import { metricSamples, waitForIdle } from '../helpers/load/metrics-scrape.ts'
 import { streamChat, type StreamOutcome } from '../helpers/load/sse-client.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { perDevice } from '../helpers/test-device.ts'
 
 const SEED = Number(process.env.CHATD_DISCONNECT_SEED ?? 20261122)
 const QUEUE_SIZE = 24
 // Two waves on a software renderer (the WebGPU twin in CI), which decodes ~25x slower.
-const WAVES = testDevice() === 'webgpu' ? 2 : 4
+const WAVES = perDevice({ cpu: 4, webgpu: 2 })
 // Long enough that clients leaving after a few kilobytes leave part-way through the text (each
 // token is a frame of ~150 bytes), short enough for a software renderer (its WebGPU twin).
 const MAX_TOKENS = 120

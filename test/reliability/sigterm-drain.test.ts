@@ -16,14 +16,14 @@ import { loadConfig } from '../../src/config.ts'
 import { openDatabase } from '../../src/store/database.ts'
 import { streamChat, type StreamOutcome } from '../helpers/load/sse-client.ts'
 import { REPO_ROOT, storiesModelEntry } from '../helpers/models.ts'
-import { testDevice } from '../helpers/test-device.ts'
+import { perDevice } from '../helpers/test-device.ts'
 
 const KEY = `sk-chatd-${'sigTerm0'.repeat(4)}`
 const MODEL = 'stories260k'
 // Greedy, this prompt runs to about 340 tokens before the model ends the story: streams still
 // running when the signal comes. A software renderer (the WebGPU twin in CI) decodes ~25x slower,
 // so there 80 tokens a stream keep them running as long.
-const STORY = { model: MODEL, messages: [{ role: 'user', content: 'Once upon a time' }], temperature: 0, max_tokens: testDevice() === 'webgpu' ? 80 : 450 }
+const STORY = { model: MODEL, messages: [{ role: 'user', content: 'Once upon a time' }], temperature: 0, max_tokens: perDevice({ cpu: 450, webgpu: 80 }) }
 
 interface Server {
   child: ChildProcess

@@ -11,8 +11,17 @@ import { referenceDevice, testDevice } from '../../../helpers/webgpu.ts'
 
 interface Outcome { text: string; reason: FinishReason; completion: number }
 
-/** An in-thread engine (on the tests' device unless `device` says) whose runs are recorded, with a promise per request. */
-async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', maxBatch = 8, mixedBatches = true, device = testDevice()) {
+interface EngineChoices {
+  /** Rows a step may take; 8 by default. */
+  maxBatch?: number
+  /** Whether decode rows may share a run with a prompt chunk; yes by default. */
+  mixedBatches?: boolean
+  /** The tests' device by default; a reference answer's engine says `referenceDevice(dtype)`. */
+  device?: 'cpu' | 'webgpu'
+}
+
+/** An in-thread engine whose runs are recorded, with a promise per request. */
+async function engineFor (dir: string, dtype: 'fp32' | 'fp16' | 'q4', { maxBatch = 8, mixedBatches = true, device = testDevice() }: EngineChoices = {}) {
   const texts = new Map<string, string>()
   const done = new Map<string, (o: Outcome) => void>()
   const deltaCounts = new Map<string, number>()
@@ -70,7 +79,7 @@ const until = async (check: () => boolean) => {
  * replies alone.
  */
 async function burstEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'q4', prompts: Array<[string, number]>) {
-  const solo = await engineFor(dir, dtype, 8, true, referenceDevice(dtype))
+  const solo = await engineFor(dir, dtype, { device: referenceDevice(dtype) })
   const expected: Outcome[] = []
   for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
   await solo.engine.close()
@@ -87,12 +96,12 @@ async function checkBatchedEqualsSolo (t: Test, dir: string, dtype: 'fp32' | 'fp
     // 'A' runs past 64 and 128 positions: the append cache grows while others share its steps.
     ['café 日本', 25], ['A', 140],
   ]
-  const solo = await engineFor(dir, dtype, 8, true, referenceDevice(dtype))
+  const solo = await engineFor(dir, dtype, { device: referenceDevice(dtype) })
   const expected: Outcome[] = []
   for (const [p, m] of prompts) expected.push(await solo.generate(greedy(p, m)).result)
   await solo.engine.close()
 
-  const together = await engineFor(dir, dtype, 8, mixedBatches)
+  const together = await engineFor(dir, dtype, { mixedBatches })
   const pending: Array<Promise<Outcome>> = []
   // Two start at once; the others join while those are mid-decode, at different steps.
   const first = together.generate(greedy(...prompts[0]))
@@ -175,7 +184,7 @@ t.test('a request cancelled mid-batch leaves the others unchanged', async t => {
 })
 
 t.test('at most maxBatch sequences decode at once; the rest wait their turn', async t => {
-  const batch = await engineFor(storiesModelDir(), 'fp32', 2)
+  const batch = await engineFor(storiesModelDir(), 'fp32', { maxBatch: 2 })
   const results = await Promise.all([0, 1, 2, 3].map(i => batch.generate(greedy(`Story ${i}`, 10)).result))
   t.ok(results.every(r => r.completion === 10), 'every request completes')
   t.equal(Math.max(...batch.runs), 2, 'never more than 2 rows')
