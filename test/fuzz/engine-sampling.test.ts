@@ -14,7 +14,9 @@ import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const KEY = `sk-chatd-${'enginefz'.repeat(4)}`
 const URL = '/api/v1/chat/completions'
-const { app } = await startStoriesServer(t, { modelId: 'stories', key: KEY, threads: 1 })
+// Refusals are part of the fuzzing (prompts past the context, on purpose): the meter that stops a
+// key after too many of them in a minute (REFUSED_PER_KEY_PER_MINUTE) would answer 429 to the rest.
+const { app } = await startStoriesServer(t, { modelId: 'stories', key: KEY, threads: 1, env: { REFUSED_PER_KEY_PER_MINUTE: '0', REFUSED_PER_ADDRESS_PER_MINUTE: '0' } })
 
 const ask = (body: unknown) => withinDeadline(app.inject({
   method: 'POST', url: URL, headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, payload: JSON.stringify(body),
