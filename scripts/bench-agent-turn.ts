@@ -14,13 +14,13 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { benchModelDir } from './bench-model.ts'
 import { AGENTS, type Turn } from './bench/agent-turns.ts'
 import { startChatdServer } from './bench/chatd-server.ts'
+import { scriptArgs } from './script-args.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
-const { values } = parseArgs({ options: { agent: { type: 'string', default: 'both' }, rounds: { type: 'string', default: '3' }, dtype: { type: 'string', default: 'q4' } } })
+const { values } = scriptArgs(import.meta.url, { options: { agent: { type: 'string', default: 'both' }, rounds: { type: 'string', default: '3' }, dtype: { type: 'string', default: 'q4' } } })
 const rounds = Number(values.rounds)
 const OUT = path.join(ROOT, 'bench-out', 'agent-turn')
 

@@ -8,14 +8,14 @@
 // model's 28 layers, and the largest difference between the two outputs.
 //
 //   npm run bench:attention -- [--shapes 436x1615,1x1615,128x128,1x256] [--threads N] [--no-huge-pages]
-import { parseArgs } from 'node:util'
 import { groupedAttention } from '../src/convert/decoder-graph.ts'
 import { GraphBuilder } from '../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../src/convert/onnx-proto.ts'
 import { ort } from '../src/engine/onnx/device/ort.ts'
 import { ensureHugePages } from './huge-pages.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     shapes: { type: 'string', default: '436x1615,1x1615,128x128,1x256' },
     threads: { type: 'string', default: '0' },

@@ -14,7 +14,6 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { DecoderSession } from '../src/engine/onnx/device/decoder-session.ts'
 import { cacheLayoutFor } from '../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
@@ -22,8 +21,9 @@ import { argmax } from '../src/engine/onnx/sampling/sampler.ts'
 import { benchModelDir } from './bench-model.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 import { formatProfile, readTrace, summarizeTrace } from './profile-trace.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     'model-dir': { type: 'string' },
     dtype: { type: 'string', default: 'q4' },

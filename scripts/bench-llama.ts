@@ -7,11 +7,11 @@
 //                          [--reps 5] [--jobs 2] [--json FILE] [--prepare-only] [--no-huge-pages]
 import fs from 'node:fs'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { ensureHugePages } from './huge-pages.ts'
 import { LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     threads: { type: 'string', default: '0' },
     prompt: { type: 'string', default: '128' },

@@ -17,15 +17,15 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { int8Linear } from '../src/convert/decoder-graph.ts'
 import { attr, GraphBuilder } from '../src/convert/graph-builder.ts'
 import { DataType, encodeModel } from '../src/convert/onnx-proto.ts'
 import { quantizeInt4, quantizeInt8, toFloat32Bytes } from '../src/convert/tensors.ts'
 import { ort } from '../src/engine/onnx/device/ort.ts'
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     n: { type: 'string', default: '17920' },
     k: { type: 'string', default: '1536' },

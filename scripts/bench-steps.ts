@@ -13,14 +13,14 @@
 //   npm run bench:steps -- [--model-dir DIR] [--block-size 32|64|128] [--rows 1,4,8] [--steps 128] [--prompt 128]
 //                          [--threads N] [--no-huge-pages] [--device cpu|webgpu] [--gpu] [--model-config FILE]
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { DecoderSession } from '../src/engine/onnx/device/decoder-session.ts'
 import { cacheLayoutFor, type RowCache } from '../src/engine/onnx/cache/kv-cache.ts'
 import { readModelDir } from '../src/engine/onnx/model-dir.ts'
 import { benchModelDir } from './bench-model.ts'
 import { ensureHugePages } from './huge-pages.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     'model-dir': { type: 'string' },
     'block-size': { type: 'string', default: '32' },

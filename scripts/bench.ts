@@ -58,7 +58,6 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { parseArgs } from 'node:util'
 import type { GraphForm } from '../src/convert/decoder-graph.ts'
 import { LocalEngine } from '../src/engine/onnx/scheduler/engine.ts'
 import { readModelDir, type ModelDtype } from '../src/engine/onnx/model-dir.ts'
@@ -72,6 +71,7 @@ import { formatSummary, median, perRoundRatio, summarize, type RoundSummary } fr
 import { ensureHugePages, hugePagesOn } from './huge-pages.ts'
 import { type LlamaCppPrepared, type LlamaCppReport, LlamaCppUnavailable, measureLlamaCpp, prepareLlamaCpp } from './llama-cpp/index.ts'
 import { startLlamaServer, type LlamaServer } from './llama-cpp/server.ts'
+import { scriptArgs } from './script-args.ts'
 
 const USAGE = `Usage: npm run bench -- [options]
 
@@ -109,54 +109,41 @@ and bench-out/bench.svg. See docs/performance.md.
   -h, --help                     this text
 `
 
-let parsed
-try {
-  parsed = parseArgs({
-    options: {
-      json: { type: 'string' },
-      device: { type: 'string', default: 'cpu' },
-      threads: { type: 'string', default: '0' },
-      prompt: { type: 'string', default: '128' },
-      gen: { type: 'string', default: '128' },
-      concurrency: { type: 'string', default: '1,2,4,8' },
-      rounds: { type: 'string', default: '3' },
-      'llama-cpp': { type: 'boolean', default: true },
-      'block-size': { type: 'string', default: '32' },
-      'huge-pages': { type: 'boolean', default: true },
-      form: { type: 'string', default: 'chatd' },
-      'with-onnx-community': { type: 'boolean', default: false },
-      'model-dir': { type: 'string' },
-      dtype: { type: 'string', default: 'q4' },
-      conversation: { type: 'boolean', default: true },
-      turns: { type: 'string', default: '4' },
-      'turn-prompt': { type: 'string', default: '300' },
-      'turn-answer': { type: 'string', default: '128' },
-      'turn-gen': { type: 'string', default: '32' },
-      'turn-replies': { type: 'string', default: 'model' },
-      'turn-gap': { type: 'string', default: '2000' },
-      staggered: { type: 'boolean', default: true },
-      'staggered-gap': { type: 'string', default: '1000' },
-      'prompt-graph-compare': { type: 'boolean', default: true },
-      'model-config': { type: 'string' },
-      'cpu-compare': { type: 'boolean', default: true },
-      'agent-turns': { type: 'boolean', default: true },
-      'bandwidth-gbs': { type: 'string', default: '3350' },
-      capture: { type: 'string', default: '4096' },
-      'prepare-only': { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-    allowNegative: true,
-  })
-} catch (err) {
-  // An unknown or malformed option: say which, with the usage, and no stack trace.
-  process.stderr.write(`npm run bench: ${(err as Error).message}\n\n${USAGE}`)
-  process.exit(2)
-}
-const { values } = parsed
-if (values.help) {
-  process.stdout.write(USAGE)
-  process.exit(0)
-}
+const { values } = scriptArgs(import.meta.url, {
+  options: {
+    json: { type: 'string' },
+    device: { type: 'string', default: 'cpu' },
+    threads: { type: 'string', default: '0' },
+    prompt: { type: 'string', default: '128' },
+    gen: { type: 'string', default: '128' },
+    concurrency: { type: 'string', default: '1,2,4,8' },
+    rounds: { type: 'string', default: '3' },
+    'llama-cpp': { type: 'boolean', default: true },
+    'block-size': { type: 'string', default: '32' },
+    'huge-pages': { type: 'boolean', default: true },
+    form: { type: 'string', default: 'chatd' },
+    'with-onnx-community': { type: 'boolean', default: false },
+    'model-dir': { type: 'string' },
+    dtype: { type: 'string', default: 'q4' },
+    conversation: { type: 'boolean', default: true },
+    turns: { type: 'string', default: '4' },
+    'turn-prompt': { type: 'string', default: '300' },
+    'turn-answer': { type: 'string', default: '128' },
+    'turn-gen': { type: 'string', default: '32' },
+    'turn-replies': { type: 'string', default: 'model' },
+    'turn-gap': { type: 'string', default: '2000' },
+    staggered: { type: 'boolean', default: true },
+    'staggered-gap': { type: 'string', default: '1000' },
+    'prompt-graph-compare': { type: 'boolean', default: true },
+    'model-config': { type: 'string' },
+    'cpu-compare': { type: 'boolean', default: true },
+    'agent-turns': { type: 'boolean', default: true },
+    'bandwidth-gbs': { type: 'string', default: '3350' },
+    capture: { type: 'string', default: '4096' },
+    'prepare-only': { type: 'boolean', default: false },
+  },
+  allowNegative: true,
+}, USAGE)
 if (values.form !== 'chatd' && values.form !== 'onnx-community') throw new Error(`--form must be chatd or onnx-community (got ${values.form})`)
 if (!['cpu', 'cuda', 'webgpu'].includes(values.device)) {
   process.stderr.write(`npm run bench: --device must be cpu, cuda or webgpu (got ${values.device})\n\n${USAGE}`)

@@ -17,11 +17,11 @@
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { prepareVulkanBuild, vulkanDir } from './llama-cpp/vulkan.ts'
+import { scriptArgs } from './script-args.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
-const { values } = parseArgs({ options: { out: { type: 'string', default: path.join(ROOT, '.gpu-carry') } } })
+const { values } = scriptArgs(import.meta.url, { options: { out: { type: 'string', default: path.join(ROOT, '.gpu-carry') } } })
 const OUT = path.resolve(values.out!)
 fs.mkdirSync(OUT, { recursive: true })
 const log = (line: string): void => console.error(line)

@@ -16,14 +16,14 @@
 //                   [--queue-size 64] [--max-batch 8] [--json FILE]
 import fs from 'node:fs'
 import os from 'node:os'
-import { parseArgs } from 'node:util'
 import { runLoadInWorker } from '../test/helpers/load/drive.ts'
 import { memoryNow, PeakMemory, settledMemory, type MemoryFigures } from '../test/helpers/load/memory.ts'
 import { metricSamples, waitForIdle } from '../test/helpers/load/metrics-scrape.ts'
 import { startLoadServer } from '../test/helpers/load/server.ts'
 import type { TallySummary } from '../test/helpers/load/tally.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     connections: { type: 'string', default: '200' },
     streams: { type: 'string', default: '100' },

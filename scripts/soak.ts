@@ -15,7 +15,6 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { Accounts } from '../src/accounts/accounts.ts'
 import { loadConfig } from '../src/config.ts'
 import { openMigratedDatabase } from '../src/store/database.ts'
@@ -23,8 +22,9 @@ import { freePort } from '../test/helpers/chatd-process.ts'
 import { convertCheckpoint } from '../src/convert/index.ts'
 import { REPO_ROOT, STORIES_SOURCE } from '../test/helpers/models.ts'
 import { soakBody, type SoakDoor } from './soak/bodies.ts'
+import { scriptArgs } from './script-args.ts'
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     requests: { type: 'string', default: '22000' },
     accounts: { type: 'string', default: '1' },

@@ -12,7 +12,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { parseArgs } from 'node:util'
+import { scriptArgs } from './script-args.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const cores = os.availableParallelism()
@@ -22,7 +22,7 @@ const BUSY_LIMIT_MS = 2 * 60 * 60 * 1000
 const dashes = process.argv.indexOf('--')
 const ownArgs = dashes === -1 ? process.argv.slice(2) : process.argv.slice(2, dashes)
 const tapExtra = dashes === -1 ? [] : process.argv.slice(dashes + 1)
-const { values, positionals: files } = parseArgs({
+const { values, positionals: files } = scriptArgs(import.meta.url, {
   args: ownArgs,
   allowPositionals: true,
   options: {

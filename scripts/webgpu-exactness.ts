@@ -16,16 +16,16 @@
 //   node scripts/webgpu-exactness.ts [--json FILE]
 import fs from 'node:fs'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import type { CacheStyle, Int4Compute, WeightFormat } from '../src/convert/decoder-graph.ts'
 import { convertCheckpoint, convertRandom } from '../src/convert/index.ts'
 import { converterFingerprint } from '../src/convert/fingerprint.ts'
 import type { ModelDtype } from '../src/engine/onnx/model-dir.ts'
 import type { EngineSettings } from '../src/engine/onnx/scheduler/engine.ts'
 import { batches, conversation, goldens, goldensOn, tokensOf } from './bench/exactness.ts'
+import { scriptArgs } from './script-args.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..')
-const { values } = parseArgs({ options: { json: { type: 'string' } } })
+const { values } = scriptArgs(import.meta.url, { options: { json: { type: 'string' } } })
 const OUT = path.join(ROOT, 'bench-out', 'exactness')
 
 /** A model built into bench-out/exactness/ by `build`, once per converter version. */

@@ -5,10 +5,10 @@
 // 4 KiB on first touch; buffers of 32 MiB and more are mapped fresh by glibc on every allocation.
 //
 //   node scripts/bench/cache-regroup.ts --spares   # and without: node scripts/bench/cache-regroup.ts
-import { parseArgs } from 'node:util'
 import { SlotBuffers } from '../../src/engine/onnx/cache/slot-buffers.ts'
+import { scriptArgs } from '../script-args.ts'
 
-const { values } = parseArgs({ options: { spares: { type: 'boolean', default: false }, rows: { type: 'string', default: '8' }, positions: { type: 'string', default: '4000' }, times: { type: 'string', default: '6' } } })
+const { values } = scriptArgs(import.meta.url, { options: { spares: { type: 'boolean', default: false }, rows: { type: 'string', default: '8' }, positions: { type: 'string', default: '4000' }, times: { type: 'string', default: '6' } } })
 const rowCount = Number(values.rows)
 const positions = Number(values.positions)
 const names = Array.from({ length: 56 }, (_, i) => `past_key_values.${i >> 1}.${i % 2 === 1 ? 'value' : 'key'}`)

@@ -28,13 +28,13 @@ import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { parseArgs } from 'node:util'
 import ort from 'onnxruntime-node'
 import { benchModelDir } from '../bench-model.ts'
 import { GQA_SOFTWARE_EXACT_TOKENS } from '../../src/engine/onnx/device/decoder-session.ts'
 import { GpuBuffers } from '../../src/engine/onnx/device/gpu-buffers.ts'
 import { argmax } from '../../src/engine/onnx/sampling/sampler.ts'
 import { median } from './rounds.ts'
+import { scriptArgs } from '../script-args.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 /** Tokens per run where gqa-masked graphs stay exact on a software renderer (DecoderSession.tokensPerRunLimit). */
@@ -92,7 +92,7 @@ interface Measured {
   long_decode_ms?: number[]
 }
 
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     'model-config': { type: 'string' },
     prompt: { type: 'string', default: '128' },

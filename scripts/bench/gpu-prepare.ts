@@ -11,12 +11,12 @@
 //
 //   node scripts/bench/gpu-prepare.ts gpu-model|gpu-model-standard|gpu-model-causal|gpu-model-int8|gpu-model-static-decode|cpu-model|llama [--model-config FILE]
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { benchModelDir } from '../bench-model.ts'
 import { prepareLlamaCppVulkan } from '../llama-cpp/index.ts'
+import { scriptArgs } from '../script-args.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
-const { values, positionals } = parseArgs({ options: { 'model-config': { type: 'string' } }, allowPositionals: true })
+const { values, positionals } = scriptArgs(import.meta.url, { options: { 'model-config': { type: 'string' } }, allowPositionals: true })
 const config = values['model-config'] && path.resolve(values['model-config'])
 const part = positionals[0]
 const started = performance.now()

@@ -49,7 +49,6 @@ import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { parseArgs } from 'node:util'
 import { convertRandom } from '../../src/convert/index.ts'
 import { BENCH_MODEL_CONFIG, benchModelDir } from '../bench-model.ts'
 import { formatKernelProfile } from './kernel-profile.ts'
@@ -57,6 +56,7 @@ import { readModelDir } from '../../src/engine/onnx/model-dir.ts'
 import { cpuReference, runNode, type StepRun } from './decode-runs.ts'
 import { runNative } from './native-decode.ts'
 import { runWeb } from './web-decode.ts'
+import { scriptArgs } from '../script-args.ts'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 /** The int4 graph's file in a model directory (dtype q4). */
@@ -123,7 +123,7 @@ function buildModels (opts: { config: string; work?: string }): { form: string; 
 }
 
 async function main (): Promise<void> {
-  const { values } = parseArgs({
+  const { values } = scriptArgs(import.meta.url, {
     options: {
       'model-config': { type: 'string' },
       prompt: { type: 'string', default: '24' },

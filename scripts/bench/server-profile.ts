@@ -14,13 +14,13 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { benchModelDir } from '../bench-model.ts'
 import { BENCH_MODEL_ID, startChatdServer } from './chatd-server.ts'
 import { codex } from './agent-turns.ts'
+import { scriptArgs } from '../script-args.ts'
 
 const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
-const { values } = parseArgs({
+const { values } = scriptArgs(import.meta.url, {
   options: {
     device: { type: 'string', default: 'cpu' },
     'model-config': { type: 'string' },
