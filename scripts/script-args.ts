@@ -1,13 +1,17 @@
 // The command line of a script under scripts/: node:util's parseArgs, with `-h` or `--help`
 // printing the script's usage and exiting 0, and an unknown or malformed option answered with
 // what is wrong and the usage on stderr, exit 2, never a stack trace. The usage is the script's
-// opening comment (what it measures and how to run it), so it is written once.
+// opening comment (what it measures and how to run it), so it is written once. An option whose
+// default is a number (or numbers separated by commas) takes only such values: the scripts turn
+// them into numbers, and a NaN would otherwise run the measurement with it.
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+const NUMBER = /^\d+(\.\d+)?$/
+const NUMBERS = /^\d+(\.\d+)?(,\d+(\.\d+)?)*$/
 
 /** A file's leading `//` comment lines, without their slashes. */
 export function openingComment (file: string): string {
@@ -41,10 +45,24 @@ export function scriptArgs<C extends ParseArgsConfig> (scriptUrl: string, config
     process.stdout.write(usage ?? openingComment(file))
     process.exit(0)
   }
-  try {
-    return parseArgs(config)
-  } catch (err) {
-    process.stderr.write(`${commandOf(file)}: ${(err as Error).message}\n\n${usage ?? openingComment(file)}`)
+  const refuse = (message: string): never => {
+    process.stderr.write(`${commandOf(file)}: ${message}\n\n${usage ?? openingComment(file)}`)
     process.exit(2)
   }
+  let parsed: ReturnType<typeof parseArgs<C>>
+  try {
+    parsed = parseArgs(config)
+  } catch (err) {
+    return refuse((err as Error).message)
+  }
+  const values = parsed.values as Record<string, unknown>
+  for (const [name, option] of Object.entries(config.options ?? {})) {
+    if (option.type !== 'string' || option.multiple === true || typeof option.default !== 'string' || !NUMBERS.test(option.default)) continue
+    const list = option.default.includes(',')
+    const value = values[name]
+    if (typeof value === 'string' && !(list ? NUMBERS : NUMBER).test(value)) {
+      refuse(`--${name} takes ${list ? 'numbers separated by commas' : 'a number'}, as its default ${option.default} (got ${JSON.stringify(value)})`)
+    }
+  }
+  return parsed
 }

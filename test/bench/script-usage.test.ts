@@ -6,12 +6,16 @@
 import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { commandOf, openingComment } from '../../scripts/script-args.ts'
-import { REPO_ROOT } from '../helpers/models.ts'
 
 const run = promisify(execFile)
+const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
+// The scripts run without tap's coverage (its process hook reads this variable): one that prints
+// its usage has loaded its imports and run none of them, which is no measure of their tests.
+const CHILD_ENV = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' }
 
 /** The scripts under scripts/ that parse their options with scriptArgs. */
 function scriptsWithArgs (): string[] {
@@ -30,7 +34,7 @@ function scriptsWithArgs (): string[] {
 /** Exit code, stdout and stderr of the script run with `args`; never throws on a non-zero exit. */
 async function answer (file: string, args: string[]): Promise<{ code: number, stdout: string, stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, [file, ...args], { cwd: REPO_ROOT, encoding: 'utf8', timeout: 60_000 })
+    const { stdout, stderr } = await run(process.execPath, [file, ...args], { cwd: REPO_ROOT, env: CHILD_ENV, encoding: 'utf8', timeout: 60_000 })
     return { code: 0, stdout, stderr }
   } catch (err) {
     const e = err as { code?: number, stdout?: string, stderr?: string }
@@ -70,4 +74,20 @@ t.test('--help prints the usage and exits 0; an unknown option names itself with
     }
   }
   await Promise.all([check(), check()])
+})
+
+t.test('an option whose default is a number takes only numbers: the value is named, exit 2', async t => {
+  const engine = path.join(REPO_ROOT, 'scripts/bench-engine.ts')
+  const runs = await answer(engine, ['--runs', 'three'])
+  t.equal(runs.code, 2)
+  t.ok(runs.stderr.startsWith('npm run bench:engine: --runs takes a number, as its default 3 (got "three")'), runs.stderr.split('\n')[0])
+  t.notMatch(runs.stderr, /\n\s+at /, 'no stack trace')
+
+  const load = path.join(REPO_ROOT, 'scripts/load.ts')
+  const list = await answer(path.join(REPO_ROOT, 'scripts/bench-llama.ts'), ['--concurrency', '1,two'])
+  t.equal(list.code, 2)
+  t.ok(list.stderr.startsWith('npm run bench:llama: --concurrency takes numbers separated by commas, as its default 1,2,4,8 (got "1,two")'), list.stderr.split('\n')[0])
+  const negative = await answer(load, ['--duration=-5'])
+  t.equal(negative.code, 2)
+  t.ok(negative.stderr.startsWith('npm run load: --duration takes a number'), negative.stderr.split('\n')[0])
 })
