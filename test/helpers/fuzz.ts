@@ -128,6 +128,16 @@ function isObject (value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
+/**
+ * `text` with what a TAP stream cannot carry written as escapes: line and paragraph separators and
+ * other control characters (a YAML reader takes U+2028 for a line break, and a failure's report
+ * was lost with it) and lone surrogates.
+ */
+export function readable (text: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are what this escapes
+  return text.toWellFormed().replace(/[\u0000-\u0009\u000b-\u001f\u007f\u2028\u2029]/g, c => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
 /** Counts outcomes so a test can print what its cases exercised. */
 export class Tally {
   readonly #counts = new Map<string, number>()
