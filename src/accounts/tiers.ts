@@ -64,7 +64,8 @@ export class TiersFileError extends ConfigError {
 
 /** "*" matches any run of characters; everything else is literal. */
 function modelPattern (glob: string): RegExp {
-  return new RegExp('^' + glob.split('*').map(part => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*') + '$')
+  // dotAll: `*` stands for any characters, line breaks included ("*" allows every id, whatever it holds).
+  return new RegExp('^' + glob.split('*').map(part => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*') + '$', 's')
 }
 
 export class Tiers {

@@ -74,6 +74,25 @@ t.test('a model outside the tier: 403 model_not_allowed, before any generation',
   t.equal(res.headers['x-ratelimit-remaining-requests'], '3')
 })
 
+t.test('a model that does not exist: 404 at every door, before the tier\'s models are read', async t => {
+  // The Messages door and a Responses chain check the tier before translating; a model nobody
+  // serves is still "does not exist" there, as at the chat door, not "the tier may not use it".
+  const test = await buildTestApp(t, { tier: 'free', tiers: TIERS })
+  const asks = [
+    { url: CHAT, payload: chatBody({ model: 'claude-sonnet-4-5' }) },
+    { url: '/api/v1/messages', payload: { model: 'claude-sonnet-4-5', max_tokens: 8, messages: [{ role: 'user', content: 'Hi' }] } },
+    { url: '/api/v1/responses', payload: { model: 'claude-sonnet-4-5', input: 'Hi', previous_response_id: 'resp_missing' } },
+    { url: '/api/v1/responses', payload: { model: 'a\nb', input: 'Hi' } },
+  ]
+  for (const { url, payload } of asks) {
+    const res = await test.app.inject({ method: 'POST', url, headers: test.auth, payload })
+    t.equal(res.statusCode, 404, `${url} ${JSON.stringify(payload.model)}`)
+    t.match(res.payload, /does not exist/)
+  }
+  const messages = await test.app.inject({ method: 'POST', url: '/api/v1/messages', headers: test.auth, payload: { model: 'a\nb', max_tokens: 8, messages: [{ role: 'user', content: 'Hi' }] } })
+  t.match(messages.json(), { type: 'error', error: { type: 'not_found_error' } }, 'in Anthropic\'s shape at its door')
+})
+
 t.test('the per-request cap: 400 above it; without max_tokens the backend gets the cap', async t => {
   const backend = new ScriptedBackend()
   const test = await buildTestApp(t, { tier: 'free', tiers: TIERS, backends: [backend] })

@@ -56,6 +56,7 @@ t.test('tiers file: defaults, null and absent limits, model patterns, fallback t
   t.notOk(tiers.allowsModel(free, 'scripted2'), 'a pattern matches the whole id')
   t.notOk(tiers.allowsModel(free, 'deepseek-r1-distill-qwen-1.5b'))
   t.ok(tiers.allowsModel(tiers.get('unlimited')!, 'anything.at-all'))
+  t.ok(tiers.allowsModel(tiers.get('unlimited')!, 'a\nline\u2028break'), '"*" allows every id, line breaks included')
   t.equal(tiers.resolve('removed-tier').name, 'free', 'an account on a tier no longer in the file gets the default')
 
   const shipped = Tiers.fromFile(join(import.meta.dirname, '../../tiers.json'))

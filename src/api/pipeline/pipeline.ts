@@ -76,10 +76,14 @@ export interface StartedCompletion {
   watch: RequestWatch
 }
 
+function modelNotFound (id: string): ApiError {
+  return new ApiError('model_not_found', `The model '${id}' does not exist. GET /api/v1/models lists the available ones.`, { param: 'model' })
+}
+
 /** The model to answer with, or the ApiError saying why none can. */
 export function resolveModel (models: ModelRegistry, id: string): RegisteredModel {
   const model = models.get(id)
-  if (!model) throw new ApiError('model_not_found', `The model '${id}' does not exist. GET /api/v1/models lists the available ones.`, { param: 'model' })
+  if (!model) throw modelNotFound(id)
   const state = models.state(id)
   if (state.state === 'loading') {
     throw new ApiError('model_unavailable', `The model '${id}' is still loading; retry shortly.`, { param: 'model', headers: { 'retry-after': '5' } })
@@ -109,6 +113,9 @@ export class CompletionPipeline {
    */
   async precheck (request: FastifyRequest, model?: string): Promise<void> {
     if (!request.account) throw new ApiError('missing_api_key', 'Missing API key.')
+    // A model that does not exist is 404 at every door, as the chat door's lookup says it before the
+    // tier's models are read; not 403 "the tier may not use it".
+    if (model !== undefined && !this.#opts.models.get(model)) throw modelNotFound(model)
     await this.#opts.limits.limiter.precheck(request.account, model)
   }
 
