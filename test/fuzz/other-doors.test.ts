@@ -21,6 +21,8 @@ import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 /** Longest any one case may take before it counts as a hang (a 1 MB body included). */
 const CASE_DEADLINE_MS = 15_000
 
+// The test app's tier allows every model: a 403 would be a door reading the tier before it knows
+// the model exists (a model that does not is 404 at every door).
 const { app, auth } = await buildTestApp(t, {
   backends: [
     new ScriptedBackend(),
@@ -128,7 +130,7 @@ const ANTHROPIC_TYPE: Record<number, string> = { 401: 'authentication_error', 40
 
 /** A Messages answer: a message or its stream ending in message_stop, or Anthropic's error shape. */
 function checkMessages (res: Answer): string {
-  if (res.statusCode >= 500) throw new Error(`${res.statusCode}: ${res.payload.slice(0, 500)}`)
+  if (res.statusCode >= 500 || res.statusCode === 403) throw new Error(`${res.statusCode}: ${res.payload.slice(0, 500)}`)
   if (res.statusCode === 200 && contentType(res).startsWith('text/event-stream')) {
     const all = events(res.payload)
     const [last] = all.at(-1) ?? ['']
@@ -154,7 +156,7 @@ function checkMessages (res: Answer): string {
 
 /** A Responses answer: a response or its stream ending completed or incomplete, or the API's error shape. */
 function checkResponses (res: Answer): string {
-  if (res.statusCode >= 500) throw new Error(`${res.statusCode}: ${res.payload.slice(0, 500)}`)
+  if (res.statusCode >= 500 || res.statusCode === 403) throw new Error(`${res.statusCode}: ${res.payload.slice(0, 500)}`)
   if (res.statusCode === 200 && contentType(res).startsWith('text/event-stream')) {
     const all = events(res.payload)
     const [last, data] = all.at(-1) ?? ['', null]
