@@ -13,7 +13,7 @@ import fc from 'fast-check'
 import type { FastifyInstance } from 'fastify'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { almostValidBody, DEPENDENT_FIELDS, rawJsonBody, trickyJson, validBody } from '../helpers/fuzz-bodies.ts'
-import { checkAnswer, FUZZ_SEED, fuzzParameters, fuzzRuns, prototypeIsClean, Tally, withinDeadline } from '../helpers/fuzz.ts'
+import { assertHolds, checkAnswer, FUZZ_SEED, fuzzRuns, prototypeIsClean, Tally, withinDeadline } from '../helpers/fuzz.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
 
 const URL = '/api/v1/chat/completions'
@@ -36,7 +36,7 @@ async function post (app: FastifyInstance, payload: string | Buffer | object, he
 async function fuzz<T> (t: Test, name: string, runs: number, arbitrary: fc.Arbitrary<T>, check: (value: T, tally: Tally) => Promise<void>): Promise<void> {
   const tally = new Tally()
   const started = performance.now()
-  await fc.assert(fc.asyncProperty(arbitrary, value => check(value, tally)), fuzzParameters(runs))
+  await assertHolds(t, fc.asyncProperty(arbitrary, value => check(value, tally)), runs)
   const seconds = ((performance.now() - started) / 1000).toFixed(1)
   t.comment(`${name}: ${tally.cases} cases, seed ${FUZZ_SEED}, ${seconds} s; ${tally}`)
   t.ok(prototypeIsClean(), 'Object.prototype untouched')
@@ -86,13 +86,13 @@ t.test('valid bodies on a tight tier: 200 or 429 with Retry-After, the limiter n
     .map(([b, maxTokens]) => maxTokens === undefined ? b : { ...b, max_tokens: maxTokens })
   const tally = new Tally()
   const started = performance.now()
-  await fc.assert(fc.asyncProperty(body, async b => {
+  await assertHolds(t, fc.asyncProperty(body, async b => {
     const res = await withinDeadline(tight.app.inject({ method: 'POST', url: URL, headers: { ...tight.auth, 'content-type': 'application/json' }, payload: b }), CASE_DEADLINE_MS, 'one request')
     const outcome = checkAnswer(res)
     tally.add(outcome)
     if (res.statusCode === 429 && !/^\d+$/.test(String(res.headers['retry-after']))) throw new Error(`429 without a Retry-After in seconds: ${res.headers['retry-after']}`)
     if (res.statusCode === 200 && !String(res.headers['content-type']).startsWith('text/event-stream') && res.json().usage.completion_tokens > 64) throw new Error('the tier\'s max_tokens_per_request was passed')
-  }), fuzzParameters(fuzzRuns(200, 0.5)))
+  }), fuzzRuns(200, 0.5))
   t.comment(`tight tier: ${tally.cases} cases, seed ${FUZZ_SEED}, ${((performance.now() - started) / 1000).toFixed(1)} s; ${tally}`)
   t.ok(prototypeIsClean(), 'Object.prototype untouched')
 })

@@ -9,7 +9,7 @@
 import t from 'tap'
 import fc from 'fast-check'
 import { trickyUnit } from '../helpers/fuzz-bodies.ts'
-import { checkAnswer, FUZZ_SEED, fuzzParameters, fuzzRuns, prototypeIsClean, Tally, withinDeadline } from '../helpers/fuzz.ts'
+import { assertHolds, checkAnswer, FUZZ_SEED, fuzzRuns, prototypeIsClean, Tally, withinDeadline } from '../helpers/fuzz.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const KEY = `sk-chatd-${'enginefz'.repeat(4)}`
@@ -64,7 +64,7 @@ t.test('the real sampler at its extremes: valid answers, stop strings never show
   const tally = new Tally()
   const started = performance.now()
   let replays = 0
-  await fc.assert(fc.asyncProperty(request, async body => {
+  await assertHolds(t, fc.asyncProperty(request, async body => {
     const res = await ask(body)
     const outcome = checkAnswer(res)
     tally.add(outcome)
@@ -88,7 +88,7 @@ t.test('the real sampler at its extremes: valid answers, stop strings never show
       const again = await ask(body)
       if (again.statusCode !== 200 || replyText(again.payload, streamed) !== text) throw new Error(`seed ${body.seed} did not replay: ${JSON.stringify(text)} then ${again.payload.slice(0, 300)}`)
     }
-  }), fuzzParameters(fuzzRuns(40, 0.05)))
+  }), fuzzRuns(40, 0.05))
   t.comment(`real engine: ${tally.cases} cases (${replays} replayed by seed), seed ${FUZZ_SEED}, ${((performance.now() - started) / 1000).toFixed(1)} s; ${tally}`)
   t.ok(prototypeIsClean(), 'Object.prototype untouched')
   const normal = await ask({ model: 'stories', messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 5 })

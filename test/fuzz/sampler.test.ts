@@ -11,7 +11,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import { createRng } from '../../src/engine/onnx/sampling/rng.ts'
 import { argmax, sample } from '../../src/engine/onnx/sampling/sampler.ts'
-import { FUZZ_SEED, fuzzParameters, fuzzRuns } from '../helpers/fuzz.ts'
+import { assertHolds, FUZZ_SEED, fuzzRuns } from '../helpers/fuzz.ts'
 
 const logit = fc.oneof(
   { weight: 6, arbitrary: fc.float({ min: -30, max: 30, noNaN: true }) },
@@ -27,14 +27,14 @@ const settings = fc.record({
 
 t.test('any logits, any accepted settings: an integer id within the valid vocabulary', async t => {
   let cases = 0
-  fc.assert(fc.property(row, settings, fc.nat(), fc.integer(), (logits, params, cut, seed) => {
+  await assertHolds(t, fc.property(row, settings, fc.nat(), fc.integer(), (logits, params, cut, seed) => {
     cases++
     const validVocab = 1 + (cut % logits.length)
     const id = sample(logits, params, createRng(seed), validVocab)
     if (!Number.isInteger(id) || id < 0 || id >= validVocab) throw new Error(`sample returned ${id} for vocabulary ${validVocab}`)
     if (params.temperature === 0 || params.topK === 1) return id === argmax(logits, validVocab)
     return true
-  }), fuzzParameters(fuzzRuns(3000, 2)))
+  }), fuzzRuns(3000, 2))
   t.comment(`sampler: ${cases} cases, seed ${FUZZ_SEED}`)
   t.pass('every draw was a valid id')
 })

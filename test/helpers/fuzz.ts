@@ -4,6 +4,8 @@
 // (20000 by default) for the long run. CHATD_FUZZ_SEED picks another seed.
 
 import { createParser } from 'eventsource-parser'
+import fc from 'fast-check'
+import type { Test } from 'tap'
 import { Compile } from 'typebox/compile'
 import { ChatCompletion, ChatCompletionChunk } from '../../src/api/chat/schema.ts'
 import { ERROR_TABLE } from '../../src/errors.ts'
@@ -136,6 +138,20 @@ function isObject (value: unknown): value is Record<string, unknown> {
 export function readable (text: string): string {
   // eslint-disable-next-line no-control-regex -- control characters are what this escapes
   return text.toWellFormed().replace(/[\u0000-\u0009\u000b-\u001f\u007f\u2028\u2029]/g, c => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+/**
+ * fc.assert with the file's seed and `runs` cases; a property that fails is reported by t.fail,
+ * its counterexample and cause cut to a readable length and written as text TAP can carry
+ * (readable): thrown whole, a counterexample holding U+2028 made tap lose the report.
+ */
+export async function assertHolds<T> (t: Pick<Test, 'fail'>, property: fc.IRawProperty<T>, runs: number): Promise<void> {
+  try {
+    await fc.assert(property, fuzzParameters(runs))
+  } catch (err) {
+    const failure = err as Error
+    t.fail(readable(`${failure.message.slice(0, 2000)}; cause: ${String((failure.cause as Error | undefined)?.message).slice(0, 1000)}`))
+  }
 }
 
 /** Counts outcomes so a test can print what its cases exercised. */
