@@ -12,6 +12,7 @@ import type { GenerateEvent } from '../../src/engine/backend.ts'
 import { MAX_QUERY_CHARS } from '../../src/search/query.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { ScriptBackend, usage } from '../helpers/responses-app.ts'
+import { sseEvents } from '../helpers/sse-events.ts'
 import { loopbackServer } from '../upstream/loopback.ts'
 
 const URL = '/api/v1/messages'
@@ -46,15 +47,6 @@ async function searchApp (t: Test, scripts: GenerateEvent[][], reply: (res: http
 }
 
 const ask = (extra: Record<string, unknown> = {}) => ({ model: 'scripted', max_tokens: 256, messages: [{ role: 'user', content: 'Where do otters live?' }], tools: [WEB_SEARCH], ...extra })
-
-/** The events of an SSE body, in order: [name, data]. */
-function sseEvents (text: string): Array<[string, any]> {
-  return text.split('\n\n').filter(f => f.trim() !== '' && !f.startsWith(':')).map(frame => {
-    const name = /^event: (.*)$/m.exec(frame)?.[1] ?? ''
-    const data = /^data: (.*)$/m.exec(frame)?.[1] ?? 'null'
-    return [name, JSON.parse(data)]
-  })
-}
 
 /** The message a stream's events add up to (server_tool_use and tool_use inputs from their JSON deltas). */
 function accumulate (events: Array<[string, any]>): any {

@@ -8,20 +8,12 @@ import t from 'tap'
 import { ApiError } from '../../src/errors.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
+import { sseEvents } from '../helpers/sse-events.ts'
 
 const URL = '/api/v1/messages'
 const fixture = (name: string) => JSON.parse(readFileSync(new globalThis.URL(`../fixtures/${name}`, import.meta.url), 'utf8')) as Record<string, any>
 
 const body = (extra: Record<string, unknown> = {}) => ({ model: 'scripted', max_tokens: 64, messages: [{ role: 'user', content: 'Tell me a story' }], ...extra })
-
-/** The events of an SSE body, in order: [name, data]. */
-export function sseEvents (text: string): Array<[string, any]> {
-  return text.split('\n\n').filter(f => f.trim() !== '' && !f.startsWith(':')).map(frame => {
-    const name = /^event: (.*)$/m.exec(frame)?.[1] ?? ''
-    const data = /^data: (.*)$/m.exec(frame)?.[1] ?? 'null'
-    return [name, JSON.parse(data)]
-  })
-}
 
 /** The message a stream's events add up to, as Anthropic's SDK accumulates them. */
 export function accumulate (events: Array<[string, any]>): any {

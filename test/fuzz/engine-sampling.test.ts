@@ -18,8 +18,8 @@ const URL = '/api/v1/chat/completions'
 // key after too many of them in a minute (REFUSED_PER_KEY_PER_MINUTE) would answer 429 to the rest.
 const { app } = await startStoriesServer(t, { modelId: 'stories', key: KEY, threads: 1, env: { REFUSED_PER_KEY_PER_MINUTE: '0', REFUSED_PER_ADDRESS_PER_MINUTE: '0' } })
 
-/** The server's default BODY_LIMIT: a body past it is refused whole (413) before anything reads it. */
-const BODY_LIMIT = 1_048_576
+/** The server's BODY_LIMIT: a body past it is refused whole (413) before anything reads it. */
+const BODY_LIMIT = app.initialConfig.bodyLimit ?? 0
 
 const ask = (body: unknown) => withinDeadline(app.inject({
   method: 'POST', url: URL, headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, payload: JSON.stringify(body),

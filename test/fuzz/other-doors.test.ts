@@ -12,11 +12,11 @@
 
 import t, { type Test } from 'tap'
 import fc from 'fast-check'
-import { createParser } from 'eventsource-parser'
 import { buildTestApp } from '../helpers/app.ts'
 import { rawJsonBody, trickyJson } from '../helpers/fuzz-bodies.ts'
 import { assertHolds, checkErrorBody, FUZZ_SEED, fuzzRuns, prototypeIsClean, Tally, withinDeadline, type Answer } from '../helpers/fuzz.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
+import { sseEvents } from '../helpers/sse-events.ts'
 
 /** Longest any one case may take before it counts as a hang (a 1 MB body included). */
 const CASE_DEADLINE_MS = 15_000
@@ -109,15 +109,6 @@ function almostValid (bodies: Array<Record<string, unknown>>): fc.Arbitrary<{ pa
   })
 }
 
-/** The SSE events of a body, read as the clients' parsers read them: [event name, parsed data]. */
-function events (payload: string): Array<[string, any]> {
-  const found: Array<[string, any]> = []
-  // Only CR and LF end a line in SSE: a reply's U+2028 stays inside its data, as in eventsource-parser.
-  const parser = createParser({ onEvent: e => { found.push([e.event ?? '', JSON.parse(e.data)]) } })
-  parser.feed(payload)
-  return found
-}
-
 const contentType = (res: Answer): string => String(res.headers['content-type'] ?? '')
 
 function json (res: Answer): any {
@@ -132,7 +123,7 @@ const ANTHROPIC_TYPE: Record<number, string> = { 401: 'authentication_error', 40
 function checkMessages (res: Answer): string {
   if (res.statusCode >= 500 || res.statusCode === 403) throw new Error(`${res.statusCode}: ${res.payload.slice(0, 500)}`)
   if (res.statusCode === 200 && contentType(res).startsWith('text/event-stream')) {
-    const all = events(res.payload)
+    const all = sseEvents(res.payload)
     const [last] = all.at(-1) ?? ['']
     if (all[0]?.[0] !== 'message_start' || last !== 'message_stop') throw new Error(`a stream from ${all[0]?.[0]} to ${last}: ${res.payload.slice(-300)}`)
     return '200 stream'
@@ -158,7 +149,7 @@ function checkMessages (res: Answer): string {
 function checkResponses (res: Answer): string {
   if (res.statusCode >= 500 || res.statusCode === 403) throw new Error(`${res.statusCode}: ${res.payload.slice(0, 500)}`)
   if (res.statusCode === 200 && contentType(res).startsWith('text/event-stream')) {
-    const all = events(res.payload)
+    const all = sseEvents(res.payload)
     const [last, data] = all.at(-1) ?? ['', null]
     if (all[0]?.[0] !== 'response.created' || (last !== 'response.completed' && last !== 'response.incomplete')) throw new Error(`a stream from ${all[0]?.[0]} to ${last}: ${JSON.stringify(data).slice(0, 300)}`)
     return `200 stream ${last}`
