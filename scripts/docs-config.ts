@@ -62,7 +62,7 @@ const GROUPS: Group[] = [
   {
     title: 'Accounts',
     env: 'accounts',
-    variables: ['CHATD_ADMIN_EMAIL', 'CHATD_ADMIN_KEY', 'REGISTRATION', 'TIERS_FILE', 'LOGIN_ATTEMPTS_PER_MINUTE', 'COOKIE_SECURE', 'SESSION_SECRET'],
+    variables: ['CHATD_ADMIN_EMAIL', 'CHATD_ADMIN_KEY', 'REGISTRATION', 'TIERS_FILE', 'LOGIN_ATTEMPTS_PER_MINUTE', 'KEYS_PER_ACCOUNT', 'KEYS_PER_ACCOUNT_PER_DAY', 'COOKIE_SECURE', 'SESSION_SECRET'],
   },
   {
     title: 'Several replicas',

@@ -36,7 +36,7 @@ import { meterRefusals } from './api/refusals.ts'
 import { usageRoute } from './api/usage/route.ts'
 import { installTracing, traced } from './api/tracing/hooks.ts'
 import { Tracing } from './api/tracing/tracing.ts'
-import { DEFAULT_CONNECTION_LIMITS, DEFAULT_STORED_RESPONSE_LIMITS, DEFAULT_TIERS_FILE, type Config } from './config.ts'
+import { DEFAULT_CONNECTION_LIMITS, DEFAULT_KEY_ALLOWANCE, DEFAULT_STORED_RESPONSE_LIMITS, DEFAULT_TIERS_FILE, type Config } from './config.ts'
 import { dashboard } from './dashboard/plugin.ts'
 import { docsSecurityHeaders } from './dashboard/security-headers.ts'
 import type { ModelRegistry } from './engine/registry.ts'
@@ -50,7 +50,7 @@ import { WebSearch } from './search/web-search.ts'
 
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
-    & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret'>>
+    & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'keyAllowance'>>
     & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'storedResponses'>>
     & Partial<Pick<Config, 'metrics' | 'tracing'>>
   accounts: Accounts
@@ -265,6 +265,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
       loginAttemptsPerMinute: config.loginAttemptsPerMinute ?? 10,
       sessionSecret: config.sessionSecret,
       redisPrefix: config.redisPrefix ?? 'chatd:',
+      keyAllowance: config.keyAllowance ?? DEFAULT_KEY_ALLOWANCE,
     },
   })
 

@@ -56,6 +56,17 @@ export interface StoredResponseLimits {
   maxConversationBytes: number
 }
 
+/** What an account may create through the dashboard (KEYS_PER_ACCOUNT, KEYS_PER_ACCOUNT_PER_DAY; accounts/accounts.ts checks it). */
+export interface KeyAllowance {
+  /** Active keys it may hold. */
+  active: number
+  /** Keys it may create in 24 hours, revoked ones included. */
+  perDay: number
+}
+
+/** KEYS_PER_ACCOUNT and KEYS_PER_ACCOUNT_PER_DAY when unset. */
+export const DEFAULT_KEY_ALLOWANCE: KeyAllowance = { active: 100, perDay: 100 }
+
 export const DEFAULT_STORED_RESPONSE_LIMITS: StoredResponseLimits = {
   retentionDays: 30,
   maxPerAccount: 10_000,
@@ -134,6 +145,8 @@ export const ConfigSchema = Type.Object({
   REGISTRATION: Type.Enum(['open', 'closed'], { default: 'open', description: '`open`: anyone may register at `/api/register`; `closed`: only the CLI creates accounts.' }),
   TIERS_FILE: Type.Optional(Type.String({ minLength: 1, description: 'Tiers and their limits (requests and tokens per minute, calls per month, max tokens per request, models); new accounts get the file\'s default tier. Unset: `tiers.json` in chatd\'s own directory; a relative path set here is taken from the working directory.', examples: ['tiers.json'] })),
   LOGIN_ATTEMPTS_PER_MINUTE: Type.Integer({ minimum: 1, default: 10, description: 'Log-in, registration and password-change attempts allowed per client address per minute (then 429).' }),
+  KEYS_PER_ACCOUNT: Type.Integer({ minimum: 1, maximum: 100000, default: DEFAULT_KEY_ALLOWANCE.active, description: 'Active API keys an account may hold, created at `/api`; one more is refused (409) until one is revoked. Bounds what one account keeps in the database and shows on its page. `chatd keys create` (the operator) is not bounded.' }),
+  KEYS_PER_ACCOUNT_PER_DAY: Type.Integer({ minimum: 1, maximum: 100000, default: DEFAULT_KEY_ALLOWANCE.perDay, description: 'API keys an account may create at `/api` in 24 hours, revoked ones included (then 429 until the oldest of them is a day old): revoking and creating again cannot grow the keys table without bound. `chatd keys create` is not counted.' }),
   COOKIE_SECURE: Type.Enum(['auto', 'true', 'false'], { default: 'auto', description: 'Secure flag of the dashboard\'s cookies: `auto` (set when the request came over HTTPS, directly or via `X-Forwarded-Proto` with `TRUST_PROXY`; plain-HTTP localhost still works), `true` (always: behind TLS in production; browsers then drop the cookies on plain HTTP), or `false`.' }),
   SESSION_SECRET: Type.Optional(Type.String({ minLength: 32, description: 'Signs the dashboard\'s CSRF cookie (32 characters or more). Unset: a random secret is created once and kept in the database, so every replica on the same database shares it.' })),
   // --- several replicas ---
@@ -271,6 +284,8 @@ export interface Config {
   /** 'auto': Secure when the request came over HTTPS (directly, or per X-Forwarded-Proto with TRUST_PROXY). */
   cookieSecure: 'auto' | boolean
   loginAttemptsPerMinute: number
+  /** KEYS_PER_ACCOUNT, KEYS_PER_ACCOUNT_PER_DAY: what an account may create at /api. */
+  keyAllowance: KeyAllowance
   /** RESPONSES_RETENTION_DAYS, RESPONSES_MAX_PER_ACCOUNT, RESPONSES_MAX_BYTES, RESPONSES_MAX_CONVERSATION_BYTES. */
   storedResponses: StoredResponseLimits
   /**
@@ -455,6 +470,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     sessionSecret: raw.SESSION_SECRET,
     cookieSecure: raw.COOKIE_SECURE === 'auto' ? 'auto' : raw.COOKIE_SECURE === 'true',
     loginAttemptsPerMinute: raw.LOGIN_ATTEMPTS_PER_MINUTE,
+    keyAllowance: { active: raw.KEYS_PER_ACCOUNT, perDay: raw.KEYS_PER_ACCOUNT_PER_DAY },
     storedResponses: {
       retentionDays: raw.RESPONSES_RETENTION_DAYS,
       maxPerAccount: raw.RESPONSES_MAX_PER_ACCOUNT,

@@ -2,6 +2,7 @@
 // and authenticate a presented key; passwords and tiers for the dashboard.
 // Everything the CLI, the auth hook and the dashboard need.
 
+import type { KeyAllowance } from '../config.ts'
 import type { Db } from '../store/database.ts'
 import type { AccountRow, ApiKeyRow } from '../store/schema.ts'
 import { apiKeyPrefix, generateApiKey, hashApiKey, isWellFormedApiKey, sameHash } from './api-key-format.ts'
@@ -42,6 +43,23 @@ export class AccountError extends Error {
   }
 }
 
+/** A key refused by the account's allowance: 409 when it holds too many, 429 when it made too many today. */
+export class KeyAllowanceError extends AccountError {
+  readonly statusCode: 409 | 429
+  constructor (message: string, statusCode: 409 | 429) {
+    super(message)
+    this.name = 'KeyAllowanceError'
+    this.statusCode = statusCode
+  }
+}
+
+/** The dashboard's list of an account's keys: every active one and the latest revoked ones, newest first. */
+export interface KeyListing {
+  keys: ApiKeyInfo[]
+  /** Revoked keys older than those listed. */
+  olderRevoked: number
+}
+
 /** The refusal of an address confusable with an existing account's; `existing` only for the operator. */
 function lookalikeMessage (existing: string | undefined): string {
   return 'this email address looks like that of an existing account (the same letters from another script, or accents added); choose another' +
@@ -57,6 +75,8 @@ function toKeyInfo (row: ApiKeyRow): ApiKeyInfo {
 }
 
 const now = (): string => new Date().toISOString()
+
+const DAY_MS = 24 * 3600 * 1000
 
 /**
  * How stale a key's last_used_at may get. Writing it on every request cost a
@@ -220,8 +240,15 @@ export class Accounts {
    * Creates a key for the account and returns it in full: the only time it is
    * ever visible. `key` lets the first start use CHATD_ADMIN_KEY.
    */
-  async createKey (accountId: number, opts: { name?: string; key?: string } = {}): Promise<{ key: string; info: ApiKeyInfo }> {
+  /**
+   * A new key for the account. With `allowance` (the dashboard; the operator's CLI has none) it
+   * is refused when the account already holds or has lately made as many as allowed. Two
+   * requests at the same instant may both pass the count: the bound can be passed by the
+   * account's concurrent requests, never grown without end.
+   */
+  async createKey (accountId: number, opts: { name?: string; key?: string; allowance?: KeyAllowance } = {}): Promise<{ key: string; info: ApiKeyInfo }> {
     if (opts.key !== undefined && !isWellFormedApiKey(opts.key)) throw new AccountError('an API key must be sk-chatd- followed by 32 letters or digits')
+    if (opts.allowance) await this.#checkAllowance(accountId, opts.allowance)
     for (let attempt = 0; ; attempt++) {
       const key = opts.key ?? generateApiKey()
       const prefix = apiKeyPrefix(key)
@@ -239,9 +266,39 @@ export class Accounts {
     }
   }
 
+  async #checkAllowance (accountId: number, allowance: KeyAllowance): Promise<void> {
+    const keys = this.#db.selectFrom('api_keys').where('account_id', '=', accountId)
+    const active = await keys.select(eb => eb.fn.countAll().as('n')).where('revoked_at', 'is', null).executeTakeFirstOrThrow()
+    if (Number(active.n) >= allowance.active) {
+      throw new KeyAllowanceError(`An account may hold at most ${allowance.active} active keys. Revoke one you no longer use, then create the new one.`, 409)
+    }
+    const dayAgo = new Date(Date.now() - DAY_MS).toISOString()
+    const recent = await keys.select('created_at').where('created_at', '>', dayAgo).orderBy('created_at', 'desc').limit(allowance.perDay).execute()
+    if (recent.length >= allowance.perDay) {
+      const next = new Date(Date.parse(recent[recent.length - 1].created_at) + DAY_MS).toISOString().slice(0, 16).replace('T', ' ')
+      throw new KeyAllowanceError(`An account may create at most ${allowance.perDay} keys in 24 hours (revoked ones count). The next one can be created from ${next} UTC.`, 429)
+    }
+  }
+
   async listKeys (accountId: number): Promise<ApiKeyInfo[]> {
     const rows = await this.#db.selectFrom('api_keys').selectAll().where('account_id', '=', accountId).orderBy('id').execute()
     return rows.map(toKeyInfo)
+  }
+
+  /**
+   * The keys the dashboard lists: all active ones (as many as the allowance lets an account
+   * hold) and the `revokedShown` latest revoked, newest first; the page stays the same size
+   * however many keys an account has revoked.
+   */
+  async listKeysForPage (accountId: number, revokedShown: number): Promise<KeyListing> {
+    const keys = this.#db.selectFrom('api_keys').where('account_id', '=', accountId)
+    const [active, revoked, revokedCount] = await Promise.all([
+      keys.selectAll().where('revoked_at', 'is', null).orderBy('id', 'desc').execute(),
+      keys.selectAll().where('revoked_at', 'is not', null).orderBy('id', 'desc').limit(revokedShown).execute(),
+      keys.select(eb => eb.fn.countAll().as('n')).where('revoked_at', 'is not', null).executeTakeFirstOrThrow(),
+    ])
+    const listed = [...active, ...revoked].sort((a, b) => b.id - a.id).map(toKeyInfo)
+    return { keys: listed, olderRevoked: Math.max(0, Number(revokedCount.n) - revoked.length) }
   }
 
   /**

@@ -18,7 +18,7 @@ export interface DashboardOptions {
   db: Db
   /** The models, for the new-key page's examples (which name a ready one). */
   models: Pick<ModelRegistry, 'list' | 'state'>
-  config: Pick<Config, 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'redisPrefix'>
+  config: Pick<Config, 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'redisPrefix' | 'keyAllowance'>
   /** The shared connection when REDIS_URL is set: the log-in throttle counts there, across replicas. */
   redis?: Redis
 }

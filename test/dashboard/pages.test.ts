@@ -169,6 +169,37 @@ t.test('a key is shown once, listed by prefix, usable, and revoked by its own ac
   t.equal((await accounts.listKeys((await accounts.findByEmail('ann@example.com'))!.id)).length, 1)
 })
 
+t.test('keys an account may make: past KEYS_PER_ACCOUNT or KEYS_PER_ACCOUNT_PER_DAY a page says why; the list shows the latest revoked', async t => {
+  const { app, accounts } = await buildTestApp(t, { tiers: TIERS, env: { KEYS_PER_ACCOUNT: '2', KEYS_PER_ACCOUNT_PER_DAY: '3' } })
+  const ann = await registered(app)
+  const annId = (await accounts.findByEmail('ann@example.com'))!.id
+  for (const name of ['one', 'two']) t.equal((await ann.post('/api/keys', { name }, { csrfFrom: '/api' })).statusCode, 201)
+  const third = await ann.post('/api/keys', { name: 'three' }, { csrfFrom: '/api' })
+  t.equal(third.statusCode, 409)
+  t.match(third.headers['content-type'], /^text\/html/)
+  t.match(third.body, /Request refused[\s\S]*at most 2 active keys\. Revoke one you no longer use/)
+  t.notMatch(third.body, /sk-chatd-[A-Za-z0-9]{32}/, 'no key on the page')
+
+  const [newest] = (await accounts.listKeysForPage(annId, 20)).keys
+  t.equal((await ann.post('/api/keys/revoke', { prefix: newest.prefix }, { csrfFrom: '/api' })).statusCode, 303)
+  t.equal((await ann.post('/api/keys', { name: 'three' }, { csrfFrom: '/api' })).statusCode, 201, 'revoking made room')
+  const [third2] = (await accounts.listKeysForPage(annId, 20)).keys
+  t.equal((await ann.post('/api/keys/revoke', { prefix: third2.prefix }, { csrfFrom: '/api' })).statusCode, 303)
+  const fourth = await ann.post('/api/keys', { name: 'four' }, { csrfFrom: '/api' })
+  t.equal(fourth.statusCode, 429, 'three made today: the fourth waits, active keys or not')
+  t.match(fourth.body, /Too many attempts[\s\S]*at most 3 keys in 24 hours \(revoked ones count\)\. The next one can be created from \d{4}-\d\d-\d\d \d\d:\d\d UTC/)
+  t.equal((await accounts.listKeys(annId)).length, 3, 'nothing stored for the refused ones')
+
+  // The operator made many more (the CLI has no allowance) and revoked all but one: the page lists 21.
+  for (let i = 0; i < 25; i++) await accounts.revokeKey((await accounts.createKey(annId, { name: `old ${i}` })).info.prefix)
+  const home = await ann.get('/api')
+  t.equal([...home.body.matchAll(/<span class="badge">revoked<\/span>/g)].length, 20, 'the 20 latest revoked keys')
+  t.equal([...home.body.matchAll(/aria-label="Revoke /g)].length, 1, 'and the active one')
+  t.match(home.body, /7 older revoked keys are not listed\./)
+  t.match(home.body, /<td>old 24<\/td>[\s\S]*<td>old 5<\/td>/, 'newest first')
+  t.notMatch(home.body, /<td>old 4<\/td>/)
+})
+
 t.test('registration: duplicate emails, short and mismatched passwords, and REGISTRATION=closed', async t => {
   const { app } = await buildTestApp(t, { tiers: TIERS })
   await registered(app)

@@ -24,15 +24,18 @@ const NOTICES = new Map<unknown, string>([
 
 const MAX_KEY_NAME = 100
 
+/** Revoked keys the home page lists (the latest); older ones are only counted. */
+export const REVOKED_KEYS_SHOWN = 20
+
 export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Promise<void> {
-  const { accounts, limiter, usage, models } = deps
+  const { accounts, limiter, usage, models, config } = deps
 
   app.get('/', async (request, reply) => {
     const user = requireUser(request, reply)
     if (!user) return reply
     const [report, keys, recent] = await Promise.all([
       usageReport(user, limiter, usage),
-      accounts.listKeys(user.id),
+      accounts.listKeysForPage(user.id, REVOKED_KEYS_SHOWN),
       usage.recent(user.id, 10),
     ])
     const done = (request.query as Record<string, unknown>).done
@@ -43,8 +46,9 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
       report,
       charts: usageCharts(report.daily),
       totals: report.daily.reduce((n, d) => ({ calls: n.calls + d.calls, tokens: n.tokens + d.total_tokens }), { calls: 0, tokens: 0 }),
-      // Newest first; revoked keys stay listed so their usage rows still have a name.
-      keys: keys.reverse(),
+      // Newest first; the latest revoked keys stay listed so their usage rows still have a name.
+      keys: keys.keys,
+      olderRevoked: keys.olderRevoked,
       recent,
       notice: NOTICES.get(done),
       baseUrl: serverUrl(request),
@@ -58,7 +62,8 @@ export async function keyRoutes (app: FastifyInstance, deps: DashboardDeps): Pro
     if (name === '' || name.length > MAX_KEY_NAME) {
       throw Object.assign(new AccountError(`A key needs a name of 1 to ${MAX_KEY_NAME} characters.`), { statusCode: 400 })
     }
-    const { key, info } = await accounts.createKey(user.id, { name })
+    // Bounded: one account cannot grow the keys table, or its own page, without end.
+    const { key, info } = await accounts.createKey(user.id, { name, allowance: config.keyAllowance })
     // The one time the key is shown. The page is not cached (no-store), and the
     // key is in no redirect, no cookie and no log line.
     const baseUrl = serverUrl(request)
