@@ -2,6 +2,7 @@
 // and authenticate a presented key; passwords and tiers for the dashboard.
 // Everything the CLI, the auth hook and the dashboard need.
 
+import { sql } from 'kysely'
 import type { KeyAllowance } from '../config.ts'
 import type { Db } from '../store/database.ts'
 import type { AccountRow, ApiKeyRow } from '../store/schema.ts'
@@ -51,6 +52,12 @@ export class KeyAllowanceError extends AccountError {
     this.name = 'KeyAllowanceError'
     this.statusCode = statusCode
   }
+}
+
+/** A page of the accounts (the admin page) and how many match in all. */
+export interface AccountPage {
+  accounts: Account[]
+  total: number
 }
 
 /** The dashboard's list of an account's keys: every active one and the latest revoked ones, newest first. */
@@ -211,6 +218,24 @@ export class Accounts {
   async list (): Promise<Account[]> {
     const rows = await this.#db.selectFrom('accounts').selectAll().orderBy('id').execute()
     return rows.map(toAccount)
+  }
+
+  /**
+   * One page of accounts in the order they were made, and how many there are: those whose
+   * email holds `emailHas` (compared as emails are stored, NFKC and lower case), or all.
+   */
+  async listPage (opts: { offset: number; limit: number; emailHas?: string }): Promise<AccountPage> {
+    let query = this.#db.selectFrom('accounts')
+    if (opts.emailHas) {
+      // LIKE's own wildcards in the text are taken literally.
+      const pattern = `%${normalizeEmail(opts.emailHas).replace(/[\\%_]/g, c => `\\${c}`)}%`
+      query = query.where(sql<boolean>`email like ${pattern} escape '\\'`)
+    }
+    const [rows, total] = await Promise.all([
+      query.selectAll().orderBy('id').offset(opts.offset).limit(opts.limit).execute(),
+      query.select(eb => eb.fn.countAll().as('n')).executeTakeFirstOrThrow(),
+    ])
+    return { accounts: rows.map(toAccount), total: Number(total.n) }
   }
 
   async findByEmail (email: string): Promise<Account | undefined> {

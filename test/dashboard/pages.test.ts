@@ -280,6 +280,51 @@ t.test('admins see every account and set tiers; others may not', async t => {
   t.notMatch(bad.body, /platinum/, 'the submitted value is not echoed')
 })
 
+t.test('the accounts page shows 100 at a time, finds them by email, and comes back to the one just changed', async t => {
+  const { app, db } = await buildTestApp(t, { tiers: TIERS })
+  const accounts = new Accounts(db)
+  const admin = await accounts.create({ email: 'root@example.com', isAdmin: true })
+  await accounts.setPassword(admin.id, 'root password')
+  for (let i = 0; i < 230; i++) await accounts.create({ email: `member${String(i).padStart(3, '0')}@example.org` })
+  const root = new Browser(app)
+  await root.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
+  const rows = (body: string) => [...body.matchAll(/<input type="hidden" name="account" value="\d+">/g)].length
+
+  const first = await root.get('/api/admin')
+  t.equal(rows(first.body), 100)
+  t.match(first.body, /232 accounts; page 1 of 3\./, 'the test app\'s own account, the admin and 230 members')
+  t.match(first.body, /href="\/api\/admin\?page=2" rel="next"/)
+  t.notMatch(first.body, /rel="prev"/)
+  const last = await root.get('/api/admin?page=3')
+  t.equal(rows(last.body), 32)
+  t.match(last.body, /member229@example\.org/)
+  t.match(last.body, /href="\/api\/admin\?page=2" rel="prev"/)
+  t.notMatch(last.body, /rel="next"/)
+
+  const found = await root.get('/api/admin?q=MEMBER12')
+  t.equal(rows(found.body), 10, 'member120 to member129')
+  t.match(found.body, /10 accounts whose email contains “member12”\./)
+  t.match(found.body, /name="q" maxlength="254" value="member12"/, 'the search stays in its box')
+  t.match((await root.get('/api/admin?q=%25')).body, /0 accounts whose email contains “%”\./, 'a wildcard is a character')
+
+  for (const url of ['/api/admin?page=abc', '/api/admin?page=-4', '/api/admin?page=1.5', '/api/admin?q=a&q=b', '/api/admin?page[x]=2']) {
+    const res = await root.get(url)
+    t.equal(res.statusCode, 200, url)
+    t.equal(rows(res.body), 100, `${url}: the first page`)
+  }
+  const beyond = await root.get('/api/admin?page=99999999999')
+  t.equal(beyond.statusCode, 200)
+  t.equal(rows(beyond.body), 0)
+  t.match(beyond.body, /href="\/api\/admin\?page=3" rel="prev"/, 'past the last page: a link back to it')
+
+  const member = (await accounts.findByEmail('member150@example.org'))!
+  const set = await root.post('/api/admin/tier', { account: String(member.id), tier: 'pro' }, { csrfFrom: '/api/admin' })
+  t.equal(set.headers.location, `/api/admin?q=member150%40example.org&updated=${member.id}`)
+  const back = await root.get(set.headers.location as string)
+  t.match(back.body, /The tier was changed/)
+  t.equal(rows(back.body), 1, 'the page shows the account changed, wherever it was in the list')
+})
+
 t.test('the README\'s path to the dashboard: the first admin has no password, the log-in page says how to set one, set-password, log in', async t => {
   const test = await buildTestApp(t, { tiers: TIERS })
   // What the first start makes: the admin account, with a key and no password.

@@ -1,8 +1,8 @@
-// For admin accounts: every account with its tier, and changing a tier (the
+// For admin accounts: the accounts with their tiers, a page at a time, and changing a tier (the
 // same as `chatd accounts set-tier`).
 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import type { Account } from '../../accounts/accounts.ts'
+import { MAX_EMAIL_LENGTH, normalizeEmail, type Account } from '../../accounts/accounts.ts'
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../deps.ts'
@@ -16,6 +16,14 @@ export function showInvisible (text: string): string {
   return text.replace(/[\p{Cc}\p{Cf}\p{Co}\p{Cs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]|(?! )\s/gu, ch => `<U+${ch.codePointAt(0)!.toString(16).toUpperCase().padStart(4, '0')}>`)
 }
 
+/**
+ * Accounts the page shows at a time: with free registration there may be very many, and the
+ * page is rendered on the thread that serves every request (50,000 in one page took 1.5 s).
+ */
+export const ACCOUNTS_PER_PAGE = 100
+/** The highest page number read (an offset the databases bind as a safe integer). */
+const MAX_PAGE = 1_000_000
+
 function requireAdmin (request: FastifyRequest, reply: FastifyReply): Account | undefined {
   const user = requireUser(request, reply)
   if (user && !user.isAdmin) throw Object.assign(new Error('Only administrators may see this page.'), { statusCode: 403 })
@@ -28,16 +36,32 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
   app.get('/admin', async (request, reply) => {
     const user = requireAdmin(request, reply)
     if (!user) return reply
-    const updated = (request.query as Record<string, string | undefined>).updated
-    const all = await accounts.list()
+    const query = request.query as Record<string, unknown>
+    // A field sent twice, or not a string, reads as absent; the search is cut to an email's length.
+    const text = (name: string): string => typeof query[name] === 'string' ? query[name] : ''
+    // Shown as it is compared: as emails are stored (NFKC, lower case).
+    const search = normalizeEmail(text('q').slice(0, MAX_EMAIL_LENGTH))
+    // Any page number a link can hold; past the last, an empty page with a link back.
+    const asked = Number(text('page'))
+    const page = Number.isInteger(asked) ? Math.min(Math.max(asked, 1), MAX_PAGE) : 1
+    const { accounts: shown, total } = await accounts.listPage({ emailHas: search, limit: ACCOUNTS_PER_PAGE, offset: (page - 1) * ACCOUNTS_PER_PAGE })
+    const pages = Math.max(1, Math.ceil(total / ACCOUNTS_PER_PAGE))
+    const updated = Number(text('updated'))
+    const link = (to: number): string => `/api/admin?${new URLSearchParams({ ...(search ? { q: search } : {}), page: String(to) })}`
     return reply.view('admin', {
       title: 'Accounts',
       user,
       csrf: formToken(reply),
-      accounts: all.map(a => ({ ...a, email: showInvisible(a.email) })),
+      accounts: shown.map(a => ({ ...a, email: showInvisible(a.email) })),
       tiers: limiter.tiers.names(),
       defaultTier: limiter.tiers.defaultName,
-      notice: updated !== undefined && all.some(a => String(a.id) === updated) ? 'The tier was changed; it applies from the next request.' : undefined,
+      search,
+      total,
+      page,
+      pages,
+      previous: page > 1 ? link(Math.min(page - 1, pages)) : undefined,
+      next: page < pages ? link(page + 1) : undefined,
+      notice: Number.isSafeInteger(updated) && shown.some(a => a.id === updated) ? 'The tier was changed; it applies from the next request.' : undefined,
     })
   })
 
@@ -51,6 +75,7 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
     const target = Number.isInteger(id) ? await accounts.findById(id) : undefined
     if (!target) throw Object.assign(new Error('No such account.'), { statusCode: 404 })
     await accounts.setTier(target.id, tier)
-    return reply.redirect(`/api/admin?updated=${target.id}`, 303)
+    // Back to a page that shows the account changed: found by its email, however many there are.
+    return reply.redirect(`/api/admin?${new URLSearchParams({ q: target.email, updated: String(target.id) })}`, 303)
   })
 }
