@@ -6,6 +6,7 @@
 // "completed" (the Agents SDK fails a run on "incomplete"); streamed the same. Cut inside the
 // arguments, the reply is still what it is: cut.
 import t from 'tap'
+import { streamData } from '../helpers/sse-events.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
 
 const KEY = `sk-chatd-${'lastToken'.repeat(4).slice(0, 32)}`
@@ -17,9 +18,9 @@ const ARGUMENTS = { city: 'Yes,' }
 
 interface ChunkChoice { finish_reason: string | null; delta: { tool_calls?: Array<{ function?: { arguments?: string } }> } }
 
-/** The SSE stream's data lines, parsed (the [DONE] line left out). */
+/** The SSE stream's events' data (the [DONE] left out). */
 function events (body: string): Array<Record<string, unknown>> {
-  return body.split('\n').filter(l => l.startsWith('data: ') && l !== 'data: [DONE]').map(l => JSON.parse(l.slice(6)) as Record<string, unknown>)
+  return streamData(body).filter(data => data !== '[DONE]')
 }
 
 t.test('stories260k: a forced call completed on the last allowed token is a call on all three doors', async t => {

@@ -15,6 +15,7 @@ import t, { type Test } from 'tap'
 import { agentDir, CODEX } from '../../scripts/agents.ts'
 import { agentCommand } from '../helpers/agents.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
+import { streamData } from '../helpers/sse-events.ts'
 import { loopbackServer } from '../upstream/loopback.ts'
 import { callThenAnswer, MODEL, relayThroughChatd, sentBodies, type Relay } from './harness.ts'
 
@@ -66,11 +67,6 @@ async function recordingProxy (t: Test, relay: Relay): Promise<{ baseURL: string
     exchanges.push({ method: recorded.method, path: recorded.path, body: recorded.body === '' ? {} : JSON.parse(recorded.body), reply })
   })
   return { baseURL: `${proxy.url}${new URL(relay.baseURL).pathname}`, exchanges }
-}
-
-/** The JSON data of each event of an SSE text. */
-function sseEvents (text: string): Array<Record<string, any>> {
-  return text.split('\n').filter(line => line.startsWith('data: ')).map(line => JSON.parse(line.slice('data: '.length)) as Record<string, any>)
 }
 
 /**
@@ -163,7 +159,7 @@ t.test('codex exec: the upstream asks for a command, Codex runs it, its output g
   t.same(proxy.exchanges.map(e => `${e.method} ${e.path}`), ['POST /api/v1/responses', 'POST /api/v1/responses'], 'Codex asks chatd for nothing else, and retried nothing')
   const [turn1, turn2] = proxy.exchanges
   t.match(turn1.body, { stream: true, store: false, tools: [{ type: 'function', name: 'exec_command' }] }, 'Codex\'s own request, as sent')
-  t.ok(sseEvents(turn1.reply).some(e => e.type === 'response.output_item.done' && e.item.type === 'function_call' && e.item.name === 'exec_command'), 'chatd streamed the call as an item Codex runs')
+  t.ok(streamData(turn1.reply).some(e => e.type === 'response.output_item.done' && e.item.type === 'function_call' && e.item.name === 'exec_command'), 'chatd streamed the call as an item Codex runs')
   t.match(turn2.body.input.filter((item: { type?: string }) => item.type === 'function_call' || item.type === 'function_call_output'), [
     { type: 'function_call', name: 'exec_command', arguments: JSON.stringify({ cmd: COMMAND }) },
     { type: 'function_call_output', output: /chatd-ok/ },
@@ -195,7 +191,7 @@ t.test('codex exec with a model that thinks first: the reasoning item chatd stre
   t.equal(proxy.exchanges.length, 2, 'Codex retried nothing')
   t.equal(sentBodies(relay.upstream).length, 2)
 
-  const streamed = sseEvents(proxy.exchanges[0]?.reply ?? '').find(e => e.type === 'response.output_item.done' && e.item.type === 'reasoning')?.item
+  const streamed = streamData(proxy.exchanges[0]?.reply ?? '').find(e => e.type === 'response.output_item.done' && e.item.type === 'reasoning')?.item
   t.match(streamed, { type: 'reasoning', summary: [{ type: 'summary_text', text: thinking }], encrypted_content: /\S{16}/ }, 'chatd streamed the thinking as a reasoning item, sealed as Codex asked (include reasoning.encrypted_content)')
   const sentBack = proxy.exchanges[1]?.body.input.find((item: { type?: string }) => item.type === 'reasoning')
   t.match(sentBack, { type: 'reasoning', encrypted_content: streamed?.encrypted_content }, 'Codex sent the sealed value back as it got it, and chatd accepted the turn')

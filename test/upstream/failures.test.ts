@@ -12,6 +12,7 @@ import t, { type Test } from 'tap'
 import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
 import type { UpstreamSettings } from '../../src/engine/upstream/settings.ts'
 import { buildTestApp, type TestApp } from '../helpers/app.ts'
+import { streamData } from '../helpers/sse-events.ts'
 import { chunk, loopbackServer, sseData, sseHead, streamReply, type Handler, type Loopback } from './loopback.ts'
 
 const CHAT = '/api/v1/chat/completions'
@@ -40,9 +41,7 @@ async function setup (t: Test, handler: Handler, opts: Partial<UpstreamBackendOp
 }
 
 /** The `data:` payloads of an SSE body, parsed (the final [DONE] as the string). */
-function frames (body: string): unknown[] {
-  return body.split('\n\n').filter(f => f.startsWith('data: ')).map(f => f === 'data: [DONE]' ? '[DONE]' : JSON.parse(f.slice(6)))
-}
+const frames = streamData
 
 /** Checks an error body: code, status, and that neither the upstream's key nor its address leaked. */
 function isCleanError (t: Test, res: { statusCode: number; body: string }, status: number, code: string, upstream: Loopback, message?: RegExp): void {
