@@ -5,7 +5,7 @@
 // allowance counter after a restart.
 
 import type { Db } from '../store/database.ts'
-import type { NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
+import type { NewUsageDailyRow, NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
 import { isDatabaseUnavailable } from '../store/unavailable.ts'
 import { GroupCommit } from './group-commit.ts'
 import { UsageOutbox, type OutboxOptions } from './usage-outbox.ts'
@@ -95,10 +95,34 @@ export class UsageRecords {
   }
 
   async #insert (rows: NewUsageRecordRow[]): Promise<void> {
-    // A retry of a row whose first insert did commit (only its answer was lost) changes nothing.
-    await this.#db.insertInto('usage_records').values(rows)
-      .onConflict(oc => oc.column('request_id').doNothing())
-      .execute()
+    await this.#db.transaction().execute(async trx => {
+      // A retry of a row whose first insert did commit (only its answer was lost) changes nothing,
+      // and is not returned: the days count only the rows written now.
+      const written = await trx.insertInto('usage_records').values(rows)
+        .onConflict(oc => oc.column('request_id').doNothing())
+        .returning(['account_id', 'created_at', 'status', 'prompt_tokens', 'completion_tokens'])
+        .execute()
+      const days = new Map<string, NewUsageDailyRow>()
+      for (const row of written) {
+        const day = row.created_at.slice(0, 10)
+        const key = `${row.account_id} ${day}`
+        const total = days.get(key) ?? { account_id: row.account_id, day, calls: 0, billable_calls: 0, prompt_tokens: 0, completion_tokens: 0 }
+        total.calls = Number(total.calls) + 1
+        total.billable_calls = Number(total.billable_calls) + (BILLABLE_STATUSES.includes(row.status) ? 1 : 0)
+        total.prompt_tokens = Number(total.prompt_tokens) + row.prompt_tokens
+        total.completion_tokens = Number(total.completion_tokens) + row.completion_tokens
+        days.set(key, total)
+      }
+      if (days.size === 0) return
+      await trx.insertInto('usage_daily').values([...days.values()])
+        .onConflict(oc => oc.columns(['account_id', 'day']).doUpdateSet(eb => ({
+          calls: eb('usage_daily.calls', '+', eb.ref('excluded.calls')),
+          billable_calls: eb('usage_daily.billable_calls', '+', eb.ref('excluded.billable_calls')),
+          prompt_tokens: eb('usage_daily.prompt_tokens', '+', eb.ref('excluded.prompt_tokens')),
+          completion_tokens: eb('usage_daily.completion_tokens', '+', eb.ref('excluded.completion_tokens')),
+        })))
+        .execute()
+    })
   }
 
   /** Rows waiting for the database to come back. */
@@ -111,8 +135,19 @@ export class UsageRecords {
     return this.#outbox.drain(timeoutMs)
   }
 
-  /** Billable calls since `since` (the start of the month): what the allowance counter starts from. */
+  /**
+   * Billable calls since `since` (the start of the month): what the allowance counter starts from.
+   * From midnight UTC (a month's start always is), the days' totals answer; otherwise the records.
+   */
   async billableCallsSince (accountId: number, since: Date): Promise<number> {
+    if (since.getTime() % DAY_MS === 0) {
+      const { n } = await this.#db.selectFrom('usage_daily')
+        .select(eb => eb.fn.sum<number | string | null>('billable_calls').as('n'))
+        .where('account_id', '=', accountId)
+        .where('day', '>=', since.toISOString().slice(0, 10))
+        .executeTakeFirstOrThrow()
+      return Number(n ?? 0)
+    }
     const { n } = await this.#db.selectFrom('usage_records')
       .select(eb => eb.fn.countAll<number>().as('n'))
       .where('account_id', '=', accountId)
@@ -129,25 +164,19 @@ export class UsageRecords {
   async daily (accountId: number, days = 30, now = new Date()): Promise<DailyUsage[]> {
     const today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate())
     const first = new Date(today - (days - 1) * DAY_MS)
-    // Timestamps are ISO text on both databases, so the day is the first 10 characters.
-    const rows = await this.#db.selectFrom('usage_records')
-      .select(eb => [
-        eb.fn<string>('substr', ['created_at', eb.val(1), eb.val(10)]).as('day'),
-        eb.fn.countAll<number>().as('calls'),
-        eb.fn.sum<number>('prompt_tokens').as('prompt'),
-        eb.fn.sum<number>('completion_tokens').as('completion'),
-      ])
+    // A row a day at most (usage_daily), however many requests the account made.
+    const rows = await this.#db.selectFrom('usage_daily')
+      .select(['day', 'calls', 'prompt_tokens', 'completion_tokens'])
       .where('account_id', '=', accountId)
-      .where('created_at', '>=', first.toISOString())
-      .groupBy('day')
+      .where('day', '>=', first.toISOString().slice(0, 10))
       .execute()
     const byDay = new Map(rows.map(r => [r.day, r]))
     const out: DailyUsage[] = []
     for (let i = 0; i < days; i++) {
       const date = new Date(first.getTime() + i * DAY_MS).toISOString().slice(0, 10)
       const row = byDay.get(date)
-      const prompt = Number(row?.prompt ?? 0)
-      const completion = Number(row?.completion ?? 0)
+      const prompt = Number(row?.prompt_tokens ?? 0)
+      const completion = Number(row?.completion_tokens ?? 0)
       out.push({ date, calls: Number(row?.calls ?? 0), prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion })
     }
     return out

@@ -61,6 +61,19 @@ export interface UsageRecordsTable {
   request_id: string | null
 }
 
+/** An account's usage on one UTC day (migration 007), written with each usage record. */
+export interface UsageDailyTable {
+  account_id: number
+  /** YYYY-MM-DD: the records' created_at's first 10 characters. */
+  day: string
+  /** Every call; the bigint columns read back as strings on PostgreSQL. */
+  calls: number | string
+  /** Completed and cancelled calls (BILLABLE_STATUSES). */
+  billable_calls: number | string
+  prompt_tokens: number | string
+  completion_tokens: number | string
+}
+
 export interface SettingsTable {
   name: string
   value: string
@@ -90,6 +103,7 @@ export interface Database {
   api_keys: ApiKeysTable
   sessions: SessionsTable
   usage_records: UsageRecordsTable
+  usage_daily: UsageDailyTable
   settings: SettingsTable
   stored_responses: StoredResponsesTable
 }
@@ -97,4 +111,5 @@ export interface Database {
 export type AccountRow = Selectable<AccountsTable>
 export type ApiKeyRow = Selectable<ApiKeysTable>
 export type NewUsageRecordRow = Insertable<UsageRecordsTable>
+export type NewUsageDailyRow = Insertable<UsageDailyTable>
 export type StoredResponseRow = Selectable<StoredResponsesTable>

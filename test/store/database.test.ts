@@ -16,7 +16,7 @@ t.test('migrates a new file, in WAL mode, creating parent directories', async t 
   const { rows } = await sql<{ journal_mode: string }>`PRAGMA journal_mode`.execute(db)
   t.equal(rows[0].journal_mode, 'wal')
   const tables = (await db.introspection.getTables()).map(table => table.name).sort()
-  t.same(tables, ['accounts', 'api_keys', 'sessions', 'settings', 'stored_responses', 'usage_records'])
+  t.same(tables, ['accounts', 'api_keys', 'sessions', 'settings', 'stored_responses', 'usage_daily', 'usage_records'])
   const keyColumns = (await db.introspection.getTables()).find(x => x.name === 'api_keys')!.columns.map(c => c.name)
   t.same(keyColumns, ['id', 'account_id', 'name', 'prefix', 'hash', 'created_at', 'last_used_at', 'revoked_at'])
   const accountColumns = (await db.introspection.getTables()).find(x => x.name === 'accounts')!.columns.map(c => c.name)
@@ -41,7 +41,7 @@ t.test('rows survive reopening; migrating again is a no-op', async t => {
   const raw = new DatabaseSync(path)
   const applied = raw.prepare('SELECT name FROM kysely_migration ORDER BY name').all().map(r => r.name)
   raw.close()
-  t.same(applied, ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails', '005-email-skeletons', '006-stored-responses'])
+  t.same(applied, ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails', '005-email-skeletons', '006-stored-responses', '007-usage-daily'])
 })
 
 t.test('booleans, nulls, unique constraints and transactions through the node:sqlite adapter', async t => {

@@ -3,27 +3,29 @@
 // transactions, shared settings, and the usage aggregates the dashboard uses.
 
 import t from 'tap'
-import { sql } from 'kysely'
-import { migrateToLatest } from '../../src/store/database.ts'
+import { Migrator, sql, type Kysely } from 'kysely'
+import { migrateToLatest, openDatabase } from '../../src/store/database.ts'
+import { migrations } from '../../src/store/migrations/index.ts'
 import { sharedSetting } from '../../src/store/settings.ts'
 import { UsageRecords } from '../../src/accounts/usage-records.ts'
-import { onEachDatabase } from '../helpers/databases.ts'
+import { onEachDatabase, testDatabase } from '../helpers/databases.ts'
 
 const now = (): string => new Date().toISOString()
 
 onEachDatabase(t, 'migrations create every table with the same columns; running again is a no-op', async (t, db) => {
   const tables = await db.introspection.getTables()
   const columns = Object.fromEntries(tables.map(table => [table.name, table.columns.map(c => c.name)]))
-  t.same(Object.keys(columns).sort(), ['accounts', 'api_keys', 'sessions', 'settings', 'stored_responses', 'usage_records'])
+  t.same(Object.keys(columns).sort(), ['accounts', 'api_keys', 'sessions', 'settings', 'stored_responses', 'usage_daily', 'usage_records'])
   t.same(columns.accounts, ['id', 'email', 'tier', 'is_admin', 'password_hash', 'created_at', 'email_skeleton'])
   t.same(columns.api_keys, ['id', 'account_id', 'name', 'prefix', 'hash', 'created_at', 'last_used_at', 'revoked_at'])
   t.same(columns.sessions, ['id', 'account_id', 'token_hash', 'created_at', 'expires_at'])
   t.same(columns.usage_records, ['id', 'account_id', 'key_prefix', 'model', 'prompt_tokens', 'completion_tokens', 'status', 'error_code', 'latency_ms', 'created_at', 'request_id'])
+  t.same(columns.usage_daily, ['account_id', 'day', 'calls', 'billable_calls', 'prompt_tokens', 'completion_tokens'])
   t.same(columns.settings, ['name', 'value'])
   t.same(columns.stored_responses, ['seq', 'id', 'account_id', 'previous_response_id', 'model', 'created_at', 'bytes', 'response', 'input'])
   await migrateToLatest(db)
   const { rows } = await sql<{ name: string }>`SELECT name FROM kysely_migration ORDER BY name`.execute(db)
-  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails', '005-email-skeletons', '006-stored-responses'])
+  t.same(rows.map(r => r.name), ['001-accounts-and-keys', '002-sessions-usage-settings', '003-usage-request-id', '004-normalized-emails', '005-email-skeletons', '006-stored-responses', '007-usage-daily'])
 })
 
 onEachDatabase(t, 'ids, defaults, booleans and counts read back as the code expects', async (t, db) => {
@@ -88,9 +90,55 @@ onEachDatabase(t, 'usage: daily totals with empty days, billable calls, recent r
 
   t.equal(await usage.billableCallsSince(account.id, yesterday), 2, 'completed and cancelled count; failed does not')
   t.equal(await usage.billableCallsSince(account.id, old), 3)
+  const midnight = (d: Date) => new Date(d.toISOString().slice(0, 10) + 'T00:00:00.000Z')
+  t.equal(await usage.billableCallsSince(account.id, midnight(yesterday)), 2, 'from a midnight (a month\'s start), the days\' totals answer the same')
+  t.equal(await usage.billableCallsSince(account.id, midnight(old)), 3)
+  t.equal(await usage.billableCallsSince(account.id, midnight(new Date(today.getTime() + 24 * 3600 * 1000))), 0)
 
-  const recent = await usage.recent(account.id, 2)
-  t.equal(recent.length, 2)
-  t.match(recent[0], { status: 'failed', errorCode: 'context_length_exceeded', promptTokens: 7, latencyMs: 12 }, 'newest first; ties by insertion')
-  t.match(recent[1], { status: 'completed', promptTokens: 10 })
+  // A retried row (the same request id) is one call, in the records and in the day's totals.
+  await usage.record({ ...base, promptTokens: 1, completionTokens: 1, status: 'completed', at: today, requestId: 'chatcmpl-once' })
+  await usage.record({ ...base, promptTokens: 1, completionTokens: 1, status: 'completed', at: today, requestId: 'chatcmpl-once' })
+  t.same((await usage.daily(account.id, 30, today)).at(-1), { date: today.toISOString().slice(0, 10), calls: 3, prompt_tokens: 18, completion_tokens: 6, total_tokens: 24 })
+
+  const recent = await usage.recent(account.id, 3)
+  t.equal(recent.length, 3)
+  t.match(recent[0], { status: 'completed', promptTokens: 1 }, 'newest first; ties by insertion')
+  t.match(recent[1], { status: 'failed', errorCode: 'context_length_exceeded', promptTokens: 7, latencyMs: 12 })
+  t.match(recent[2], { status: 'completed', promptTokens: 10 })
 })
+
+for (const kind of ['sqlite', 'postgres'] as const) {
+  t.test(`migration 007 totals the usage already recorded per account and day [${kind}]`, async t => {
+    const where = await testDatabase(t, kind)
+    if (where === undefined) return
+    const db = openDatabase(where)
+    t.teardown(() => db.destroy())
+    const { error } = await new Migrator({ db, provider: { getMigrations: async () => migrations } }).migrateTo('006-stored-responses')
+    if (error) throw error
+    const legacy = db as Kysely<any>
+    const [a, b] = await Promise.all(['a@x', 'b@x'].map(async email => (await legacy.insertInto('accounts').values({ email, password_hash: null, created_at: now() }).returning('id').executeTakeFirstOrThrow()).id as number))
+    const row = (account: number, at: string, status: string, prompt: number, completion: number) =>
+      ({ account_id: account, key_prefix: 'sk-chatd-abcdef', model: 'm', prompt_tokens: prompt, completion_tokens: completion, status, error_code: null, latency_ms: 1, created_at: at })
+    const today = new Date().toISOString().slice(0, 10)
+    await legacy.insertInto('usage_records').values([
+      row(a, `${today}T01:00:00.000Z`, 'completed', 10, 5),
+      row(a, `${today}T23:59:59.999Z`, 'failed', 7, 0),
+      row(a, '2026-01-31T12:00:00.000Z', 'cancelled', 3, 2),
+      row(b, `${today}T02:00:00.000Z`, 'completed', 1, 1),
+    ]).execute()
+    await migrateToLatest(db)
+
+    const days = await db.selectFrom('usage_daily').selectAll().orderBy('account_id').orderBy('day').execute()
+    t.same(days.map(d => ({ ...d, calls: Number(d.calls), billable_calls: Number(d.billable_calls), prompt_tokens: Number(d.prompt_tokens), completion_tokens: Number(d.completion_tokens) })), [
+      { account_id: a, day: '2026-01-31', calls: 1, billable_calls: 1, prompt_tokens: 3, completion_tokens: 2 },
+      { account_id: a, day: today, calls: 2, billable_calls: 1, prompt_tokens: 17, completion_tokens: 5 },
+      { account_id: b, day: today, calls: 1, billable_calls: 1, prompt_tokens: 1, completion_tokens: 1 },
+    ])
+    const usage = new UsageRecords(db)
+    t.same((await usage.daily(a, 30)).at(-1), { date: today, calls: 2, prompt_tokens: 17, completion_tokens: 5, total_tokens: 22 }, 'the dashboard reads what was recorded before')
+    t.equal(await usage.billableCallsSince(a, new Date('2026-01-01T00:00:00.000Z')), 2)
+    // What is recorded after the migration adds to the same day.
+    await usage.record({ accountId: a, keyPrefix: 'sk-chatd-abcdef', model: 'm', promptTokens: 1, completionTokens: 1, status: 'completed', errorCode: null, latencyMs: 1 })
+    t.same((await usage.daily(a, 30)).at(-1), { date: today, calls: 3, prompt_tokens: 18, completion_tokens: 6, total_tokens: 24 })
+  })
+}

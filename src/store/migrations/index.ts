@@ -9,6 +9,7 @@ import { usageRequestId } from './003-usage-request-id.ts'
 import { normalizedEmails } from './004-normalized-emails.ts'
 import { emailSkeletons } from './005-email-skeletons.ts'
 import { storedResponses } from './006-stored-responses.ts'
+import { usageDaily } from './007-usage-daily.ts'
 
 export const migrations: Record<string, Migration> = {
   '001-accounts-and-keys': accountsAndKeys,
@@ -17,4 +18,5 @@ export const migrations: Record<string, Migration> = {
   '004-normalized-emails': normalizedEmails,
   '005-email-skeletons': emailSkeletons,
   '006-stored-responses': storedResponses,
+  '007-usage-daily': usageDaily,
 }
