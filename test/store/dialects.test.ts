@@ -45,7 +45,7 @@ onEachDatabase(t, 'unique constraints, cascading deletes and rolled-back transac
   await t.rejects(db.insertInto('accounts').values({ email: 'a@x', password_hash: null, created_at: now() }).execute(), /unique|duplicate/i)
   await db.insertInto('api_keys').values({ account_id: a.id, name: 'k', prefix: 'sk-chatd-abcdef', hash: '00', created_at: now(), last_used_at: null, revoked_at: null }).execute()
   await db.insertInto('sessions').values({ account_id: a.id, token_hash: 'h', created_at: now(), expires_at: now() }).execute()
-  await db.insertInto('usage_records').values({ account_id: a.id, key_prefix: 'sk-chatd-abcdef', model: 'm', prompt_tokens: 1, completion_tokens: 2, status: 'completed', error_code: null, latency_ms: 3, created_at: now() }).execute()
+  await new UsageRecords(db).record({ accountId: a.id, keyPrefix: 'sk-chatd-abcdef', model: 'm', promptTokens: 1, completionTokens: 2, status: 'completed', errorCode: null, latencyMs: 3 })
 
   await t.rejects(db.transaction().execute(async trx => {
     await trx.insertInto('accounts').values({ email: 'rolled@back', password_hash: null, created_at: now() }).execute()
@@ -54,7 +54,7 @@ onEachDatabase(t, 'unique constraints, cascading deletes and rolled-back transac
   t.equal(await db.selectFrom('accounts').select('id').where('email', '=', 'rolled@back').executeTakeFirst(), undefined)
 
   await db.deleteFrom('accounts').where('id', '=', a.id).execute()
-  for (const table of ['api_keys', 'sessions', 'usage_records'] as const) {
+  for (const table of ['api_keys', 'sessions', 'usage_records', 'usage_daily'] as const) {
     const { n } = await db.selectFrom(table).select(eb => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()
     t.equal(Number(n), 0, `${table} rows go with their account`)
   }
