@@ -5,7 +5,7 @@
 // allowance counter after a restart.
 
 import type { Db } from '../store/database.ts'
-import type { NewUsageDailyRow, NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
+import type { NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
 import { isDatabaseUnavailable } from '../store/unavailable.ts'
 import { GroupCommit } from './group-commit.ts'
 import { UsageOutbox, type OutboxOptions } from './usage-outbox.ts'
@@ -95,34 +95,11 @@ export class UsageRecords {
   }
 
   async #insert (rows: NewUsageRecordRow[]): Promise<void> {
-    await this.#db.transaction().execute(async trx => {
-      // A retry of a row whose first insert did commit (only its answer was lost) changes nothing,
-      // and is not returned: the days count only the rows written now.
-      const written = await trx.insertInto('usage_records').values(rows)
-        .onConflict(oc => oc.column('request_id').doNothing())
-        .returning(['account_id', 'created_at', 'status', 'prompt_tokens', 'completion_tokens'])
-        .execute()
-      const days = new Map<string, NewUsageDailyRow>()
-      for (const row of written) {
-        const day = row.created_at.slice(0, 10)
-        const key = `${row.account_id} ${day}`
-        const total = days.get(key) ?? { account_id: row.account_id, day, calls: 0, billable_calls: 0, prompt_tokens: 0, completion_tokens: 0 }
-        total.calls = Number(total.calls) + 1
-        total.billable_calls = Number(total.billable_calls) + (BILLABLE_STATUSES.includes(row.status) ? 1 : 0)
-        total.prompt_tokens = Number(total.prompt_tokens) + row.prompt_tokens
-        total.completion_tokens = Number(total.completion_tokens) + row.completion_tokens
-        days.set(key, total)
-      }
-      if (days.size === 0) return
-      await trx.insertInto('usage_daily').values([...days.values()])
-        .onConflict(oc => oc.columns(['account_id', 'day']).doUpdateSet(eb => ({
-          calls: eb('usage_daily.calls', '+', eb.ref('excluded.calls')),
-          billable_calls: eb('usage_daily.billable_calls', '+', eb.ref('excluded.billable_calls')),
-          prompt_tokens: eb('usage_daily.prompt_tokens', '+', eb.ref('excluded.prompt_tokens')),
-          completion_tokens: eb('usage_daily.completion_tokens', '+', eb.ref('excluded.completion_tokens')),
-        })))
-        .execute()
-    })
+    // A retry of a row whose first insert did commit (only its answer was lost) changes nothing.
+    // Each row inserted also adds to its day's totals (usage_daily), by the database's trigger.
+    await this.#db.insertInto('usage_records').values(rows)
+      .onConflict(oc => oc.column('request_id').doNothing())
+      .execute()
   }
 
   /** Rows waiting for the database to come back. */

@@ -61,7 +61,7 @@ export interface UsageRecordsTable {
   request_id: string | null
 }
 
-/** An account's usage on one UTC day (migration 007), written with each usage record. */
+/** An account's usage on one UTC day (migration 007): its trigger adds each usage record inserted. */
 export interface UsageDailyTable {
   account_id: number
   /** YYYY-MM-DD: the records' created_at's first 10 characters. */
@@ -111,5 +111,4 @@ export interface Database {
 export type AccountRow = Selectable<AccountsTable>
 export type ApiKeyRow = Selectable<ApiKeysTable>
 export type NewUsageRecordRow = Insertable<UsageRecordsTable>
-export type NewUsageDailyRow = Insertable<UsageDailyTable>
 export type StoredResponseRow = Selectable<StoredResponsesTable>
