@@ -47,7 +47,7 @@ export interface RecentUsage {
 
 const DAY_MS = 24 * 3600 * 1000
 
-/** Statuses that used a call of the monthly allowance: the model ran for them. */
+/** Statuses that used a call of the monthly allowance: the model ran for them (migration 007's trigger spells them too). */
 export const BILLABLE_STATUSES: UsageStatus[] = ['completed', 'cancelled']
 
 export class UsageRecords {
