@@ -263,13 +263,11 @@ export class Accounts {
 
   /**
    * Creates a key for the account and returns it in full: the only time it is
-   * ever visible. `key` lets the first start use CHATD_ADMIN_KEY.
-   */
-  /**
-   * A new key for the account. With `allowance` (the dashboard; the operator's CLI has none) it
-   * is refused when the account already holds or has lately made as many as allowed. Two
-   * requests at the same instant may both pass the count: the bound can be passed by the
-   * account's concurrent requests, never grown without end.
+   * ever visible. `key` lets the first start use CHATD_ADMIN_KEY. With
+   * `allowance` (the dashboard; the operator's CLI has none) it is refused when
+   * the account already holds or has lately made as many as allowed. Two
+   * requests at the same instant may both pass the count: the bound can be
+   * passed by the account's concurrent requests, never grown without end.
    */
   async createKey (accountId: number, opts: { name?: string; key?: string; allowance?: KeyAllowance } = {}): Promise<{ key: string; info: ApiKeyInfo }> {
     if (opts.key !== undefined && !isWellFormedApiKey(opts.key)) throw new AccountError('an API key must be sk-chatd- followed by 32 letters or digits')

@@ -30,24 +30,22 @@ export class Browser {
     return headers
   }
 
-  async get (url: string): Promise<LightMyRequestResponse> {
-    const res = await this.app.inject({ url, headers: this.#headers() })
+  /** Any request, sent with this browser's cookies; it keeps the cookies the answer sets. */
+  async send (opts: { method: 'GET' | 'POST', url: string, headers?: Record<string, string>, payload?: string | Buffer }): Promise<LightMyRequestResponse> {
+    const res = await this.app.inject({ ...opts, headers: { ...this.#headers(), ...opts.headers } })
     this.#remember(res)
     return res
+  }
+
+  async get (url: string): Promise<LightMyRequestResponse> {
+    return this.send({ method: 'GET', url })
   }
 
   /** Posts a form; `csrf: true` takes the token from the page at `from` first, as a browser would. */
   async post (url: string, form: Record<string, string>, opts: { csrfFrom?: string } = {}): Promise<LightMyRequestResponse> {
     const fields = { ...form }
     if (opts.csrfFrom) fields._csrf = csrfToken((await this.get(opts.csrfFrom)).body)
-    const res = await this.app.inject({
-      method: 'POST',
-      url,
-      headers: { ...this.#headers(), 'content-type': 'application/x-www-form-urlencoded' },
-      payload: new URLSearchParams(fields).toString(),
-    })
-    this.#remember(res)
-    return res
+    return this.send({ method: 'POST', url, headers: { 'content-type': 'application/x-www-form-urlencoded' }, payload: new URLSearchParams(fields).toString() })
   }
 }
 

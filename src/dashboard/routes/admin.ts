@@ -36,9 +36,8 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
   app.get('/admin', async (request, reply) => {
     const user = requireAdmin(request, reply)
     if (!user) return reply
-    const query = request.query as Record<string, unknown>
-    // A field sent twice, or not a string, reads as absent; the search is cut to an email's length.
-    const text = (name: string): string => typeof query[name] === 'string' ? query[name] : ''
+    // A value sent twice, or not a string, reads as absent (as a form field does); the search is cut to an email's length.
+    const text = (name: string): string => field(request.query, name)
     // Shown as it is compared: as emails are stored (NFKC, lower case).
     const search = normalizeEmail(text('q').slice(0, MAX_EMAIL_LENGTH))
     // Any page number a link can hold; past the last, an empty page with a link back.
