@@ -3,10 +3,10 @@
 // client for it.
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import OpenAI from 'openai'
+import { freePort } from '../../test/helpers/chatd-process.ts'
 
 export const BENCH_MODEL_ID = 'bench-model'
 const KEY = 'sk-chatd-benchBENCHbenchBENCHbenchBENCH00'
@@ -92,12 +92,4 @@ export async function startChatdServer (opts: {
       if (server.exitCode === null) await new Promise(resolve => server.once('exit', resolve))
     },
   }
-}
-
-async function freePort (): Promise<number> {
-  const srv = net.createServer()
-  await new Promise<void>(resolve => srv.listen(0, '127.0.0.1', resolve))
-  const { port } = srv.address() as net.AddressInfo
-  await new Promise(resolve => srv.close(resolve))
-  return port
 }

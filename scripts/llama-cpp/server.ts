@@ -4,10 +4,10 @@
 // slot holds is not computed again), and time to first token read from its
 // streamed reply.
 import { spawn, type ChildProcess } from 'node:child_process'
-import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createParser } from 'eventsource-parser'
 import type { LlamaCppBuild } from './build.ts'
+import { freePort } from '../../test/helpers/chatd-process.ts'
 
 export interface LlamaServer {
   base: string
@@ -56,12 +56,4 @@ export async function startLlamaServer (build: LlamaCppBuild, model: string, opt
       if (child.exitCode === null) await new Promise(resolve => child.once('exit', resolve))
     },
   }
-}
-
-async function freePort (): Promise<number> {
-  const srv = net.createServer()
-  await new Promise<void>(resolve => srv.listen(0, '127.0.0.1', resolve))
-  const { port } = srv.address() as net.AddressInfo
-  await new Promise(resolve => srv.close(resolve))
-  return port
 }

@@ -34,16 +34,8 @@ export interface DailyUsage {
   total_tokens: number
 }
 
-export interface RecentUsage {
-  at: string
-  keyPrefix: string
-  model: string
-  promptTokens: number
-  completionTokens: number
-  status: UsageStatus
-  errorCode: string | null
-  latencyMs: number
-}
+/** A row of the dashboard's recent list: the record less its account and id, `at` as stored (ISO). */
+export type RecentUsage = Omit<UsageRecord, 'accountId' | 'at' | 'requestId'> & { at: string }
 
 const DAY_MS = 24 * 3600 * 1000
 

@@ -6,16 +6,9 @@ import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
-import { run } from '../../src/cli.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
+import { cli, withEnv } from '../helpers/cli.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
-
-async function cli (args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = ''
-  let err = ''
-  const code = await run(args, line => { out += line + '\n' }, line => { err += line + '\n' })
-  return { code, out, err }
-}
 
 /** Runs the real `chatd` launcher with `input` on stdin. */
 async function chatd (args: string[], env: Record<string, string>, input: string): Promise<{ code: number | null; out: string }> {
@@ -31,9 +24,7 @@ async function chatd (args: string[], env: Record<string, string>, input: string
 t.test('set-tier, list, create --tier: tiers must exist in TIERS_FILE', async t => {
   const dir = t.testdir({ 'tiers.json': JSON.stringify({ tiers: { free: {}, gold: { requests_per_minute: 500 } } }) })
   const database = join(dir, 'chatd.db')
-  process.env.DATABASE_URL = `sqlite://${database}`
-  process.env.TIERS_FILE = join(dir, 'tiers.json')
-  t.teardown(() => { delete process.env.DATABASE_URL; delete process.env.TIERS_FILE })
+  withEnv(t, { DATABASE_URL: `sqlite://${database}`, TIERS_FILE: join(dir, 'tiers.json') })
 
   t.match(await cli(['accounts', 'create', '--email', 'a@example.com']), { code: 0, out: /tier free/ })
   t.match(await cli(['accounts', 'create', '--email', 'b@example.com', '--tier', 'platinum']), { code: 1, err: /no tier named platinum .* \(it has: free, gold\)/ })

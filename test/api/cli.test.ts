@@ -8,23 +8,15 @@ import { promisify } from 'node:util'
 import t from 'tap'
 import { Accounts } from '../../src/accounts/accounts.ts'
 import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
-import { run } from '../../src/cli.ts'
 import { openMigratedDatabase } from '../../src/store/database.ts'
+import { cli, withEnv } from '../helpers/cli.ts'
 import { STORIES_SOURCE } from '../helpers/models.ts'
 
 const ROOT = new URL('../..', import.meta.url).pathname
 
-async function cli (args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = ''
-  let err = ''
-  const code = await run(args, line => { out += line + '\n' }, line => { err += line + '\n' })
-  return { code, out, err }
-}
-
 t.test('accounts and keys commands', async t => {
   const dbPath = join(t.testdir(), 'chatd.db')
-  process.env.DATABASE_URL = `sqlite://${dbPath}`
-  t.teardown(() => { delete process.env.DATABASE_URL })
+  withEnv(t, { DATABASE_URL: `sqlite://${dbPath}` })
 
   t.match(await cli(['accounts', 'create', '--email', 'dev@example.com']), { code: 0, out: 'created account dev@example.com (tier free)\n' })
   t.match(await cli(['accounts', 'create', '--email', 'boss@example.com', '--tier', 'pro', '--admin']), { code: 0, out: /tier pro, admin/ })
@@ -61,8 +53,7 @@ t.test('accounts and keys commands', async t => {
 
 t.test('keys revoke takes the whole key an operator pastes, and names the key it revoked', async t => {
   const dbPath = join(t.testdir(), 'chatd.db')
-  process.env.DATABASE_URL = `sqlite://${dbPath}`
-  t.teardown(() => { delete process.env.DATABASE_URL })
+  withEnv(t, { DATABASE_URL: `sqlite://${dbPath}` })
   await cli(['accounts', 'create', '--email', 'dev@example.com'])
   await cli(['accounts', 'create', '--email', 'ops@example.com'])
   const leaked = (await cli(['keys', 'create', '--email', 'dev@example.com'])).out.trim()
@@ -94,8 +85,7 @@ t.test('the key commands README\'s quick start shows work, in order, after a fir
   const commands = [...section.matchAll(/npx chatd ((?:keys|accounts) [^`)\n]+)/g)].map(m => m[1].trim().split(/\s+/)).filter(args => args[1] !== 'set-password')
   t.ok(commands.some(args => args[0] === 'keys' && args[1] === 'create'), 'the section shows how to make keys')
   const dbPath = join(t.testdir(), 'chatd.db')
-  process.env.DATABASE_URL = `sqlite://${dbPath}`
-  t.teardown(() => { delete process.env.DATABASE_URL })
+  withEnv(t, { DATABASE_URL: `sqlite://${dbPath}` })
   // What the first start does on an empty database (default CHATD_ADMIN_EMAIL).
   const db = await openMigratedDatabase({ kind: 'sqlite', path: dbPath })
   await ensureAdminAccount(new Accounts(db), { email: 'admin@localhost' })
@@ -148,16 +138,14 @@ t.test('convert is wired to the model builder', async t => {
 
 t.test('pull says where a local model\'s files go', async t => {
   const dir = t.testdir({ 'models.json': JSON.stringify({ models: [{ id: 'm', backend: 'onnx', path: 'weights/m', dtype: 'fp16' }, { id: 'u', backend: 'openai', baseUrl: 'http://x', upstreamModel: 'y' }] }) })
-  process.env.MODELS_FILE = join(dir, 'models.json')
-  t.teardown(() => { delete process.env.MODELS_FILE })
+  withEnv(t, { MODELS_FILE: join(dir, 'models.json') })
   t.match(await cli(['pull', 'm']), { code: 1, err: new RegExp(`onnx/model_fp16\\.onnx\\) at ${join(dir, 'weights', 'm')}`) })
   t.match(await cli(['pull', 'u']), { code: 1, err: /nothing to download/ })
   t.match(await cli(['pull', 'zz']), { code: 1, err: /no model with id zz/ })
 })
 
 t.test('bad configuration is reported by name', async t => {
-  process.env.DATABASE_URL = 'mysql://nope'
-  t.teardown(() => { delete process.env.DATABASE_URL })
+  withEnv(t, { DATABASE_URL: 'mysql://nope' })
   t.match(await cli(['keys', 'list', '--email', 'a@b.c']), { code: 1, err: /DATABASE_URL/ })
 })
 

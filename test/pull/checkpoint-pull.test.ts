@@ -6,8 +6,7 @@
 // are written here as a two-shard bf16 checkpoint, as deepseek-ai publishes.
 import { copyFileSync, existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import t, { type Test } from 'tap'
-import { run } from '../../src/cli.ts'
+import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { startServer } from '../../src/server.ts'
 import { convertCheckpoint } from '../../src/convert/index.ts'
@@ -15,6 +14,7 @@ import { SafetensorsFile } from '../../src/convert/safetensors.ts'
 import { OnnxBackend } from '../../src/engine/onnx/backend.ts'
 import { pullCheckpoint, selectCheckpointFiles } from '../../src/pull/checkpoint.ts'
 import type { PullEvent } from '../../src/pull/pull.ts'
+import { cli, withEnv } from '../helpers/cli.ts'
 import { STORIES_SOURCE } from '../helpers/models.ts'
 import { partialReaches, repoFromDir, startHub } from './hub-server.ts'
 
@@ -68,24 +68,6 @@ function bf16Checkpoint (dir: string): string {
     copyFileSync(join(STORIES_SOURCE, file), join(dir, file))
   }
   return dir
-}
-
-async function cli (args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = ''
-  let err = ''
-  const code = await run(args, line => { out += line + '\n' }, line => { err += line + '\n' })
-  return { code, out, err }
-}
-
-function withEnv (t: Test, env: Record<string, string>): void {
-  const saved = Object.fromEntries(Object.keys(env).map(k => [k, process.env[k]]))
-  Object.assign(process.env, env)
-  t.teardown(() => {
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k]
-      else process.env[k] = v
-    }
-  })
 }
 
 t.test('bf16 shards read back as the float32 values rounded to bfloat16', async t => {

@@ -4,32 +4,14 @@
 
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import t, { type Test } from 'tap'
-import { run } from '../../src/cli.ts'
+import t from 'tap'
+import { cli, withEnv } from '../helpers/cli.ts'
 import { storiesModelDir } from '../helpers/models.ts'
 import { REFUSED_URL } from '../helpers/refused.ts'
 import { repoFromDir, startHub } from './hub-server.ts'
 
 const REPO = 'test-org/stories260k-ONNX'
 const source = storiesModelDir('int4')
-
-async function cli (args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = ''
-  let err = ''
-  const code = await run(args, line => { out += line + '\n' }, line => { err += line + '\n' })
-  return { code, out, err }
-}
-
-function withEnv (t: Test, env: Record<string, string>): void {
-  const saved = Object.fromEntries(Object.keys(env).map(k => [k, process.env[k]]))
-  Object.assign(process.env, env)
-  t.teardown(() => {
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k]
-      else process.env[k] = v
-    }
-  })
-}
 
 t.test('chatd pull <id> downloads into the model\'s path and prints plain progress lines', async t => {
   const repo = repoFromDir(source)

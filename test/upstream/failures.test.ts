@@ -13,7 +13,8 @@ import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/u
 import type { UpstreamSettings } from '../../src/engine/upstream/settings.ts'
 import { buildTestApp, type TestApp } from '../helpers/app.ts'
 import { streamData } from '../helpers/sse-events.ts'
-import { chunk, loopbackServer, sseData, sseHead, streamReply, type Handler, type Loopback } from './loopback.ts'
+import { chunk, sseData, sseHead, streamReply, type Handler, type Loopback } from './loopback.ts'
+import { relayApp } from './relay-app.ts'
 
 const CHAT = '/api/v1/chat/completions'
 const SECRET = 'sk-upstream-secret-0123456789'
@@ -25,19 +26,16 @@ interface Setup extends TestApp {
   ask: (body?: Record<string, unknown>) => Promise<{ statusCode: number; body: string; json: () => any }>
 }
 
-/** A chatd app whose one model, "relay", is an UpstreamBackend pointed at a scripted loopback server. */
+/** relayApp (relay-app.ts, listening) with the upstream's key and quick settings, and `ask`: a chat completion injected. */
 async function setup (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}): Promise<Setup> {
-  const upstream = await loopbackServer(t, handler)
-  const backend = new UpstreamBackend({ id: 'relay', baseUrl: `${upstream.url}/v1`, apiKey: SECRET, upstreamModel: 'upstream-model', settings: FAST, ...opts })
-  t.teardown(() => backend.close())
-  const test = await buildTestApp(t, { backends: [backend] })
+  const test = await relayApp(t, handler, { apiKey: SECRET, settings: FAST, ...opts })
   const ask = (body: Record<string, unknown> = {}) => test.app.inject({
     method: 'POST',
     url: CHAT,
     headers: test.auth,
     payload: { model: 'relay', messages: [{ role: 'user', content: 'Hello there' }], ...body },
   })
-  return { ...test, upstream, backend, ask }
+  return { ...test, ask }
 }
 
 /** The `data:` payloads of an SSE body, parsed (the final [DONE] as the string). */
@@ -291,7 +289,6 @@ t.test('a client that disconnects aborts the upstream request', async t => {
       upstreamClosed()
     })
   })
-  await s.app.listen({ port: 0, host: '127.0.0.1' })
   const { port } = s.app.server.address() as AddressInfo
   const req = http.request({ port, host: '127.0.0.1', method: 'POST', path: CHAT, headers: { ...s.auth, 'content-type': 'application/json' } })
   req.on('error', () => {})

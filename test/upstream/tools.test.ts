@@ -3,13 +3,11 @@
 // helper assembles them, its runTools loop sends the result back); the token cap goes as
 // max_completion_tokens to OpenAI's own API; sampling fields the client did not send are not sent.
 import type http from 'node:http'
-import type { AddressInfo } from 'node:net'
-import t, { type Test } from 'tap'
-import OpenAI from 'openai'
-import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
+import t from 'tap'
+import type OpenAI from 'openai'
 import { sendsMaxCompletionTokens, upstreamBody } from '../../src/engine/upstream/request-body.ts'
-import { buildTestApp } from '../helpers/app.ts'
-import { chunk, loopbackServer, sseData, sseHead, type Handler, type Loopback } from './loopback.ts'
+import { chunk, sseData, sseHead, type Handler } from './loopback.ts'
+import { relayApp, sentBody } from './relay-app.ts'
 
 const CHAT = '/api/v1/chat/completions'
 const weatherTool = { type: 'function' as const, function: { name: 'get_weather', description: 'The weather in a city.', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }
@@ -43,21 +41,8 @@ const callThenAnswer: Handler = (_req, res, recorded) => {
   else streamCall(res)
 }
 
-async function setup (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) {
-  const upstream = await loopbackServer(t, handler)
-  const backend = new UpstreamBackend({ id: 'relay', baseUrl: `${upstream.url}/v1`, upstreamModel: 'upstream-model', ...opts })
-  t.teardown(() => backend.close())
-  const test = await buildTestApp(t, { backends: [backend] })
-  await test.app.listen({ port: 0, host: '127.0.0.1' })
-  const { port } = test.app.server.address() as AddressInfo
-  const client = new OpenAI({ apiKey: test.key, baseURL: `http://127.0.0.1:${port}/api/v1`, maxRetries: 0 })
-  return { ...test, upstream, client }
-}
-
-const sentBody = (upstream: Loopback, i = -1) => JSON.parse(upstream.requests.at(i)!.body) as Record<string, any>
-
 t.test('tools, tool_choice, parallel_tool_calls and tool turns are passed on; unsent sampling fields are not', async t => {
-  const s = await setup(t, callThenAnswer)
+  const s = await relayApp(t, callThenAnswer)
   const messages = [
     { role: 'developer', content: 'Use tools.' },
     { role: 'user', content: 'Weather in Oslo?' },
@@ -86,13 +71,13 @@ t.test('tools, tool_choice, parallel_tool_calls and tool turns are passed on; un
 })
 
 t.test('penalties, logit_bias and min_p are passed on as given', async t => {
-  const s = await setup(t, callThenAnswer)
+  const s = await relayApp(t, callThenAnswer)
   await s.app.inject({ method: 'POST', url: CHAT, headers: s.auth, payload: { model: 'relay', messages: [{ role: 'user', content: 'x' }], presence_penalty: 0.5, frequency_penalty: -1, logit_bias: { 42: -100 }, min_p: 0.1 } })
   t.match(sentBody(s.upstream), { presence_penalty: 0.5, frequency_penalty: -1, logit_bias: { 42: -100 }, min_p: 0.1 })
 })
 
 t.test('reasoning_effort is passed on; the upstream\'s reasoning_tokens come back in the reply and the stream\'s usage chunk', async t => {
-  const s = await setup(t, (_req, res) => streamCall(res, { usage: { completion_tokens_details: { reasoning_tokens: 7 } } }))
+  const s = await relayApp(t, (_req, res) => streamCall(res, { usage: { completion_tokens_details: { reasoning_tokens: 7 } } }))
   const res = await s.app.inject({ method: 'POST', url: CHAT, headers: s.auth, payload: { model: 'relay', messages: [{ role: 'user', content: 'x' }], reasoning_effort: 'low' } })
   t.equal(sentBody(s.upstream).reasoning_effort, 'low')
   t.same(res.json().usage.completion_tokens_details, { reasoning_tokens: 7 })
@@ -110,14 +95,14 @@ t.test('OpenAI\'s own API gets max_completion_tokens instead of max_tokens', asy
   t.equal(sendsMaxCompletionTokens(new URL('https://api.openai.com/v1/chat/completions'), undefined), true, 'OpenAI\'s host by default')
   t.equal(sendsMaxCompletionTokens(new URL('http://127.0.0.1:8000/v1/chat/completions'), undefined), false, 'any other host by default')
   t.equal(sendsMaxCompletionTokens(new URL('https://api.openai.com/v1/chat/completions'), false), false, 'models.json decides when it says')
-  const s = await setup(t, callThenAnswer, { maxCompletionTokens: true })
+  const s = await relayApp(t, callThenAnswer, { maxCompletionTokens: true })
   await s.app.inject({ method: 'POST', url: CHAT, headers: s.auth, payload: { model: 'relay', messages: [{ role: 'user', content: 'x' }], max_tokens: 7 } })
   t.match(sentBody(s.upstream), { max_completion_tokens: 7 })
   t.notOk('max_tokens' in sentBody(s.upstream))
 })
 
 t.test('a streamed upstream call comes back: whole with content null, and as deltas the SDK assembles', async t => {
-  const s = await setup(t, (_req, res) => streamCall(res))
+  const s = await relayApp(t, (_req, res) => streamCall(res))
   const res = await s.app.inject({ method: 'POST', url: CHAT, headers: s.auth, payload: { model: 'relay', messages: [{ role: 'user', content: 'Oslo?' }], tools: [weatherTool] } })
   t.equal(res.statusCode, 200)
   const choice = res.json().choices[0]
@@ -136,7 +121,7 @@ t.test('a streamed upstream call comes back: whole with content null, and as del
 })
 
 t.test('a whole JSON upstream reply with tool calls comes back', async t => {
-  const s = await setup(t, (_req, res) => {
+  const s = await relayApp(t, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Bergen"}' } }, { id: 'c2', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] }, finish_reason: 'tool_calls' }], usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 } }))
   })
@@ -146,7 +131,7 @@ t.test('a whole JSON upstream reply with tool calls comes back', async t => {
 })
 
 t.test('the openai SDK\'s runTools loop: a call, the result sent back as a tool message, the final answer', async t => {
-  const s = await setup(t, callThenAnswer)
+  const s = await relayApp(t, callThenAnswer)
   const seen: unknown[] = []
   const runner = s.client.chat.completions.runTools({
     model: 'relay',
@@ -170,7 +155,7 @@ t.test('the openai SDK\'s runTools loop: a call, the result sent back as a tool 
 })
 
 t.test('a hostile upstream: a tool call index far out of range is a clean 502', async t => {
-  const s = await setup(t, (_req, res) => {
+  const s = await relayApp(t, (_req, res) => {
     sseHead(res)
     sseData(res, chunk({ tool_calls: [{ index: 1e9, id: 'c', function: { name: 'x', arguments: '{}' } }] }))
     sseData(res, chunk({}, 'tool_calls'))

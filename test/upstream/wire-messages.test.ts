@@ -6,38 +6,20 @@
 // tool_choice, thinking), tool_use streamed as input_json_delta, stop_sequence, and failures.
 
 import type http from 'node:http'
-import { writeFileSync } from 'node:fs'
-import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import OpenAI from 'openai'
-import type { FastifyInstance } from 'fastify'
-import { loadConfig } from '../../src/config.ts'
-import { startServer } from '../../src/server.ts'
-import type { GenerateEvent, GenerateRequest } from '../../src/engine/backend.ts'
 import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
-import { buildTestApp } from '../helpers/app.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { loopbackServer, sseData, sseHead, type Handler, type Loopback } from './loopback.ts'
+import { sseData, sseHead, type Handler } from './loopback.ts'
+import { backendOn, generate, relayApp, relayServer, sentBody } from './relay-app.ts'
 
 const KEY = `sk-chatd-${'wireMsgs'.repeat(4)}`
 const UPSTREAM_KEY = `sk-chatd-${'upMsgs01'.repeat(4)}`
 const CHAT = '/api/v1/chat/completions'
-const never = new AbortController().signal
 
 const upstream = await startStoriesServer(t, { modelId: 'stories260k', key: UPSTREAM_KEY, threads: 1 })
 
-async function startRelay (): Promise<{ app: FastifyInstance; client: OpenAI }> {
-  const dir = t.testdir()
-  const file = join(dir, 'models.json')
-  writeFileSync(file, JSON.stringify({ models: [{ id: 'relay', backend: 'openai', api: 'messages', baseUrl: `${upstream.url}/api/v1`, apiKey: UPSTREAM_KEY, upstreamModel: 'stories260k' }] }))
-  const app = await startServer(loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, 'relay.db')}`, MODELS_FILE: file, CHATD_ADMIN_KEY: KEY, CHATD_AUTO_PULL: '0' }), { print: () => {}, logger: false, env: {} })
-  t.teardown(() => app.close())
-  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
-  return { app, client: new OpenAI({ apiKey: KEY, baseURL: `${url}/api/v1`, maxRetries: 0 }) }
-}
-
-const relay = await startRelay()
+const relay = await relayServer(t, { api: 'messages', upstreamUrl: upstream.url, upstreamKey: UPSTREAM_KEY, upstreamModel: 'stories260k', adminKey: KEY })
 const direct = new OpenAI({ apiKey: UPSTREAM_KEY, baseURL: `${upstream.url}/api/v1`, maxRetries: 0 })
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
 
@@ -134,18 +116,8 @@ const callThenAnswer: Handler = (_req, res, recorded) => {
   else streamCall(res)
 }
 
-async function setup (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) {
-  const up = await loopbackServer(t, handler)
-  const backend = new UpstreamBackend({ id: 'relay', api: 'messages', baseUrl: `${up.url}/v1`, upstreamModel: 'claude-x', apiKey: 'sk-ant-secret', ...opts })
-  t.teardown(() => backend.close())
-  const test = await buildTestApp(t, { backends: [backend] })
-  await test.app.listen({ port: 0, host: '127.0.0.1' })
-  const { port } = test.app.server.address() as AddressInfo
-  const client = new OpenAI({ apiKey: test.key, baseURL: `http://127.0.0.1:${port}/api/v1`, maxRetries: 0 })
-  return { ...test, upstream: up, client }
-}
-
-const sentBody = (up: Loopback, i = -1) => JSON.parse(up.requests.at(i)!.body) as Record<string, any>
+const setup = (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) =>
+  relayApp(t, handler, { api: 'messages', upstreamModel: 'claude-x', apiKey: 'sk-ant-secret', ...opts })
 
 t.test('the body: POST <baseUrl>/messages with x-api-key and anthropic-version, system, blocks, tools, thinking', async t => {
   const s = await setup(t, callThenAnswer)
@@ -222,30 +194,17 @@ t.test('tool_use streamed as input_json_delta, and its round trip with the opena
   ])
 })
 
-async function generate (backend: UpstreamBackend, request: Partial<GenerateRequest> = {}): Promise<GenerateEvent[]> {
-  const out: GenerateEvent[] = []
-  for await (const event of backend.generate({ messages: [{ role: 'user', content: 'Hi' }], temperature: 0, topP: 1, topK: 0, stop: [], ...request }, never)) out.push(event)
-  return out
-}
-
-async function backendOn (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) {
-  const up = await loopbackServer(t, handler)
-  const backend = new UpstreamBackend({ id: 'relay', api: 'messages', baseUrl: up.url, upstreamModel: 'm', settings: { connectTimeoutMs: 2000, firstByteTimeoutMs: 2000, idleTimeoutMs: 2000, retries: 1 }, ...opts })
-  t.teardown(() => backend.close())
-  return { up, backend }
-}
-
 t.test('stop_sequence is the finish\'s stopSequence; max_tokens is length; the default max_tokens is sent', async t => {
-  const stopped = await backendOn(t, (_req, res) => streamText(res, 'one two', 'stop_sequence', { stop_sequence: 'END' }))
+  const stopped = await backendOn(t, 'messages', (_req, res) => streamText(res, 'one two', 'stop_sequence', { stop_sequence: 'END' }))
   t.match((await generate(stopped.backend, { stop: ['END'] })).at(-1), { type: 'finish', reason: 'stop', stopSequence: 'END' })
   t.equal(sentBody(stopped.up).max_tokens, 4096, 'the Messages API requires max_tokens')
 
-  const long = await backendOn(t, (_req, res) => streamText(res, 'abc', 'max_tokens'))
+  const long = await backendOn(t, 'messages', (_req, res) => streamText(res, 'abc', 'max_tokens'))
   t.match((await generate(long.backend)).at(-1), { type: 'finish', reason: 'length' })
 })
 
 t.test('the Messages API cannot carry everything: refused before sending, naming the field', async t => {
-  const { up, backend } = await backendOn(t, (_req, res) => streamText(res, 'x'))
+  const { up, backend } = await backendOn(t, 'messages', (_req, res) => streamText(res, 'x'))
   await t.rejects(generate(backend, { responseFormat: { type: 'json_object' } }), { code: 'invalid_parameter', param: 'response_format', message: /no JSON mode/ })
   await t.rejects(generate(backend, { logprobs: true }), { code: 'invalid_parameter', param: 'logprobs' })
   await t.rejects(generate(backend, { temperature: 1.5 }), { code: 'invalid_parameter', param: 'temperature' })
@@ -255,14 +214,14 @@ t.test('the Messages API cannot carry everything: refused before sending, naming
 })
 
 t.test('errors in Anthropic\'s shape and stream: overflow, overloaded retried, error event, malformed, oversized', async t => {
-  const overflow = await backendOn(t, (_req, res) => {
+  const overflow = await backendOn(t, 'messages', (_req, res) => {
     res.writeHead(400, { 'content-type': 'application/json' })
     res.end(JSON.stringify({ type: 'error', error: { type: 'invalid_request_error', message: 'prompt is too long: 250000 tokens > 200000 maximum' } }))
   })
   await t.rejects(generate(overflow.backend), { code: 'context_length_exceeded', status: 400 })
 
   let calls = 0
-  const overloaded = await backendOn(t, (_req, res) => {
+  const overloaded = await backendOn(t, 'messages', (_req, res) => {
     if (calls++ === 0) {
       res.writeHead(529, { 'content-type': 'application/json' })
       res.end(JSON.stringify({ type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }))
@@ -271,34 +230,34 @@ t.test('errors in Anthropic\'s shape and stream: overflow, overloaded retried, e
   t.match((await generate(overloaded.backend)).at(-1), { type: 'finish', reason: 'stop' }, '529 before any byte is retried')
   t.equal(overloaded.up.requests.length, 2)
 
-  const midway = await backendOn(t, (_req, res) => events(res, [start, { type: 'error', error: { type: 'overloaded_error', message: 'sk-ant-secret' } }]))
+  const midway = await backendOn(t, 'messages', (_req, res) => events(res, [start, { type: 'error', error: { type: 'overloaded_error', message: 'sk-ant-secret' } }]))
   const err = await generate(midway.backend).catch((e: Error) => e)
   t.match(err, { code: 'upstream_error', message: /reported an error in the middle/ })
   t.notMatch((err as Error).message, 'sk-ant-secret')
 
-  const cut = await backendOn(t, (_req, res) => events(res, [start, { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } }]))
+  const cut = await backendOn(t, 'messages', (_req, res) => events(res, [start, { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } }]))
   await t.rejects(generate(cut.backend), { code: 'upstream_error', message: /closed the connection before the reply was complete/ })
 
-  const garbage = await backendOn(t, (_req, res) => {
+  const garbage = await backendOn(t, 'messages', (_req, res) => {
     sseHead(res)
     sseData(res, 'not json')
     res.end()
   })
   await t.rejects(generate(garbage.backend), { code: 'upstream_error', message: /not JSON/ })
 
-  const huge = await backendOn(t, (_req, res) => {
+  const huge = await backendOn(t, 'messages', (_req, res) => {
     sseHead(res)
     sseData(res, { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'x'.repeat(2 * 1024 * 1024) } })
     res.end()
   })
   await t.rejects(generate(huge.backend), { code: 'upstream_error', message: /an event larger than/ })
 
-  const many = await backendOn(t, (_req, res) => events(res, [start, ...Array.from({ length: 200 }, (_, i) => ({ type: 'content_block_start', index: i, content_block: { type: 'tool_use', id: `t${i}`, name: 'f', input: {} } }))]))
+  const many = await backendOn(t, 'messages', (_req, res) => events(res, [start, ...Array.from({ length: 200 }, (_, i) => ({ type: 'content_block_start', index: i, content_block: { type: 'tool_use', id: `t${i}`, name: 'f', input: {} } }))]))
   await t.rejects(generate(many.backend), { code: 'upstream_error', message: /too many tool calls/ })
 })
 
 t.test('a whole JSON message (an upstream that does not stream) is read too', async t => {
-  const { backend } = await backendOn(t, (_req, res) => {
+  const { backend } = await backendOn(t, 'messages', (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify({
       id: 'msg_1',

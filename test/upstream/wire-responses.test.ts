@@ -7,39 +7,21 @@
 // a tool call streamed as response.* events and its round trip, and every way it can fail.
 
 import type http from 'node:http'
-import { writeFileSync } from 'node:fs'
-import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import OpenAI from 'openai'
-import type { FastifyInstance } from 'fastify'
-import { loadConfig } from '../../src/config.ts'
-import { startServer } from '../../src/server.ts'
-import type { GenerateEvent, GenerateRequest } from '../../src/engine/backend.ts'
 import { parseModelsFile } from '../../src/engine/models-file.ts'
-import { UpstreamBackend, type UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
-import { buildTestApp } from '../helpers/app.ts'
+import type { UpstreamBackendOptions } from '../../src/engine/upstream/backend.ts'
 import { startStoriesServer } from '../helpers/stories-server.ts'
-import { loopbackServer, sseData, sseHead, type Handler, type Loopback } from './loopback.ts'
+import { sseData, sseHead, type Handler } from './loopback.ts'
+import { backendOn, generate, relayApp, relayServer, sentBody } from './relay-app.ts'
 
 const KEY = `sk-chatd-${'wireResp'.repeat(4)}`
 const UPSTREAM_KEY = `sk-chatd-${'upResps1'.repeat(4)}`
 const CHAT = '/api/v1/chat/completions'
-const never = new AbortController().signal
 
 const upstream = await startStoriesServer(t, { modelId: 'stories260k', key: UPSTREAM_KEY, threads: 1 })
 
-async function startRelay (): Promise<{ app: FastifyInstance; client: OpenAI; url: string }> {
-  const dir = t.testdir()
-  const file = join(dir, 'models.json')
-  writeFileSync(file, JSON.stringify({ models: [{ id: 'relay', backend: 'openai', api: 'responses', baseUrl: `${upstream.url}/api/v1`, apiKey: UPSTREAM_KEY, upstreamModel: 'stories260k' }] }))
-  const app = await startServer(loadConfig({ PORT: '0', LOG_LEVEL: 'silent', DATABASE_URL: `sqlite://${join(dir, 'relay.db')}`, MODELS_FILE: file, CHATD_ADMIN_KEY: KEY, CHATD_AUTO_PULL: '0' }), { print: () => {}, logger: false, env: {} })
-  t.teardown(() => app.close())
-  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
-  return { app, url, client: new OpenAI({ apiKey: KEY, baseURL: `${url}/api/v1`, maxRetries: 0 }) }
-}
-
-const relay = await startRelay()
+const relay = await relayServer(t, { api: 'responses', upstreamUrl: upstream.url, upstreamKey: UPSTREAM_KEY, upstreamModel: 'stories260k', adminKey: KEY })
 const direct = new OpenAI({ apiKey: UPSTREAM_KEY, baseURL: `${upstream.url}/api/v1`, maxRetries: 0 })
 const messages = [{ role: 'user' as const, content: 'Once upon a time, there was a dog' }]
 
@@ -160,18 +142,8 @@ const callThenAnswer: Handler = (_req, res, recorded) => {
   else streamCall(res)
 }
 
-async function setup (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) {
-  const up = await loopbackServer(t, handler)
-  const backend = new UpstreamBackend({ id: 'relay', api: 'responses', baseUrl: `${up.url}/v1`, upstreamModel: 'upstream-model', apiKey: 'sk-up-secret', ...opts })
-  t.teardown(() => backend.close())
-  const test = await buildTestApp(t, { backends: [backend] })
-  await test.app.listen({ port: 0, host: '127.0.0.1' })
-  const { port } = test.app.server.address() as AddressInfo
-  const client = new OpenAI({ apiKey: test.key, baseURL: `http://127.0.0.1:${port}/api/v1`, maxRetries: 0 })
-  return { ...test, upstream: up, client, backend }
-}
-
-const sentBody = (up: Loopback, i = -1) => JSON.parse(up.requests.at(i)!.body) as Record<string, any>
+const setup = (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) =>
+  relayApp(t, handler, { api: 'responses', upstreamModel: 'upstream-model', apiKey: 'sk-up-secret', ...opts })
 
 t.test('the body: POST <baseUrl>/responses with Bearer, instructions, input items, tools, text.format', async t => {
   const s = await setup(t, callThenAnswer)
@@ -268,24 +240,11 @@ t.test('with passCacheSalt the cache scope goes as cache_salt and cached_tokens 
   t.type(sentBody(s.upstream).cache_salt, 'string')
 })
 
-async function generate (backend: UpstreamBackend, request: Partial<GenerateRequest> = {}): Promise<GenerateEvent[]> {
-  const out: GenerateEvent[] = []
-  for await (const event of backend.generate({ messages: [{ role: 'user', content: 'Hi' }], temperature: 0, topP: 1, topK: 0, stop: [], ...request }, never)) out.push(event)
-  return out
-}
-
-async function backendOn (t: Test, handler: Handler, opts: Partial<UpstreamBackendOptions> = {}) {
-  const up = await loopbackServer(t, handler)
-  const backend = new UpstreamBackend({ id: 'relay', api: 'responses', baseUrl: up.url, upstreamModel: 'm', settings: { connectTimeoutMs: 2000, firstByteTimeoutMs: 2000, idleTimeoutMs: 2000, retries: 1 }, ...opts })
-  t.teardown(() => backend.close())
-  return { up, backend }
-}
-
 t.test('how it ended: incomplete is length; a stop string split across deltas is cut and named', async t => {
-  const incomplete = await backendOn(t, (_req, res) => streamText(res, 'abc', { status: 'incomplete' }))
+  const incomplete = await backendOn(t, 'responses', (_req, res) => streamText(res, 'abc', { status: 'incomplete' }))
   t.match((await generate(incomplete.backend)).at(-1), { type: 'finish', reason: 'length' })
 
-  const stopped = await backendOn(t, (_req, res) => streamText(res, 'one END two'))
+  const stopped = await backendOn(t, 'responses', (_req, res) => streamText(res, 'one END two'))
   const out = await generate(stopped.backend, { stop: ['END'] })
   t.equal(out.map(e => e.type === 'delta' ? e.content ?? '' : '').join(''), 'one ')
   t.match(out.at(-1), { type: 'finish', reason: 'stop', stopSequence: 'END' })
@@ -293,20 +252,20 @@ t.test('how it ended: incomplete is length; a stop string split across deltas is
 })
 
 t.test('errors: in the Responses API\'s error shape, mid-stream, malformed, oversized, refused before sending', async t => {
-  const overflow = await backendOn(t, (_req, res) => {
+  const overflow = await backendOn(t, 'responses', (_req, res) => {
     res.writeHead(400, { 'content-type': 'application/json' })
     res.end(JSON.stringify({ error: { message: 'Your input exceeds the context window of this model.', type: 'invalid_request_error', param: 'input', code: 'context_length_exceeded' } }))
   })
   await t.rejects(generate(overflow.backend), { code: 'context_length_exceeded', status: 400 })
 
-  const format = await backendOn(t, (_req, res) => {
+  const format = await backendOn(t, 'responses', (_req, res) => {
     res.writeHead(400, { 'content-type': 'application/json' })
     res.end(JSON.stringify({ error: { message: 'Invalid schema', type: 'invalid_request_error', param: 'text.format.schema', code: 'invalid_json_schema' } }))
   })
   await t.rejects(generate(format.backend), { code: 'invalid_parameter', param: 'response_format' }, 'a refused text.format is the client\'s response_format')
 
   let calls = 0
-  const flaky = await backendOn(t, (_req, res) => {
+  const flaky = await backendOn(t, 'responses', (_req, res) => {
     if (calls++ === 0) {
       res.writeHead(503, { 'content-type': 'application/json' })
       res.end('{"error":{"message":"busy"}}')
@@ -315,7 +274,7 @@ t.test('errors: in the Responses API\'s error shape, mid-stream, malformed, over
   t.match((await generate(flaky.backend)).at(-1), { type: 'finish', reason: 'stop' }, 'a 503 before any byte is retried')
   t.equal(flaky.up.requests.length, 2)
 
-  const failed = await backendOn(t, (_req, res) => events(res, [
+  const failed = await backendOn(t, 'responses', (_req, res) => events(res, [
     { type: 'response.output_text.delta', item_id: 'm', output_index: 0, content_index: 0, delta: 'Hel' },
     { type: 'response.failed', response: { status: 'failed', error: { code: 'server_error', message: 'sk-up-secret at 10.0.0.1' } } },
   ]))
@@ -323,29 +282,29 @@ t.test('errors: in the Responses API\'s error shape, mid-stream, malformed, over
   t.match(err, { code: 'upstream_error', message: /reported an error in the middle/ })
   t.notMatch((err as Error).message, 'sk-up-secret')
 
-  const cut = await backendOn(t, (_req, res) => events(res, [{ type: 'response.output_text.delta', delta: 'Hel' }]))
+  const cut = await backendOn(t, 'responses', (_req, res) => events(res, [{ type: 'response.output_text.delta', delta: 'Hel' }]))
   await t.rejects(generate(cut.backend), { code: 'upstream_error', message: /closed the connection before the reply was complete/ }, 'no response.completed: cut off')
 
-  const garbage = await backendOn(t, (_req, res) => events(res, [{ type: 'response.output_text.delta', delta: 42 }]))
+  const garbage = await backendOn(t, 'responses', (_req, res) => events(res, [{ type: 'response.output_text.delta', delta: 42 }]))
   await t.rejects(generate(garbage.backend), { code: 'upstream_error', message: /"delta" is not text/ })
 
-  const huge = await backendOn(t, (_req, res) => {
+  const huge = await backendOn(t, 'responses', (_req, res) => {
     sseHead(res)
     sseData(res, { type: 'response.output_text.delta', delta: 'x'.repeat(2 * 1024 * 1024) })
     res.end()
   })
   await t.rejects(generate(huge.backend), { code: 'upstream_error', message: /an event larger than/ })
 
-  const many = await backendOn(t, (_req, res) => events(res, Array.from({ length: 200 }, (_, i) => ({ type: 'response.output_item.added', output_index: i, item: { id: `fc_${i}`, type: 'function_call', call_id: `c${i}`, name: 'f', arguments: '' } }))))
+  const many = await backendOn(t, 'responses', (_req, res) => events(res, Array.from({ length: 200 }, (_, i) => ({ type: 'response.output_item.added', output_index: i, item: { id: `fc_${i}`, type: 'function_call', call_id: `c${i}`, name: 'f', arguments: '' } }))))
   await t.rejects(generate(many.backend), { code: 'upstream_error', message: /too many tool calls/ })
 
-  const quiet = await backendOn(t, (_req, res) => streamText(res, 'x'))
+  const quiet = await backendOn(t, 'responses', (_req, res) => streamText(res, 'x'))
   await t.rejects(generate(quiet.backend, { logprobs: true }), { code: 'invalid_parameter', param: 'logprobs' }, 'logprobs are refused before anything is sent')
   t.equal(quiet.up.requests.length, 0)
 })
 
 t.test('a whole JSON response (an upstream that does not stream) is read too', async t => {
-  const { backend } = await backendOn(t, (_req, res) => {
+  const { backend } = await backendOn(t, 'responses', (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' })
     res.end(JSON.stringify({
       id: 'resp_1',
