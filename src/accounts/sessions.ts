@@ -9,16 +9,24 @@ import type { Account } from './accounts.ts'
 import { toAccount } from './accounts.ts'
 
 export const SESSION_TTL_MS = 7 * 24 * 3600 * 1000
+/**
+ * The most sessions one account holds: a log-in past it ends the account's oldest. Log-ins are
+ * throttled per client address only, so without it one account's scripted log-ins from many
+ * addresses would each leave a row for a week.
+ */
+export const SESSIONS_PER_ACCOUNT = 50
 
 const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex')
 
 export class Sessions {
   readonly #db: Db
   readonly #ttlMs: number
+  readonly #perAccount: number
 
-  constructor (db: Db, opts: { ttlMs?: number } = {}) {
+  constructor (db: Db, opts: { ttlMs?: number; perAccount?: number } = {}) {
     this.#db = db
     this.#ttlMs = opts.ttlMs ?? SESSION_TTL_MS
+    this.#perAccount = opts.perAccount ?? SESSIONS_PER_ACCOUNT
   }
 
   get ttlMs (): number {
@@ -35,7 +43,17 @@ export class Sessions {
       created_at: new Date(now).toISOString(),
       expires_at: new Date(now + this.#ttlMs).toISOString(),
     }).execute()
+    await this.#endOldest(accountId)
     return token
+  }
+
+  /** Ends the account's sessions older than its newest `perAccount` (ids grow with each one made). */
+  async #endOldest (accountId: number): Promise<void> {
+    const oldestKept = await this.#db.selectFrom('sessions').select('id')
+      .where('account_id', '=', accountId)
+      .orderBy('id', 'desc').limit(1).offset(this.#perAccount - 1)
+      .executeTakeFirst()
+    if (oldestKept) await this.#db.deleteFrom('sessions').where('account_id', '=', accountId).where('id', '<', oldestKept.id).execute()
   }
 
   /** The account a live session token belongs to; undefined for unknown or expired tokens. */

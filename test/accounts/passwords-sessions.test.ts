@@ -7,7 +7,7 @@ import { AccountError, Accounts } from '../../src/accounts/accounts.ts'
 import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
 import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { hashPassword, passwordProblem, verifyPassword } from '../../src/accounts/passwords.ts'
-import { Sessions } from '../../src/accounts/sessions.ts'
+import { Sessions, SESSIONS_PER_ACCOUNT } from '../../src/accounts/sessions.ts'
 import { onEachDatabase } from '../helpers/databases.ts'
 
 t.test('passwords: Argon2id PHC strings, rules, wrong and absent hashes', async t => {
@@ -73,6 +73,26 @@ onEachDatabase(t, 'sessions: the token works until it ends or expires; only its 
   await new Promise(resolve => setTimeout(resolve, 5))
   t.equal(await brief.account(expiring), undefined, 'expired')
   t.equal(await brief.prune(), 1)
+})
+
+onEachDatabase(t, 'sessions per account are bounded: a log-in past the bound ends that account\'s oldest, no one else\'s', async (t, db) => {
+  const accounts = new Accounts(db)
+  const a = await accounts.register({ email: 'a@example.com', password: 'password a' })
+  const b = await accounts.register({ email: 'b@example.com', password: 'password b' })
+  t.equal(SESSIONS_PER_ACCOUNT, 50, 'the documented default (docs/security.md)')
+  const sessions = new Sessions(db, { perAccount: 3 })
+  const bToken = await sessions.create(b.id)
+  const aTokens: string[] = []
+  for (let i = 0; i < 5; i++) aTokens.push(await sessions.create(a.id))
+  const live = await Promise.all(aTokens.map(token => sessions.account(token)))
+  t.same(live.map(account => account?.id), [undefined, undefined, a.id, a.id, a.id], 'the newest three stay; the two oldest ended')
+  t.match(await sessions.account(bToken), { id: b.id }, 'another account\'s session is untouched')
+  const rows = await db.selectFrom('sessions').select(['account_id']).execute()
+  t.equal(rows.filter(row => row.account_id === a.id).length, 3, 'the ended ones are deleted, not kept')
+
+  // Made at the same moment (two replicas, say), the bound still holds once both are in.
+  await Promise.all([sessions.create(a.id), sessions.create(a.id)])
+  t.equal((await db.selectFrom('sessions').select('id').where('account_id', '=', a.id).execute()).length, 3)
 })
 
 onEachDatabase(t, 'an account can revoke only its own keys', async (t, db) => {
