@@ -51,7 +51,7 @@ const GROUPS: Group[] = [
   {
     title: 'Storage',
     env: 'storage',
-    variables: ['DATABASE_URL', 'DATABASE_TIMEOUT_MS'],
+    variables: ['DATABASE_URL', 'DATABASE_TIMEOUT_MS', 'USAGE_RECORDS_RETENTION_DAYS'],
   },
   {
     title: 'Stored responses',

@@ -44,6 +44,7 @@ import { Limiter } from './limits/limiter.ts'
 import { openLimitStore } from './limits/open-store.ts'
 import { loggerOptions } from './logging.ts'
 import { ResponseRetention } from './responses/retention.ts'
+import { RetentionJob } from './store/retention-job.ts'
 import { StoredResponses } from './responses/stored-responses.ts'
 import { sharedSetting } from './store/settings.ts'
 import { WebSearch } from './search/web-search.ts'
@@ -51,7 +52,7 @@ import { WebSearch } from './search/web-search.ts'
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'keyAllowance'>>
-    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'storedResponses'>>
+    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'storedResponses' | 'usageRetentionDays'>>
     & Partial<Pick<Config, 'metrics' | 'tracing'>>
   accounts: Accounts
   models: ModelRegistry
@@ -125,6 +126,10 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   guard.attach(app)
 
   const usage = opts.usage ?? new UsageRecords(accounts.database, { outbox: { onGiveUp: (row, reason) => logUnwrittenUsage(app.log, row, reason) } })
+  // Requests' usage records older than USAGE_RECORDS_RETENTION_DAYS removed hourly (the day totals stay).
+  const usageRetention = new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: config.usageRetentionDays ?? 0, log: app.log })
+  usageRetention.start()
+  app.addHook('onClose', () => usageRetention.stop())
   if (!opts.usage) app.addHook('onClose', () => drainUsage(usage, app.log))
 
   if (opts.onRoute) app.addHook('onRoute', opts.onRoute)

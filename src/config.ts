@@ -130,6 +130,7 @@ export const ConfigSchema = Type.Object({
     description: '`sqlite://<path>` (the path is everything after `sqlite://`, relative to the working directory or absolute), or `postgres://user:password@host:5432/database` to share one database between several replicas (the same migrations run on both; replicas starting together migrate once).',
   }),
   DATABASE_TIMEOUT_MS: Type.Integer({ minimum: 100, default: 10000, description: 'PostgreSQL only: how long connecting, or one query, may take (ms) before the request gets 503 `database_unavailable` (`Retry-After: 1`) instead of waiting on a database that went away.' }),
+  USAGE_RECORDS_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36500, default: 0, description: 'Days the record of each API request (time, key prefix, model, tokens, status; the dashboard lists an account\'s latest) is kept; a job on every replica removes older ones hourly, in small batches. The usage report (`GET /api/v1/usage`), the dashboard\'s chart and the monthly allowance read per-day totals, which keep counting removed records. 0 (the default): kept for ever, one row per request.' }),
   // --- stored responses (the Responses API's store: true) ---
   RESPONSES_RETENTION_DAYS: Type.Integer({ minimum: 0, maximum: 36500, default: DEFAULT_STORED_RESPONSE_LIMITS.retentionDays, description: 'Days a stored response (`POST /api/v1/responses` with `store`, the default) is kept; a job on every replica removes older ones hourly, in small batches. A conversation whose first response is removed can no longer be continued (`previous_response_id` gets 404). 0: kept until deleted or evicted.' }),
   RESPONSES_MAX_PER_ACCOUNT: Type.Integer({ minimum: 0, default: DEFAULT_STORED_RESPONSE_LIMITS.maxPerAccount, description: 'Stored responses per account; storing one more evicts that account\'s oldest. 0: nothing is stored (every `previous_response_id` then gets 404).' }),
@@ -288,6 +289,8 @@ export interface Config {
   keyAllowance: KeyAllowance
   /** RESPONSES_RETENTION_DAYS, RESPONSES_MAX_PER_ACCOUNT, RESPONSES_MAX_BYTES, RESPONSES_MAX_CONVERSATION_BYTES. */
   storedResponses: StoredResponseLimits
+  /** USAGE_RECORDS_RETENTION_DAYS: days a request's usage record is kept; 0: for ever. */
+  usageRetentionDays: number
   /**
    * What `${VAR}` in models.json reads: the environment over the .env file
    * (real variables win), so a variable set only in .env reaches models.json too.
@@ -471,6 +474,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     cookieSecure: raw.COOKIE_SECURE === 'auto' ? 'auto' : raw.COOKIE_SECURE === 'true',
     loginAttemptsPerMinute: raw.LOGIN_ATTEMPTS_PER_MINUTE,
     keyAllowance: { active: raw.KEYS_PER_ACCOUNT, perDay: raw.KEYS_PER_ACCOUNT_PER_DAY },
+    usageRetentionDays: raw.USAGE_RECORDS_RETENTION_DAYS,
     storedResponses: {
       retentionDays: raw.RESPONSES_RETENTION_DAYS,
       maxPerAccount: raw.RESPONSES_MAX_PER_ACCOUNT,

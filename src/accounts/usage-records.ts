@@ -5,6 +5,7 @@
 // allowance counter after a restart.
 
 import type { Db } from '../store/database.ts'
+import { isPostgres } from '../store/dialect.ts'
 import type { NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
 import { isDatabaseUnavailable } from '../store/unavailable.ts'
 import { GroupCommit } from './group-commit.ts'
@@ -149,6 +150,23 @@ export class UsageRecords {
       out.push({ date, calls: Number(row?.calls ?? 0), prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion })
     }
     return out
+  }
+
+  /**
+   * Deletes at most `batch` records written before `cutoff` (USAGE_RECORDS_RETENTION_DAYS), any
+   * account's; returns how many. The day totals (usage_daily) keep counting them. Only the
+   * `batch` oldest records by id are looked at, never the whole table: ids grow with the time a
+   * record is written, so a batch with a younger record in it is the last one due (at most a
+   * record or two written out of order waits a run). On PostgreSQL, records another replica is
+   * deleting are skipped, so replicas running the job together share the work.
+   */
+  async deleteRecordedBefore (cutoff: Date, batch: number): Promise<number> {
+    let oldest = this.#db.selectFrom('usage_records').select(['id', 'created_at']).orderBy('id').limit(batch)
+    if (isPostgres(this.#db)) oldest = oldest.forUpdate().skipLocked()
+    const result = await this.#db.deleteFrom('usage_records')
+      .where('id', 'in', eb => eb.selectFrom(oldest.as('oldest')).select('oldest.id').where('oldest.created_at', '<', cutoff.toISOString()))
+      .executeTakeFirst()
+    return Number(result.numDeletedRows)
   }
 
   /** The account's latest requests, newest first. */

@@ -8,6 +8,7 @@ import http from 'node:http'
 import { once } from 'node:events'
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
+import { loadConfig } from '../../src/config.ts'
 import { ApiError } from '../../src/errors.ts'
 import { monthOf } from '../../src/limits/calendar.ts'
 import { buildTestApp, chatBody, type TestApp } from '../helpers/app.ts'
@@ -295,4 +296,11 @@ t.test('an agent\'s next turn: prompt tokens from the account\'s own cache count
   t.equal(await minute(), 10_060 + 10_080 - 9_000, '10,000 cached prompt tokens counted at 0.1')
   const rows = await test.db.selectFrom('usage_records').select(['prompt_tokens']).orderBy('id').execute()
   t.same(rows.map(r => r.prompt_tokens), [10_010, 10_030], 'the usage rows keep the real prompt tokens')
+})
+
+t.test('settings: USAGE_RECORDS_RETENTION_DAYS is read and checked; records are kept for ever unless it is set', async t => {
+  t.equal(loadConfig({}).usageRetentionDays, 0)
+  t.equal(loadConfig({ USAGE_RECORDS_RETENTION_DAYS: '90' }).usageRetentionDays, 90)
+  t.throws(() => loadConfig({ USAGE_RECORDS_RETENTION_DAYS: '-1' }), /USAGE_RECORDS_RETENTION_DAYS/)
+  t.throws(() => loadConfig({ USAGE_RECORDS_RETENTION_DAYS: 'a year' }), /USAGE_RECORDS_RETENTION_DAYS: must be a whole number/)
 })

@@ -8,9 +8,11 @@ import { migrateToLatest, openDatabase } from '../../src/store/database.ts'
 import { migrations } from '../../src/store/migrations/index.ts'
 import { sharedSetting } from '../../src/store/settings.ts'
 import { UsageRecords } from '../../src/accounts/usage-records.ts'
+import { RetentionJob } from '../../src/store/retention-job.ts'
 import { onEachDatabase, testDatabase } from '../helpers/databases.ts'
 
 const now = (): string => new Date().toISOString()
+const DAY_MS = 24 * 3600 * 1000
 
 onEachDatabase(t, 'migrations create every table with the same columns; running again is a no-op', async (t, db) => {
   const tables = await db.introspection.getTables()
@@ -105,6 +107,51 @@ onEachDatabase(t, 'usage: daily totals with empty days, billable calls, recent r
   t.match(recent[0], { status: 'completed', promptTokens: 1 }, 'newest first; ties by insertion')
   t.match(recent[1], { status: 'failed', errorCode: 'context_length_exceeded', promptTokens: 7, latencyMs: 12 })
   t.match(recent[2], { status: 'completed', promptTokens: 10 })
+})
+
+onEachDatabase(t, 'usage records older than USAGE_RECORDS_RETENTION_DAYS are removed in batches; the day totals keep counting them', async (t, db) => {
+  const [a, b] = await Promise.all(['a@x', 'b@x'].map(email => db.insertInto('accounts').values({ email, password_hash: null, created_at: now() }).returning('id').executeTakeFirstOrThrow()))
+  const usage = new UsageRecords(db)
+  const today = new Date()
+  const daysAgo = (n: number) => new Date(today.getTime() - n * DAY_MS)
+  const record = (accountId: number, at: Date) => usage.record({ accountId, keyPrefix: 'sk-chatd-abcdef', model: 'm', promptTokens: 2, completionTokens: 3, status: 'completed', errorCode: null, latencyMs: 1, at })
+  for (let i = 0; i < 5; i++) await record(i % 2 === 0 ? a.id : b.id, daysAgo(40))
+  await record(a.id, daysAgo(20))
+  await record(b.id, today)
+  const totalsBefore = await usage.daily(a.id, 60, today)
+
+  const job = new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 30, batch: 2, now: () => today })
+  t.equal(await job.runOnce(), 5, 'batch after batch, any account\'s, until none is left')
+  const left = await db.selectFrom('usage_records').select(['account_id', 'created_at']).orderBy('id').execute()
+  t.same(left.map(r => r.created_at), [daysAgo(20).toISOString(), today.toISOString()], 'the younger records stay')
+  t.same(await usage.daily(a.id, 60, today), totalsBefore, 'the usage report and chart still count the removed records')
+  t.equal(await usage.billableCallsSince(a.id, new Date(daysAgo(45).toISOString().slice(0, 10) + 'T00:00:00.000Z')), 4, 'and so does the allowance')
+  t.equal(await job.runOnce(), 0)
+  t.equal(await new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 0, now: () => new Date(today.getTime() + 1000 * DAY_MS) }).runOnce(), 0, '0 keeps everything')
+  t.equal((await db.selectFrom('usage_records').select('id').execute()).length, 2)
+
+  // A record written out of order (a younger one before older ones) holds the job back a batch
+  // at a time, never for good, and is itself kept.
+  await record(a.id, today)
+  for (let i = 0; i < 3; i++) await record(b.id, daysAgo(40))
+  const sweep = new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 10, batch: 3, now: () => today })
+  let removed = 0
+  for (let run = 0; run < 5; run++) removed += await sweep.runOnce()
+  t.equal(removed, 4, 'the 20-day-old record and the three 40-day-old ones')
+  t.same((await db.selectFrom('usage_records').select('created_at').execute()).map(r => r.created_at), [today.toISOString(), today.toISOString()])
+})
+
+onEachDatabase(t, 'two replicas removing expired usage records together delete each once, without errors', async (t, db) => {
+  const account = await db.insertInto('accounts').values({ email: 'a@x', password_hash: null, created_at: now() }).returning('id').executeTakeFirstOrThrow()
+  const old = '2025-01-01T00:00:00.000Z'
+  const rows = Array.from({ length: 600 }, () => ({ account_id: account.id, key_prefix: 'sk-chatd-abcdef', model: 'm', prompt_tokens: 1, completion_tokens: 1, status: 'completed' as const, error_code: null, latency_ms: 1, created_at: old }))
+  for (let i = 0; i < rows.length; i += 200) await db.insertInto('usage_records').values(rows.slice(i, i + 200)).execute()
+  const replica = () => { const usage = new UsageRecords(db); return new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 30, batch: 50 }) }
+  const [one, two] = await Promise.all([replica().runOnce(), replica().runOnce()])
+  const left = (await db.selectFrom('usage_records').select('id').execute()).length
+  t.equal(one + two + left, 600, `deleted ${one} + ${two}, ${left} left for the next run`)
+  t.equal(await replica().runOnce(), left)
+  t.equal((await db.selectFrom('usage_records').select('id').execute()).length, 0)
 })
 
 for (const kind of ['sqlite', 'postgres'] as const) {
