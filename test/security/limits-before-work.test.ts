@@ -1,8 +1,11 @@
 // Work a key can cause runs only after its limits are checked (the outside
 // probe of the three doors): a key past its tier's minute gets 429 before a
-// stored conversation is read or a Messages body translated, and requests that
+// stored conversation is read or a Responses or Messages body translated, and requests that
 // generate nothing (count_tokens, stored-response reads) still count as one
 // request of the minute each, so they cannot be sent without bound.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
 import t from 'tap'
 import { buildTestApp } from '../helpers/app.ts'
 import { buildResponsesApp, MemoryResponseStore, ScriptBackend, usage } from '../helpers/responses-app.ts'
@@ -41,6 +44,24 @@ t.test('Responses: a key past its minute is refused before its stored conversati
   t.equal(refused.json().error.code, 'rate_limit_exceeded')
   t.ok(Number(refused.headers['retry-after']) >= 1, 'with Retry-After')
   t.equal(store.chains, 9, 'the conversation was not read for the refused request')
+})
+
+t.test('Responses: a key past its minute is refused before its input items are checked and translated', async t => {
+  // Beside the test's folder, which buildResponsesApp makes afresh.
+  const tiersFile = join(mkdtempSync(join(tmpdir(), 'chatd-tiers-')), 'tiers.json')
+  writeFileSync(tiersFile, TIERS)
+  t.teardown(() => rmSync(dirname(tiersFile), { recursive: true, force: true }))
+  const { app, accounts } = await buildResponsesApp(t, { backends: [new ScriptBackend([answer, answer, answer])], env: { TIERS_FILE: tiersFile } })
+  const account = await accounts.create({ email: 'small@example.com', tier: 'small' })
+  const auth = { authorization: `Bearer ${(await accounts.createKey(account.id, { name: 'k' })).key}` }
+  const send = (input: unknown) => app.inject({ method: 'POST', url: '/api/v1/responses', headers: auth, payload: { model: 'scripted', input } })
+  // An image part is refused by the item checks (400), so the answer says which ran first.
+  const image = [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://example.com/a.png' }] }]
+  t.equal((await send(image)).statusCode, 400, 'within the limit: the item checks refuse it')
+  for (let i = 0; i < 3; i++) t.equal((await send('Hello')).statusCode, 200)
+  const past = await send(image)
+  t.equal(past.statusCode, 429, 'past the limit: refused before the items are looked at')
+  t.equal(past.json().error.code, 'rate_limit_exceeded')
 })
 
 t.test('Messages: a key past its minute is refused before its body is translated', async t => {

@@ -66,11 +66,12 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
   }, async (request, reply) => {
     const body = request.body
     const accountId = request.account!.id // bearerAuth admits no request without one
+    // A stored conversation read and parsed, thousands of input items checked and translated: work
+    // before the request's size is known, never for a key past its limits (the admission itself
+    // comes once the conversation is translated).
+    await pipeline.precheck(request, body.model)
     let chain: Array<Record<string, unknown>> | undefined
     if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
-      // A stored conversation is read and parsed before the request's size is known: never for a
-      // key past its limits (the admission itself comes once the conversation is translated).
-      await pipeline.precheck(request, body.model)
       chain = stored ? await stored.chain(accountId, body.previous_response_id) : undefined
       if (chain === undefined) {
         throw new ApiError('not_found', `No response with id '${body.previous_response_id.slice(0, 256)}' was found.`, { param: 'previous_response_id' })
@@ -98,7 +99,7 @@ export const responsesRoute: FastifyPluginAsyncTypebox<ResponsesRouteOptions> = 
     const save = async (response: Record<string, unknown>): Promise<void> => {
       if (!store) return
       try {
-        await stored!.save({ id, accountId, previousResponseId: body.previous_response_id ?? null, model: started.model.id, createdAt, response, input: translation.inputItems })
+        await stored!.save({ id, accountId, previousResponseId: body.previous_response_id ?? null, model: started.model.id, createdAt, response, input: translation.storedInput() })
       } catch (err) {
         // The response itself is fine; the client learns it was not kept when it asks for it.
         request.log.error({ err, responseId: id }, 'storing the response failed')

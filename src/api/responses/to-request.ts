@@ -25,8 +25,11 @@ interface MessageSource {
 export interface Translation {
   request: CompletionRequest
   tools: ToolPlan
-  /** This turn's input items with an id each, as the store keeps them. */
-  inputItems: Array<Record<string, unknown>>
+  /**
+   * This turn's input items with an id each, as the store keeps them: made when the response is
+   * stored, not here (cleaning and naming thousands of items is work an admitted request pays for).
+   */
+  storedInput: () => Array<Record<string, unknown>>
   /** The Responses body's names for the pipeline's fields (errors name these). */
   fields: FieldTable
 }
@@ -60,15 +63,16 @@ export function toCompletionRequest (body: ResponsesRequest, ctx: TranslationCon
 
   const chainItems = checkInputItems(ctx.chain ?? [], () => 'previous_response_id')
   appendItems(messages, sources, chainItems, () => 'previous_response_id')
-  let inputItems: Array<Record<string, unknown>> = []
-  if (typeof body.input === 'string') {
-    messages.push({ role: 'user', content: body.input })
+  const input = body.input
+  let storedInput = (): Array<Record<string, unknown>> => []
+  if (typeof input === 'string') {
+    messages.push({ role: 'user', content: input })
     sources.push({ item: 'input', calls: [] })
-    inputItems = [normalisedItem({ type: 'message', role: 'user', content: [{ type: 'input_text', text: body.input }] })]
-  } else if (body.input !== undefined) {
-    const items = checkInputItems(body.input, i => `input[${i}]`)
+    storedInput = () => [normalisedItem({ type: 'message', role: 'user', content: [{ type: 'input_text', text: input }] })]
+  } else if (input !== undefined) {
+    const items = checkInputItems(input, i => `input[${i}]`)
     appendItems(messages, sources, items, i => `input[${i}]`)
-    inputItems = body.input.map(item => normalisedItem(item as Record<string, unknown>))
+    storedInput = () => input.map(item => normalisedItem(item as Record<string, unknown>))
   }
   if (!messages.some(m => m.role !== 'system')) {
     throw invalidParam('input', 'The request has nothing for the model to answer: send input (a string or a list of items), or previous_response_id.')
@@ -111,7 +115,7 @@ export function toCompletionRequest (body: ResponsesRequest, ctx: TranslationCon
   return {
     request,
     tools,
-    inputItems,
+    storedInput,
     fields: responsesFields(sources, tools),
   }
 }
