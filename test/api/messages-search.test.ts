@@ -12,7 +12,7 @@ import type { GenerateEvent } from '../../src/engine/backend.ts'
 import { MAX_QUERY_CHARS } from '../../src/search/query.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { ScriptBackend, usage } from '../helpers/responses-app.ts'
-import { sseEvents } from '../helpers/sse-events.ts'
+import { accumulateMessage, sseEvents } from '../helpers/sse-events.ts'
 import { loopbackServer } from '../upstream/loopback.ts'
 
 const URL = '/api/v1/messages'
@@ -47,31 +47,6 @@ async function searchApp (t: Test, scripts: GenerateEvent[][], reply: (res: http
 }
 
 const ask = (extra: Record<string, unknown> = {}) => ({ model: 'scripted', max_tokens: 256, messages: [{ role: 'user', content: 'Where do otters live?' }], tools: [WEB_SEARCH], ...extra })
-
-/** The message a stream's events add up to (server_tool_use and tool_use inputs from their JSON deltas). */
-function accumulate (events: Array<[string, any]>): any {
-  let message: any
-  for (const [name, data] of events) {
-    if (name === 'message_start') message = structuredClone(data.message)
-    else if (name === 'content_block_start') message.content[data.index] = structuredClone(data.content_block)
-    else if (name === 'content_block_delta') {
-      const block = message.content[data.index]
-      if (data.delta.type === 'text_delta') block.text += data.delta.text
-      else if (data.delta.type === 'input_json_delta') block.partial = (block.partial ?? '') + data.delta.partial_json
-    } else if (name === 'content_block_stop') {
-      const block = message.content[data.index]
-      if (block.partial !== undefined) {
-        block.input = JSON.parse(block.partial)
-        delete block.partial
-      }
-    } else if (name === 'message_delta') {
-      message.stop_reason = data.delta.stop_reason
-      message.stop_sequence = data.delta.stop_sequence
-      message.usage = { ...message.usage, ...data.usage }
-    }
-  }
-  return message
-}
 
 /** Ids and sealed values are random: the shape without them (a result still names its server_tool_use's id, checked apart). */
 const withoutIds = (m: any) => ({
@@ -181,7 +156,7 @@ t.test('streamed: the blocks in order, text before and after the search; the del
   for (const [name, data] of events) t.equal(name, data.type, `the event name is its type (${name})`)
   t.same(events.filter(([name]) => name.startsWith('content_block')).map(([, data]) => data.index), [0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 3, 3], 'blocks numbered in order')
   t.same(events.find(([, d]) => d.content_block?.type === 'server_tool_use')![1].content_block.input, {}, 'the input comes as its JSON delta, as Anthropic streams it')
-  const streamed = accumulate(events)
+  const streamed = accumulateMessage(events)
   t.equal(streamed.content[2].tool_use_id, streamed.content[1].id)
   t.same(withoutIds(streamed), withoutIds(whole), 'the stream adds up to the whole message')
 })

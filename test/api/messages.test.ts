@@ -8,41 +8,12 @@ import t from 'tap'
 import { ApiError } from '../../src/errors.ts'
 import { buildTestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
-import { sseEvents } from '../helpers/sse-events.ts'
+import { accumulateMessage, sseEvents } from '../helpers/sse-events.ts'
 
 const URL = '/api/v1/messages'
 const fixture = (name: string) => JSON.parse(readFileSync(new globalThis.URL(`../fixtures/${name}`, import.meta.url), 'utf8')) as Record<string, any>
 
 const body = (extra: Record<string, unknown> = {}) => ({ model: 'scripted', max_tokens: 64, messages: [{ role: 'user', content: 'Tell me a story' }], ...extra })
-
-/** The message a stream's events add up to, as Anthropic's SDK accumulates them. */
-export function accumulate (events: Array<[string, any]>): any {
-  let message: any
-  for (const [name, data] of events) {
-    t.equal(name, data.type, `the event name is its type (${name})`)
-    if (name === 'message_start') message = structuredClone(data.message)
-    else if (name === 'content_block_start') message.content[data.index] = structuredClone(data.content_block)
-    else if (name === 'content_block_delta') {
-      const block = message.content[data.index]
-      const d = data.delta
-      if (d.type === 'text_delta') block.text += d.text
-      else if (d.type === 'thinking_delta') block.thinking += d.thinking
-      else if (d.type === 'signature_delta') block.signature = d.signature
-      else if (d.type === 'input_json_delta') block.partial = (block.partial ?? '') + d.partial_json
-    } else if (name === 'content_block_stop') {
-      const block = message.content[data.index]
-      if (block.type === 'tool_use') {
-        block.input = JSON.parse(block.partial ?? '{}')
-        delete block.partial
-      }
-    } else if (name === 'message_delta') {
-      message.stop_reason = data.delta.stop_reason
-      message.stop_sequence = data.delta.stop_sequence
-      message.usage = { ...message.usage, ...data.usage }
-    }
-  }
-  return message
-}
 
 t.test('a message, whole and streamed: the same blocks; the key in x-api-key or Authorization', async t => {
   const backend = new ScriptedBackend({ thinking: ['Let me', ' think'], words: ['Once', ' upon', ' a', ' time'] })
@@ -65,7 +36,7 @@ t.test('a message, whole and streamed: the same blocks; the key in x-api-key or 
   const events = sseEvents(streamed.body)
   t.same(events.map(e => e[0]), ['message_start', 'ping', 'content_block_start', 'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_stop',
     'content_block_start', 'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop'])
-  const whole = accumulate(events)
+  const whole = accumulateMessage(events)
   t.match(whole.content[0].signature, /^chatd1\./)
   const withoutSignatures = (m: any) => ({ ...m, id: '', content: m.content.map((b: any) => b.type === 'thinking' ? { ...b, signature: '' } : b) })
   t.same(withoutSignatures(whole), withoutSignatures(message), 'the deltas add up to the whole message')
@@ -94,7 +65,7 @@ t.test('stop reasons and the chat request the backend gets', async t => {
   const cut = await app.inject({ method: 'POST', url: URL, headers: auth, payload: body({ max_tokens: 2 }) })
   t.equal(cut.json().stop_reason, 'max_tokens')
   t.same(cut.json().content, [{ type: 'text', text: 'Once upon' }])
-  const cutStream = accumulate(sseEvents((await app.inject({ method: 'POST', url: URL, headers: auth, payload: body({ max_tokens: 2, stream: true }) })).body))
+  const cutStream = accumulateMessage(sseEvents((await app.inject({ method: 'POST', url: URL, headers: auth, payload: body({ max_tokens: 2, stream: true }) })).body))
   t.equal(cutStream.stop_reason, 'max_tokens')
 
   const res = await app.inject({
@@ -279,7 +250,7 @@ t.test('a slow first event: message_start and a ping go out first, pings keep th
   t.same(events.slice(0, 2).map(e => e[0]), ['message_start', 'ping'])
   t.ok(events.filter(e => e[0] === 'ping').length >= 3, 'pings, Anthropic\'s keep-alive, while the first token was awaited')
   t.notMatch(text, /^:/m, 'no SSE comments: the keep-alive is the ping event')
-  t.equal(accumulate(events).content[0].text, 'Once upon a time')
+  t.equal(accumulateMessage(events).content[0].text, 'Once upon a time')
 })
 
 /** A JSON Schema nested `depth` objects deep. */
