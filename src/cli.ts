@@ -7,6 +7,7 @@
 //   chatd accounts set-tier --email E --tier T
 //   chatd accounts set-password --email E      reads the password from stdin
 //   chatd accounts list
+//   chatd accounts delete --email E --yes
 //   chatd keys create --email E [--name N]     prints only the key
 //   chatd keys list --email E
 //   chatd keys revoke <key or prefix>
@@ -30,6 +31,7 @@ const USAGE = `Usage: chatd <command>
   accounts set-tier --email E --tier T           move an account to another tier
   accounts set-password --email E                set the dashboard password, read from stdin
   accounts list                                  list the accounts with their tiers
+  accounts delete --email E --yes                delete an account with its keys, usage and stored responses
   keys create --email E [--name N]               create an API key; prints only the key
   keys list --email E                            list an account's keys (prefixes only)
   keys revoke <key or prefix>                    revoke a key: the whole key, or its sk-chatd-XXXXXX prefix
@@ -159,6 +161,22 @@ const commands: Record<string, (args: string[], out: Out) => Promise<void>> = {
       await accounts.setPassword((await accounts.getByEmail(email)).id, password)
     })
     out(`password set for ${email}; log in at /api`)
+  },
+
+  async 'accounts delete' (args, out) {
+    const { values } = parse(args, { email: { type: 'string' }, yes: { type: 'boolean' } })
+    const email = required(values.email, '--email')
+    const account = await withAccounts(loadConfig(process.env, { dotenv: true }), async accounts => {
+      const found = await accounts.getByEmail(email)
+      // Nothing is deleted on a command line that does not say so: the cascade cannot be undone.
+      if (values.yes !== true) {
+        throw new CommandError(`this would delete ${found.email}${found.isAdmin ? ' (an admin)' : ''} with its API keys, sessions, usage records and stored responses, for good; nothing was deleted. Run it again with --yes to do it`)
+      }
+      await accounts.delete(found.id)
+      return found
+    })
+    // Running servers look keys up per request: the account's keys get 401 from the next one.
+    out(`deleted ${account.email}${account.isAdmin ? ' (an admin; chatd accounts create --email E --admin makes another)' : ''}, with its keys, sessions, usage records and stored responses`)
   },
 
   async 'accounts list' (args, out) {

@@ -209,6 +209,18 @@ export class Accounts {
     await this.#db.updateTable('accounts').set({ tier }).where('id', '=', accountId).execute()
   }
 
+  /**
+   * Deletes the account and everything it holds: its keys (which stop authenticating at once),
+   * sessions, usage records and day totals, and stored responses, all by the database's cascades
+   * in one statement. Ids are never reused (SQLite AUTOINCREMENT, PostgreSQL serial), so nothing
+   * kept under the old id (a prefix cache scope, a limit counter) reaches a later account.
+   * Returns false when there is no such account.
+   */
+  async delete (accountId: number): Promise<boolean> {
+    const result = await this.#db.deleteFrom('accounts').where('id', '=', accountId).executeTakeFirst()
+    return Number(result.numDeletedRows) > 0
+  }
+
   async findById (id: number): Promise<Account | undefined> {
     const row = await this.#db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirst()
     return row && toAccount(row)

@@ -40,6 +40,27 @@ t.test('set-tier, list, create --tier: tiers must exist in TIERS_FILE', async t 
   t.match(await cli(['accounts', 'set-tier', '--email', 'a@example.com', '--tier', 'gold']), { code: 1, err: /TIERS_FILE .*missing\.json: cannot be read/ })
 })
 
+t.test('accounts delete: nothing without --yes; with it the account, its keys and its usage go', async t => {
+  const dir = t.testdir()
+  const database = join(dir, 'chatd.db')
+  withEnv(t, { DATABASE_URL: `sqlite://${database}` })
+  await cli(['accounts', 'create', '--email', 'a@example.com'])
+  await cli(['accounts', 'create', '--email', 'root@example.com', '--admin'])
+  const key = (await cli(['keys', 'create', '--email', 'a@example.com'])).out.trim()
+
+  t.match(await cli(['accounts', 'delete', '--email', 'a@example.com']), { code: 1, err: /would delete a@example\.com with its API keys.*nothing was deleted.*--yes/ })
+  t.match(await cli(['accounts', 'delete']), { code: 2, err: /--email is required/ })
+  t.match(await cli(['accounts', 'delete', '--email', 'nobody@example.com', '--yes']), { code: 1, err: /no account with email nobody@example\.com/ })
+  t.match((await cli(['accounts', 'list'])).out, /a@example\.com/, 'still there')
+
+  t.match(await cli(['accounts', 'delete', '--email', 'A@example.com', '--yes']), { code: 0, out: 'deleted a@example.com, with its keys, sessions, usage records and stored responses\n' })
+  t.notMatch((await cli(['accounts', 'list'])).out, /a@example\.com/)
+  const db = await openMigratedDatabase({ kind: 'sqlite', path: database })
+  t.teardown(() => db.destroy())
+  t.match(await new Accounts(db).authenticate(key), { ok: false }, 'its key no longer authenticates')
+  t.match(await cli(['accounts', 'delete', '--email', 'root@example.com', '--yes']), { code: 0, out: /an admin; chatd accounts create --email E --admin makes another/ })
+})
+
 t.test('set-password reads stdin; the account can then log in', async t => {
   const dir = t.testdir()
   const database = join(dir, 'chatd.db')

@@ -8,6 +8,8 @@ import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
 import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { hashPassword, passwordProblem, verifyPassword } from '../../src/accounts/passwords.ts'
 import { Sessions, SESSIONS_PER_ACCOUNT } from '../../src/accounts/sessions.ts'
+import { UsageRecords } from '../../src/accounts/usage-records.ts'
+import { StoredResponses } from '../../src/responses/stored-responses.ts'
 import { onEachDatabase } from '../helpers/databases.ts'
 
 t.test('passwords: Argon2id PHC strings, rules, wrong and absent hashes', async t => {
@@ -93,6 +95,46 @@ onEachDatabase(t, 'sessions per account are bounded: a log-in past the bound end
   // Made at the same moment (two replicas, say), the bound still holds once both are in.
   await Promise.all([sessions.create(a.id), sessions.create(a.id)])
   t.equal((await db.selectFrom('sessions').select('id').where('account_id', '=', a.id).execute()).length, 3)
+})
+
+onEachDatabase(t, 'deleting an account takes everything it holds with it, and nothing of another account\'s', async (t, db) => {
+  const accounts = new Accounts(db)
+  const sessions = new Sessions(db)
+  const usage = new UsageRecords(db)
+  const stored = new StoredResponses(db)
+  const fill = async (email: string) => {
+    const account = await accounts.register({ email, password: 'a password' })
+    const { key } = await accounts.createKey(account.id, { name: 'k' })
+    const session = await sessions.create(account.id)
+    await usage.record({ accountId: account.id, keyPrefix: apiKeyPrefix(key), model: 'm', promptTokens: 1, completionTokens: 1, status: 'completed', errorCode: null, latencyMs: 1 })
+    await stored.save({ id: `resp_${account.id}`, accountId: account.id, previousResponseId: null, model: 'm', createdAt: 1, response: { output: [] }, input: [] })
+    return { account, key, session }
+  }
+  const a = await fill('a@example.com')
+  const b = await fill('b@example.com')
+  const rowsOf = async (accountId: number) => ({
+    keys: (await db.selectFrom('api_keys').select('id').where('account_id', '=', accountId).execute()).length,
+    sessions: (await db.selectFrom('sessions').select('id').where('account_id', '=', accountId).execute()).length,
+    usage: (await db.selectFrom('usage_records').select('id').where('account_id', '=', accountId).execute()).length,
+    days: (await db.selectFrom('usage_daily').select('day').where('account_id', '=', accountId).execute()).length,
+    responses: (await db.selectFrom('stored_responses').select('id').where('account_id', '=', accountId).execute()).length,
+  })
+  t.same(await rowsOf(a.account.id), { keys: 1, sessions: 1, usage: 1, days: 1, responses: 1 })
+
+  t.equal(await accounts.delete(a.account.id), true)
+  t.same(await rowsOf(a.account.id), { keys: 0, sessions: 0, usage: 0, days: 0, responses: 0 })
+  t.match(await accounts.authenticate(a.key), { ok: false, reason: 'unknown' })
+  t.equal(await sessions.account(a.session), undefined)
+  t.equal(await accounts.delete(a.account.id), false, 'deleting it again finds nothing')
+
+  t.same(await rowsOf(b.account.id), { keys: 1, sessions: 1, usage: 1, days: 1, responses: 1 }, 'the other account keeps all of its own')
+  t.match(await accounts.authenticate(b.key), { ok: true, account: { id: b.account.id } })
+  // The newest account deleted, its id is still never given again (a reused id would inherit what
+  // is kept under it elsewhere: limit counters, a prefix cache scope).
+  const c = await accounts.register({ email: 'c@example.com', password: 'a password' })
+  await accounts.delete(c.id)
+  const again = await accounts.register({ email: 'c@example.com', password: 'another password' })
+  t.ok(again.id > c.id, `the email registers again, under an id never used before (${again.id} after ${c.id})`)
 })
 
 onEachDatabase(t, 'an account can revoke only its own keys', async (t, db) => {

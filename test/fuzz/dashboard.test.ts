@@ -1,5 +1,5 @@
 // Property-based fuzzing of the dashboard at /api: its forms (log in, register, log out, change
-// the password, create and revoke keys, set a tier), its pages' query strings and paths, and the
+// the password, create and revoke keys, set a tier, delete the account), its pages' query strings and paths, and the
 // cookies a browser sends, as a visitor, a user and an admin. Whatever comes in, the answer is a
 // page (HTML) or a redirect within /api, never a 5xx, a stack trace, another account's key or a
 // hang; and another account, whose key is never sent, keeps its key working and unrevoked.
@@ -34,9 +34,10 @@ const user = await accounts.register({ email: 'user2@example.com', password: PAS
 const admin = await accounts.create({ email: 'admin@example.com', isAdmin: true })
 await accounts.setPassword(admin.id, PASSWORD)
 
-type Actor = 'visitor' | 'user' | 'admin'
-const browsers: Record<Exclude<Actor, 'visitor'>, Browser> = { user: new Browser(app), admin: new Browser(app) }
-const EMAIL: Record<Exclude<Actor, 'visitor'>, string> = { user: user.email, admin: admin.email }
+/** Who sends: nobody logged in, the user, the admin, or an account registered for the case alone (the only one a valid deletion may take). */
+type Actor = 'visitor' | 'user' | 'admin' | 'newcomer'
+const browsers: Record<'user' | 'admin', Browser> = { user: new Browser(app), admin: new Browser(app) }
+const EMAIL: Record<'user' | 'admin', string> = { user: user.email, admin: admin.email }
 
 /**
  * The actor's browser, logged in again when a case ended its session (a log-out, or a password
@@ -44,6 +45,12 @@ const EMAIL: Record<Exclude<Actor, 'visitor'>, string> = { user: user.email, adm
  */
 async function browserOf (actor: Actor): Promise<Browser> {
   if (actor === 'visitor') return new Browser(app)
+  if (actor === 'newcomer') {
+    const browser = new Browser(app)
+    const res = await browser.post('/api/register', { email: `newcomer${registered++}@example.com`, password: PASSWORD, confirm: PASSWORD }, { csrfFrom: '/api/register' })
+    if (res.statusCode !== 303) throw new Error(`a newcomer could not register: ${res.statusCode}`)
+    return browser
+  }
   const browser = browsers[actor]
   if (browser.cookies.has('chatd_session') && (await browser.get('/api')).statusCode !== 200) browser.cookies.delete('chatd_session')
   if (!browser.cookies.has('chatd_session')) {
@@ -64,6 +71,17 @@ const FORMS: Record<string, () => Record<string, string>> = {
   '/api/keys': () => ({ name: 'fuzzed key' }),
   '/api/keys/revoke': () => ({ prefix: apiKeyPrefix(otherKey) }),
   '/api/admin/tier': () => ({ account: String(user.id), tier: 'pro' }),
+  // Sent by a newcomer (actorOf): valid, it deletes that account alone.
+  '/api/delete-account': () => ({ password: PASSWORD, confirm: 'yes' }),
+}
+
+/**
+ * Who sends `url`'s form when the case says `actor`. A deletion is a newcomer's, never the user's
+ * or the admin's browser's: either may be logged in as the user by then (a valid log-in form
+ * sent from it), and the fuzz keeps its user. An admin's refusal is in test/dashboard/pages.test.ts.
+ */
+function actorOf (url: string, actor: Actor): Actor {
+  return url === '/api/delete-account' && actor !== 'visitor' ? 'newcomer' : actor
 }
 
 /** Values that mean something to one of the forms, beside the generally tricky ones. */
@@ -167,7 +185,7 @@ async function fuzz<T> (t: Test, name: string, runs: number, arbitrary: fc.Arbit
 
 t.test('the valid forms do what they say', async t => {
   for (const [url, form] of Object.entries(FORMS)) {
-    const actor = url === '/api/admin/tier' ? 'admin' : url === '/api/login' || url === '/api/register' ? 'visitor' : 'user'
+    const actor = actorOf(url, url === '/api/admin/tier' ? 'admin' : url === '/api/login' || url === '/api/register' ? 'visitor' : 'user')
     const browser = await browserOf(actor)
     const res = await browser.post(url, form(), { csrfFrom: actor === 'visitor' ? '/api/login' : '/api' })
     const expected = url === '/api/keys' ? 201 : url === '/api/keys/revoke' ? 404 : 303
@@ -186,12 +204,13 @@ t.test('forms: one field changed, sent any way, with any CSRF token, by anyone',
     forged: fc.string({ unit: 'binary', maxLength: 80 }),
   })
   await fuzz(t, 'forms', fuzzRuns(300), cases, async c => {
-    const browser = await browserOf(c.actor)
+    const actor = actorOf(c.url, c.actor)
+    const browser = await browserOf(actor)
     const form = FORMS[c.url]()
-    const page = c.actor === 'visitor' ? '/api/login' : '/api'
+    const page = actor === 'visitor' ? '/api/login' : '/api'
     if (c.csrf === 'valid') form._csrf = csrfToken((await browser.get(page)).body)
     if (c.csrf === 'forged') form._csrf = c.forged
-    if (c.csrf === 'another session\'s') form._csrf = csrfToken((await (await browserOf(c.actor === 'admin' ? 'user' : 'admin')).get('/api')).body)
+    if (c.csrf === 'another session\'s') form._csrf = csrfToken((await (await browserOf(actor === 'admin' ? 'user' : 'admin')).get('/api')).body)
     const { payload, type } = wire(formPairs(form, c.change), c.how, c.broken)
     // The browser keeps what the answer set (a log-out, a new session), as a real one would.
     const res = await browser.send({ method: 'POST', url: c.url, headers: type ? { 'content-type': type } : {}, payload })
@@ -203,7 +222,7 @@ t.test('forms: one field changed, sent any way, with any CSRF token, by anyone',
 t.test('pages: any query string and any path under /api', async t => {
   const segment = fc.oneof(trickyString.map(s => encodeURIComponent(s.slice(0, 2000).toWellFormed())), fc.string({ maxLength: 40 }), fc.constantFrom('..', '%2e%2e', '%2F', '%00', '%', '%zz', '.%2e/%2e%2e/etc/passwd', 'assets', 'copy.js', 'style.css'))
   const cases = fc.record({
-    path: fc.constantFrom('/api', '/api/', '/api/login', '/api/register', '/api/password', '/api/admin', '/api/keys', '/api/assets/', '/api/x/'),
+    path: fc.constantFrom('/api', '/api/', '/api/login', '/api/register', '/api/password', '/api/delete-account', '/api/admin', '/api/keys', '/api/assets/', '/api/x/'),
     tail: fc.option(segment, { nil: undefined }),
     query: fc.array(fc.tuple(fc.constantFrom('done', 'updated', '__proto__', 'constructor', 'a[b]', 'x'), segment), { maxLength: 4 }),
     rawQuery: fc.option(fc.constantFrom('?', '??', '?&', '?=&=', '?%', '?done', '?done=revoked&done=password', '?updated=1&updated=2'), { nil: undefined }),

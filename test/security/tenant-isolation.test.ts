@@ -294,6 +294,33 @@ const ROUTES: Record<string, Rule> = {
       t.equal((await w.bob.browser.get('/api')).statusCode, 200, 'and Bob\'s session lives on')
     },
   },
+  'GET /api/delete-account': {
+    access: 'session',
+    async check (t, w) {
+      const page = await w.ann.browser.get('/api/delete-account')
+      t.equal(page.statusCode, 200)
+      t.match(page.body, w.ann.email)
+      showsNone(t, 'Ann\'s delete-account page', page, [w.bob.email, w.bob.prefix])
+    },
+  },
+  'POST /api/delete-account': {
+    access: 'session',
+    async check (t, w) {
+      // Carl, made for this check, deletes his account; the form has no account field, and extra
+      // ones naming Bob are ignored: Bob keeps his account, key and session.
+      const carl = await signedUp(w.app, 'carl@example.com', 'carl password')
+      const res = await carl.post('/api/delete-account', { password: 'carl password', confirm: 'yes', email: w.bob.email, account: String(w.bob.id) }, { csrfFrom: '/api/delete-account' })
+      t.equal(res.statusCode, 303)
+      t.equal(await w.accounts.findByEmail('carl@example.com'), undefined, 'Carl\'s account is gone')
+      t.ok(await w.accounts.findById(w.bob.id), 'Bob\'s is not')
+      t.match(await w.accounts.authenticate(w.bob.key), { ok: true, account: { id: w.bob.id } })
+      t.equal((await w.bob.browser.get('/api')).statusCode, 200, 'and Bob\'s session lives on')
+      // With Bob's password in Ann's session, nothing is deleted: the password is checked against the session's account.
+      const wrong = await w.ann.browser.post('/api/delete-account', { password: w.bob.password, confirm: 'yes', email: w.bob.email }, { csrfFrom: '/api/delete-account' })
+      t.equal(wrong.statusCode, 401)
+      t.ok(await w.accounts.findById(w.bob.id) && await w.accounts.findById(w.ann.id), 'both still there')
+    },
+  },
   'POST /api/keys': {
     access: 'session',
     async check (t, w) {

@@ -7,6 +7,11 @@ import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../deps.ts'
 import { clearSessionCookie, sessionToken, setSessionCookie } from '../session-cookie.ts'
 
+/** The log-in page's notices, by `?done=`: a fixed list, so a crafted link cannot put words on the page. */
+const LOGIN_NOTICES = new Map<unknown, string>([
+  ['deleted', 'The account was deleted, with its keys, usage history and stored responses.'],
+])
+
 export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps): Promise<void> {
   const { accounts, sessions, config } = deps
   const throttled = { config: { rateLimit: deps.loginLimit } }
@@ -26,7 +31,7 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
 
   app.get('/login', async (request, reply) => {
     if (request.user) return reply.redirect('/api', 303)
-    return reply.view('login', { title: 'Log in', csrf: formToken(reply), email: '' })
+    return reply.view('login', { title: 'Log in', csrf: formToken(reply), email: '', notice: LOGIN_NOTICES.get((request.query as Record<string, unknown>).done) })
   })
 
   app.post('/login', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
@@ -91,5 +96,25 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
     // Whoever else held a session (a stolen cookie, another browser) is logged out.
     await sessions.endAll(user.id, { keep: sessionToken(request) })
     return reply.redirect('/api?done=password', 303)
+  })
+
+  app.get('/delete-account', async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    return reply.view('delete-account', { title: 'Delete account', user, csrf: formToken(reply) })
+  })
+
+  app.post('/delete-account', { ...throttled, preHandler: app.csrfProtection }, async (request, reply) => {
+    const user = requireUser(request, reply)
+    if (!user) return reply
+    const again = (message: string, status = 400) => reply.code(status).view('delete-account', { title: 'Delete account', user, csrf: formToken(reply), error: message })
+    // An admin could leave the server with none; the operator's CLI deletes admins.
+    if (user.isAdmin) return again('An admin account is not deleted here: the operator runs npx chatd accounts delete --email <address> --yes on the server.', 403)
+    if (field(request.body, 'confirm') !== 'yes') return again('Tick the box to confirm that the account and everything it holds are to be deleted.')
+    if (!await accounts.verifyLogin(user.email, field(request.body, 'password'))) return again('The password is wrong; nothing was deleted.', 401)
+    // Keys, sessions (this one too), usage and stored responses go with it (the database's cascades).
+    await accounts.delete(user.id)
+    clearSessionCookie(reply, config.cookieSecure)
+    return reply.redirect('/api/login?done=deleted', 303)
   })
 }
