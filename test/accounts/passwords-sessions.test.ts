@@ -126,8 +126,14 @@ onEachDatabase(t, 'deleting an account takes everything it holds with it, and no
   t.match(await accounts.authenticate(a.key), { ok: false, reason: 'unknown' })
   t.equal(await sessions.account(a.session), undefined)
   t.equal(await accounts.delete(a.account.id), false, 'deleting it again finds nothing')
+  // A request of the deleted account that was still running ends now: its usage row, whose account
+  // is gone, fails alone; another account's row written in the same commit is kept.
+  const row = (accountId: number) => ({ accountId, keyPrefix: 'sk-chatd-abcdef', model: 'm', promptTokens: 1, completionTokens: 1, status: 'completed' as const, errorCode: null, latencyMs: 1 })
+  const [lost, kept] = await Promise.allSettled([usage.record(row(a.account.id)), usage.record(row(b.account.id))])
+  t.equal(lost.status, 'rejected', 'the deleted account\'s row is refused')
+  t.equal(kept.status, 'fulfilled', 'the other account\'s row, in the same commit, is written')
 
-  t.same(await rowsOf(b.account.id), { keys: 1, sessions: 1, usage: 1, days: 1, responses: 1 }, 'the other account keeps all of its own')
+  t.same(await rowsOf(b.account.id), { keys: 1, sessions: 1, usage: 2, days: 1, responses: 1 }, 'the other account keeps all of its own')
   t.match(await accounts.authenticate(b.key), { ok: true, account: { id: b.account.id } })
   // The newest account deleted, its id is still never given again (a reused id would inherit what
   // is kept under it elsewhere: limit counters, a prefix cache scope).
