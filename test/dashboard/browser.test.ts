@@ -161,6 +161,28 @@ async function run (): Promise<void> {
     await shot(page, 'dashboard-password')
   })
 
+  t.test('deleting an account: not sent without the ticked box; then logged out with a notice', async t => {
+    const context = await browser.newContext({ viewport: { width: 1100, height: 800 } })
+    t.teardown(() => context.close())
+    const page = await context.newPage()
+    await page.goto(`${base}/api/register`)
+    await page.fill('input[name=email]', 'dave@example.com')
+    await page.fill('input[name=password]', 'dave password')
+    await page.fill('input[name=confirm]', 'dave password')
+    await page.click('button[type=submit]')
+    await page.goto(`${base}/api/password`)
+    await page.click('a[href="/api/delete-account"]')
+    await page.fill('input[name=password]', 'dave password')
+    await shot(page, 'dashboard-delete-account')
+    await page.click('button:has-text("Delete account")')
+    t.equal(new URL(page.url()).pathname, '/api/delete-account', 'the browser does not send it while the box is unticked (required)')
+    await page.check('input[name=confirm]')
+    await page.click('button:has-text("Delete account")')
+    t.equal(new URL(page.url()).pathname, '/api/login', 'deleted, and on the log-in page')
+    t.match(await page.textContent('.notice'), /The account was deleted/)
+    t.notOk((await context.cookies()).some(c => c.name === 'chatd_session'), 'the session cookie is gone')
+  })
+
   t.test('a form posted without its CSRF token is refused', async t => {
     const context = await browser.newContext()
     t.teardown(() => context.close())
