@@ -334,6 +334,48 @@ t.test('admins see every account and set tiers; others may not', async t => {
   t.notMatch(bad.body, /platinum/, 'the submitted value is not echoed')
 })
 
+t.test('admins delete accounts that are not admins\' from the accounts page, after a confirmation; others may not', async t => {
+  const { app, db } = await buildTestApp(t, { tiers: TIERS })
+  const accounts = new Accounts(db)
+  const admin = await accounts.create({ email: 'root@example.com', isAdmin: true })
+  await accounts.setPassword(admin.id, 'root password')
+  const ann = await registered(app)
+  const annId = (await accounts.findByEmail('ann@example.com'))!.id
+  const annKey = /<code id="new-key" class="key">(sk-chatd-[A-Za-z0-9]{32})<\/code>/.exec((await ann.post('/api/keys', { name: 'k' }, { csrfFrom: '/api' })).body)![1]
+  const bob = await registered(app, 'bob@example.com', 'bob password')
+
+  t.equal((await bob.get(`/api/admin/delete?account=${annId}`)).statusCode, 403, 'a user may not open it')
+  t.equal((await bob.post('/api/admin/delete', { account: String(annId), confirm: 'yes' }, { csrfFrom: '/api' })).statusCode, 403, 'nor post it')
+  t.ok(await accounts.findById(annId))
+
+  const root = new Browser(app)
+  await root.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
+  const list = await root.get('/api/admin')
+  t.match(list.body, new RegExp(`href="/api/admin/delete\\?account=${annId}" aria-label="Delete ann@example\\.com"`))
+  t.notMatch(list.body, new RegExp(`/api/admin/delete\\?account=${admin.id}"`), 'no delete link for an admin')
+  const confirm = await root.get(`/api/admin/delete?account=${annId}`)
+  t.equal(confirm.statusCode, 200)
+  t.match(confirm.body, /This deletes <strong>ann@example\.com<\/strong>/)
+  for (const odd of ['x', '-1', '1.5', '99999', '']) t.equal((await root.get(`/api/admin/delete?account=${odd}`)).statusCode, 404, `account=${odd}`)
+  t.equal((await root.get(`/api/admin/delete?account=${admin.id}`)).statusCode, 403, 'an admin is deleted with the CLI only')
+  t.equal((await root.post('/api/admin/delete', { account: String(admin.id), confirm: 'yes' }, { csrfFrom: '/api/admin' })).statusCode, 403)
+  const unticked = await root.post('/api/admin/delete', { account: String(annId) }, { csrfFrom: '/api/admin' })
+  t.equal(unticked.statusCode, 400)
+  t.match(unticked.body, /Tick the box/)
+  t.equal((await root.post('/api/admin/delete', { account: String(annId), confirm: 'yes', _csrf: 'forged' })).statusCode, 403, 'CSRF is checked')
+  t.ok(await accounts.findById(annId), 'still there after each refusal')
+
+  const deleted = await root.post('/api/admin/delete', { account: String(annId), confirm: 'yes' }, { csrfFrom: '/api/admin' })
+  t.equal(deleted.statusCode, 303)
+  t.equal(deleted.headers.location, '/api/admin?deleted=1')
+  t.match((await root.get('/api/admin?deleted=1')).body, /The account was deleted/)
+  t.equal(await accounts.findById(annId), undefined)
+  t.equal((await app.inject({ url: '/api/v1/models', headers: { authorization: `Bearer ${annKey}` } })).statusCode, 401, 'its key stops working')
+  t.equal((await ann.get('/api')).statusCode, 303, 'its session ended')
+  t.equal((await bob.get('/api')).statusCode, 200, 'another account is untouched')
+  t.equal((await root.post('/api/admin/delete', { account: String(annId), confirm: 'yes' }, { csrfFrom: '/api/admin' })).statusCode, 404, 'twice: no such account')
+})
+
 t.test('the accounts page shows 100 at a time, finds them by email, and comes back to the one just changed', async t => {
   const { app, db } = await buildTestApp(t, { tiers: TIERS })
   const accounts = new Accounts(db)

@@ -1,5 +1,6 @@
 // Property-based fuzzing of the dashboard at /api: its forms (log in, register, log out, change
-// the password, create and revoke keys, set a tier, delete the account), its pages' query strings and paths, and the
+// the password, create and revoke keys, set a tier, delete the account, delete another as the
+// admin), its pages' query strings and paths, and the
 // cookies a browser sends, as a visitor, a user and an admin. Whatever comes in, the answer is a
 // page (HTML) or a redirect within /api, never a 5xx, a stack trace, another account's key or a
 // hang; and another account, whose key is never sent, keeps its key working and unrevoked.
@@ -30,6 +31,9 @@ const { app, accounts, account: other, key: otherKey } = await buildTestApp(t, {
   tiers: TIERS,
   env: { LOGIN_ATTEMPTS_PER_MINUTE: '1000000000', KEYS_PER_ACCOUNT: '8', KEYS_PER_ACCOUNT_PER_DAY: '100000' },
 })
+// The other account is an admin's: an admin may delete any other account, so the one whose key
+// must stay intact is one the accounts page will not delete (its id is among the tricky values).
+await accounts.database.updateTable('accounts').set({ is_admin: true }).where('id', '=', other.id).execute()
 const user = await accounts.register({ email: 'user2@example.com', password: PASSWORD })
 const admin = await accounts.create({ email: 'admin@example.com', isAdmin: true })
 await accounts.setPassword(admin.id, PASSWORD)
@@ -61,6 +65,8 @@ async function browserOf (actor: Actor): Promise<Browser> {
 }
 
 let registered = 0
+/** The account the admin's deletion form names: made for the case (prepare). */
+let victim = 0
 /** Each form as a browser would send it, valid for an actor allowed to send it. */
 const FORMS: Record<string, () => Record<string, string>> = {
   '/api/login': () => ({ email: user.email, password: PASSWORD }),
@@ -73,6 +79,12 @@ const FORMS: Record<string, () => Record<string, string>> = {
   '/api/admin/tier': () => ({ account: String(user.id), tier: 'pro' }),
   // Sent by a newcomer (actorOf): valid, it deletes that account alone.
   '/api/delete-account': () => ({ password: PASSWORD, confirm: 'yes' }),
+  '/api/admin/delete': () => ({ account: String(victim), confirm: 'yes' }),
+}
+
+/** What a form needs made before it is sent: the admin's deletion, an account of its own to delete. */
+async function prepare (url: string): Promise<void> {
+  if (url === '/api/admin/delete') victim = (await accounts.create({ email: `victim${registered++}@example.com` })).id
 }
 
 /**
@@ -185,8 +197,9 @@ async function fuzz<T> (t: Test, name: string, runs: number, arbitrary: fc.Arbit
 
 t.test('the valid forms do what they say', async t => {
   for (const [url, form] of Object.entries(FORMS)) {
-    const actor = actorOf(url, url === '/api/admin/tier' ? 'admin' : url === '/api/login' || url === '/api/register' ? 'visitor' : 'user')
+    const actor = actorOf(url, url.startsWith('/api/admin/') ? 'admin' : url === '/api/login' || url === '/api/register' ? 'visitor' : 'user')
     const browser = await browserOf(actor)
+    await prepare(url)
     const res = await browser.post(url, form(), { csrfFrom: actor === 'visitor' ? '/api/login' : '/api' })
     const expected = url === '/api/keys' ? 201 : url === '/api/keys/revoke' ? 404 : 303
     t.equal(res.statusCode, expected, `${url} as the ${actor}`)
@@ -206,6 +219,7 @@ t.test('forms: one field changed, sent any way, with any CSRF token, by anyone',
   await fuzz(t, 'forms', fuzzRuns(300), cases, async c => {
     const actor = actorOf(c.url, c.actor)
     const browser = await browserOf(actor)
+    await prepare(c.url)
     const form = FORMS[c.url]()
     const page = actor === 'visitor' ? '/api/login' : '/api'
     if (c.csrf === 'valid') form._csrf = csrfToken((await browser.get(page)).body)

@@ -360,6 +360,36 @@ const ROUTES: Record<string, Rule> = {
       showsNone(t, 'the admin page', page, [w.ann.prefix, w.bob.prefix, w.ann.key, w.bob.key])
     },
   },
+  'GET /api/admin/delete': {
+    access: 'admin',
+    sample: '/api/admin/delete?account=1',
+    async check (t, w) {
+      const refused = await w.ann.browser.get(`/api/admin/delete?account=${w.bob.id}`)
+      t.equal(refused.statusCode, 403, 'a user gets 403')
+      showsNone(t, 'the refusal', refused, [w.bob.email])
+      const page = await w.root.browser.get(`/api/admin/delete?account=${w.bob.id}`)
+      t.equal(page.statusCode, 200)
+      t.match(page.body, w.bob.email, 'the admin sees whom it would delete')
+      showsNone(t, 'the confirmation', page, [w.bob.prefix, w.bob.key, w.ann.email])
+    },
+  },
+  'POST /api/admin/delete': {
+    access: 'admin',
+    async check (t, w) {
+      for (const target of [w.bob, w.ann]) {
+        const res = await w.ann.browser.post('/api/admin/delete', { account: String(target.id), confirm: 'yes' }, { csrfFrom: '/api' })
+        t.equal(res.statusCode, 403, `a user cannot delete ${target === w.ann ? 'her own account here' : 'another account'}`)
+        t.ok(await w.accounts.findById(target.id))
+      }
+      // Dan, made for this check, is deleted by the admin; Ann and Bob are not.
+      await signedUp(w.app, 'dan@example.com', 'dan password')
+      const dan = (await w.accounts.findByEmail('dan@example.com'))!
+      const res = await w.root.browser.post('/api/admin/delete', { account: String(dan.id), confirm: 'yes' }, { csrfFrom: '/api/admin' })
+      t.equal(res.statusCode, 303, 'the admin can')
+      t.equal(await w.accounts.findById(dan.id), undefined)
+      t.ok(await w.accounts.findById(w.ann.id) && await w.accounts.findById(w.bob.id), 'and deletes only the account named')
+    },
+  },
   'POST /api/admin/tier': {
     access: 'admin',
     async check (t, w) {

@@ -1,5 +1,6 @@
-// For admin accounts: the accounts with their tiers, a page at a time, and changing a tier (the
-// same as `chatd accounts set-tier`).
+// For admin accounts: the accounts with their tiers, a page at a time, changing a tier (the
+// same as `chatd accounts set-tier`) and deleting an account that is not an admin's (as
+// `chatd accounts delete` does).
 
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { MAX_EMAIL_LENGTH, normalizeEmail, type Account } from '../../accounts/accounts.ts'
@@ -60,8 +61,42 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
       pages,
       previous: page > 1 ? link(Math.min(page - 1, pages)) : undefined,
       next: page < pages ? link(page + 1) : undefined,
-      notice: Number.isSafeInteger(updated) && shown.some(a => a.id === updated) ? 'The tier was changed; it applies from the next request.' : undefined,
+      notice: text('deleted') === '1'
+        ? 'The account was deleted, with its keys, sessions, usage history and stored responses.'
+        : Number.isSafeInteger(updated) && shown.some(a => a.id === updated) ? 'The tier was changed; it applies from the next request.' : undefined,
     })
+  })
+
+  /** The account a form or link names by id; 404 when there is none. */
+  const targetOf = async (value: unknown): Promise<Account> => {
+    const id = Number(field(value, 'account'))
+    const target = Number.isSafeInteger(id) ? await accounts.findById(id) : undefined
+    if (!target) throw Object.assign(new Error('No such account.'), { statusCode: 404 })
+    return target
+  }
+  // An admin is deleted by the operator's CLI only: the page never leaves a server without one.
+  const refuseAdmin = (target: Account): void => {
+    if (target.isAdmin) throw Object.assign(new Error('An admin account is not deleted here: the operator runs npx chatd accounts delete --email <address> --yes on the server.'), { statusCode: 403 })
+  }
+
+  app.get('/admin/delete', async (request, reply) => {
+    const user = requireAdmin(request, reply)
+    if (!user) return reply
+    const target = await targetOf(request.query)
+    refuseAdmin(target)
+    return reply.view('admin-delete', { title: 'Delete an account', user, csrf: formToken(reply), target: { ...target, email: showInvisible(target.email) } })
+  })
+
+  app.post('/admin/delete', { preHandler: app.csrfProtection }, async (request, reply) => {
+    const user = requireAdmin(request, reply)
+    if (!user) return reply
+    const target = await targetOf(request.body)
+    refuseAdmin(target)
+    if (field(request.body, 'confirm') !== 'yes') {
+      return reply.code(400).view('admin-delete', { title: 'Delete an account', user, csrf: formToken(reply), target: { ...target, email: showInvisible(target.email) }, error: 'Tick the box to confirm the deletion.' })
+    }
+    await accounts.delete(target.id)
+    return reply.redirect('/api/admin?deleted=1', 303)
   })
 
   app.post('/admin/tier', { preHandler: app.csrfProtection }, async (request, reply) => {
