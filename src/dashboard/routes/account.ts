@@ -7,6 +7,9 @@ import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../deps.ts'
 import { clearSessionCookie, sessionToken, setSessionCookie } from '../session-cookie.ts'
 
+/** Why an admin's account is not deleted on a page (account.ts, admin.ts): the server is never left without one by a click. */
+export const ADMIN_DELETED_BY_CLI = 'An admin account is not deleted here: the operator runs npx chatd accounts delete --email <address> --yes on the server.'
+
 /** The log-in page's notices, by `?done=`: a fixed list, so a crafted link cannot put words on the page. */
 const LOGIN_NOTICES = new Map<unknown, string>([
   ['deleted', 'The account was deleted, with its keys, usage history and stored responses.'],
@@ -108,8 +111,7 @@ export async function accountRoutes (app: FastifyInstance, deps: DashboardDeps):
     const user = requireUser(request, reply)
     if (!user) return reply
     const again = (message: string, status = 400) => reply.code(status).view('delete-account', { title: 'Delete account', user, csrf: formToken(reply), error: message })
-    // An admin could leave the server with none; the operator's CLI deletes admins.
-    if (user.isAdmin) return again('An admin account is not deleted here: the operator runs npx chatd accounts delete --email <address> --yes on the server.', 403)
+    if (user.isAdmin) return again(ADMIN_DELETED_BY_CLI, 403)
     if (field(request.body, 'confirm') !== 'yes') return again('Tick the box to confirm that the account and everything it holds are to be deleted.')
     if (!await accounts.verifyLogin(user.email, field(request.body, 'password'))) return again('The password is wrong; nothing was deleted.', 401)
     // Keys, sessions (this one too), usage and stored responses go with it (the database's cascades).

@@ -7,6 +7,7 @@ import { MAX_EMAIL_LENGTH, normalizeEmail, type Account } from '../../accounts/a
 import { formToken } from '../csrf.ts'
 import { field, requireUser } from '../guard.ts'
 import type { DashboardDeps } from '../deps.ts'
+import { ADMIN_DELETED_BY_CLI } from './account.ts'
 
 /**
  * Text with every invisible or control character shown as <U+XXXX>. Emails
@@ -74,27 +75,27 @@ export async function adminRoutes (app: FastifyInstance, deps: DashboardDeps): P
     if (!target) throw Object.assign(new Error('No such account.'), { statusCode: 404 })
     return target
   }
-  // An admin is deleted by the operator's CLI only: the page never leaves a server without one.
-  const refuseAdmin = (target: Account): void => {
-    if (target.isAdmin) throw Object.assign(new Error('An admin account is not deleted here: the operator runs npx chatd accounts delete --email <address> --yes on the server.'), { statusCode: 403 })
+  /** The account a deletion names, unless it is an admin's (deleted by the operator's CLI only). */
+  const deletable = async (value: unknown): Promise<Account> => {
+    const target = await targetOf(value)
+    if (target.isAdmin) throw Object.assign(new Error(ADMIN_DELETED_BY_CLI), { statusCode: 403 })
+    return target
   }
+  /** The page that names the account to delete, with the form's refusal when there is one. */
+  const deletePage = (reply: FastifyReply, user: Account, target: Account, error?: string) =>
+    reply.view('admin-delete', { title: 'Delete an account', user, csrf: formToken(reply), target: { ...target, email: showInvisible(target.email) }, error })
 
   app.get('/admin/delete', async (request, reply) => {
     const user = requireAdmin(request, reply)
     if (!user) return reply
-    const target = await targetOf(request.query)
-    refuseAdmin(target)
-    return reply.view('admin-delete', { title: 'Delete an account', user, csrf: formToken(reply), target: { ...target, email: showInvisible(target.email) } })
+    return deletePage(reply, user, await deletable(request.query))
   })
 
   app.post('/admin/delete', { preHandler: app.csrfProtection }, async (request, reply) => {
     const user = requireAdmin(request, reply)
     if (!user) return reply
-    const target = await targetOf(request.body)
-    refuseAdmin(target)
-    if (field(request.body, 'confirm') !== 'yes') {
-      return reply.code(400).view('admin-delete', { title: 'Delete an account', user, csrf: formToken(reply), target: { ...target, email: showInvisible(target.email) }, error: 'Tick the box to confirm the deletion.' })
-    }
+    const target = await deletable(request.body)
+    if (field(request.body, 'confirm') !== 'yes') return deletePage(reply.code(400), user, target, 'Tick the box to confirm the deletion.')
     await accounts.delete(target.id)
     return reply.redirect('/api/admin?deleted=1', 303)
   })
