@@ -13,9 +13,17 @@ import { ensureAdminAccount } from '../../src/accounts/bootstrap.ts'
 import { apiKeyPrefix } from '../../src/accounts/api-key-format.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
 import { REPO_ROOT } from '../helpers/models.ts'
+import { dashboardKey, loggedIn } from '../security/people.ts'
 import { Browser, csrfToken } from './jar.ts'
 
 const TIERS = JSON.stringify({ tiers: { free: { requests_per_minute: 10, calls_per_month: 100 }, pro: { requests_per_minute: 100 }, unlimited: {} } })
+
+/** root@example.com, an admin with a password, and a browser logged in as it. */
+async function rootAdmin (app: Browser['app'], accounts: Accounts) {
+  const account = await accounts.create({ email: 'root@example.com', isAdmin: true })
+  await accounts.setPassword(account.id, 'root password')
+  return { account, browser: await loggedIn(app, 'root@example.com', 'root password') }
+}
 
 async function registered (app: Browser['app'], email = 'ann@example.com', password = 'ann password') {
   const browser = new Browser(app)
@@ -257,9 +265,8 @@ t.test('deleting one\'s account: the password and the box are asked for, then it
   const accounts = new Accounts(db)
   const ann = await registered(app)
   const bob = await registered(app, 'bob@example.com', 'bob password')
-  const keyOf = async (browser: Browser) => /<code id="new-key" class="key">(sk-chatd-[A-Za-z0-9]{32})<\/code>/.exec((await browser.post('/api/keys', { name: 'k' }, { csrfFrom: '/api' })).body)![1]
-  const annKey = await keyOf(ann)
-  const bobKey = await keyOf(bob)
+  const annKey = await dashboardKey(ann, 'k')
+  const bobKey = await dashboardKey(bob, 'k')
   t.equal((await app.inject({ method: 'POST', url: '/api/v1/chat/completions', headers: { authorization: `Bearer ${annKey}` }, payload: chatBody() })).statusCode, 200)
   const annId = (await accounts.findByEmail('ann@example.com'))!.id
 
@@ -295,10 +302,7 @@ t.test('deleting one\'s account: the password and the box are asked for, then it
   t.equal((await again.get('/api')).statusCode, 200)
 
   // An admin is deleted by the operator, never from the dashboard: the server is not left without one.
-  const root = await accounts.create({ email: 'root@example.com', isAdmin: true })
-  await accounts.setPassword(root.id, 'root password')
-  const admin = new Browser(app)
-  await admin.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
+  const { account: root, browser: admin } = await rootAdmin(app, accounts)
   const kept = await admin.post('/api/delete-account', { password: 'root password', confirm: 'yes' }, { csrfFrom: '/api/delete-account' })
   t.equal(kept.statusCode, 403)
   t.match(kept.body, /chatd accounts delete/)
@@ -309,16 +313,13 @@ t.test('deleting one\'s account: the password and the box are asked for, then it
 t.test('admins see every account and set tiers; others may not', async t => {
   const { app, db } = await buildTestApp(t, { tiers: TIERS })
   const accounts = new Accounts(db)
-  const admin = await accounts.create({ email: 'root@example.com', isAdmin: true })
-  await accounts.setPassword(admin.id, 'root password')
+  const { browser: root } = await rootAdmin(app, accounts)
   const user = await registered(app)
   const forbidden = await user.get('/api/admin')
   t.equal(forbidden.statusCode, 403)
   const sneaky = await user.post('/api/admin/tier', { account: String((await accounts.findByEmail('ann@example.com'))!.id), tier: 'pro' }, { csrfFrom: '/api' })
   t.equal(sneaky.statusCode, 403)
 
-  const root = new Browser(app)
-  await root.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
   const page = await root.get('/api/admin')
   t.equal(page.statusCode, 200)
   t.match(page.body, /ann@example\.com/)
@@ -337,19 +338,16 @@ t.test('admins see every account and set tiers; others may not', async t => {
 t.test('admins delete accounts that are not admins\' from the accounts page, after a confirmation; others may not', async t => {
   const { app, db } = await buildTestApp(t, { tiers: TIERS })
   const accounts = new Accounts(db)
-  const admin = await accounts.create({ email: 'root@example.com', isAdmin: true })
-  await accounts.setPassword(admin.id, 'root password')
+  const { account: admin, browser: root } = await rootAdmin(app, accounts)
   const ann = await registered(app)
   const annId = (await accounts.findByEmail('ann@example.com'))!.id
-  const annKey = /<code id="new-key" class="key">(sk-chatd-[A-Za-z0-9]{32})<\/code>/.exec((await ann.post('/api/keys', { name: 'k' }, { csrfFrom: '/api' })).body)![1]
+  const annKey = await dashboardKey(ann, 'k')
   const bob = await registered(app, 'bob@example.com', 'bob password')
 
   t.equal((await bob.get(`/api/admin/delete?account=${annId}`)).statusCode, 403, 'a user may not open it')
   t.equal((await bob.post('/api/admin/delete', { account: String(annId), confirm: 'yes' }, { csrfFrom: '/api' })).statusCode, 403, 'nor post it')
   t.ok(await accounts.findById(annId))
 
-  const root = new Browser(app)
-  await root.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
   const list = await root.get('/api/admin')
   t.match(list.body, new RegExp(`href="/api/admin/delete\\?account=${annId}" aria-label="Delete ann@example\\.com"`))
   t.notMatch(list.body, new RegExp(`/api/admin/delete\\?account=${admin.id}"`), 'no delete link for an admin')
@@ -379,11 +377,8 @@ t.test('admins delete accounts that are not admins\' from the accounts page, aft
 t.test('the accounts page shows 100 at a time, finds them by email, and comes back to the one just changed', async t => {
   const { app, db } = await buildTestApp(t, { tiers: TIERS })
   const accounts = new Accounts(db)
-  const admin = await accounts.create({ email: 'root@example.com', isAdmin: true })
-  await accounts.setPassword(admin.id, 'root password')
+  const { browser: root } = await rootAdmin(app, accounts)
   for (let i = 0; i < 230; i++) await accounts.create({ email: `member${String(i).padStart(3, '0')}@example.org` })
-  const root = new Browser(app)
-  await root.post('/api/login', { email: 'root@example.com', password: 'root password' }, { csrfFrom: '/api/login' })
   const rows = (body: string) => [...body.matchAll(/<input type="hidden" name="account" value="\d+">/g)].length
 
   const first = await root.get('/api/admin')
