@@ -13,7 +13,7 @@ import type { Accounts } from './accounts/accounts.ts'
 import { Sessions } from './accounts/sessions.ts'
 import { Tiers } from './accounts/tiers.ts'
 import { drainUsage, logUnwrittenUsage } from './accounts/unwritten-usage.ts'
-import { UsageRecords } from './accounts/usage-records.ts'
+import { UsageRecords, UsageRetention } from './accounts/usage-records.ts'
 import { bearerAuth } from './api/auth.ts'
 import { installBaselineHeaders } from './api/baseline-headers.ts'
 import { ConnectionGuard, frameworkErrors, timeoutOptions } from './api/connections.ts'
@@ -44,7 +44,6 @@ import { Limiter } from './limits/limiter.ts'
 import { openLimitStore } from './limits/open-store.ts'
 import { loggerOptions } from './logging.ts'
 import { ResponseRetention } from './responses/retention.ts'
-import { RetentionJob } from './store/retention-job.ts'
 import { StoredResponses } from './responses/stored-responses.ts'
 import { sharedSetting } from './store/settings.ts'
 import { WebSearch } from './search/web-search.ts'
@@ -127,7 +126,7 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
 
   const usage = opts.usage ?? new UsageRecords(accounts.database, { outbox: { onGiveUp: (row, reason) => logUnwrittenUsage(app.log, row, reason) } })
   // Requests' usage records older than USAGE_RECORDS_RETENTION_DAYS removed hourly (the day totals stay).
-  const usageRetention = new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: config.usageRetentionDays ?? 0, log: app.log })
+  const usageRetention = new UsageRetention(usage, { retentionDays: config.usageRetentionDays ?? 0, log: app.log })
   usageRetention.start()
   app.addHook('onClose', () => usageRetention.stop())
   if (!opts.usage) app.addHook('onClose', () => drainUsage(usage, app.log))

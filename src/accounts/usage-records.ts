@@ -6,6 +6,7 @@
 
 import type { Db } from '../store/database.ts'
 import { isPostgres } from '../store/dialect.ts'
+import { RetentionJob, type RetentionOptions } from '../store/retention-job.ts'
 import type { NewUsageRecordRow, UsageStatus } from '../store/schema.ts'
 import { isDatabaseUnavailable } from '../store/unavailable.ts'
 import { GroupCommit } from './group-commit.ts'
@@ -187,5 +188,12 @@ export class UsageRecords {
       errorCode: r.error_code,
       latencyMs: r.latency_ms,
     }))
+  }
+}
+
+/** Removes usage records older than USAGE_RECORDS_RETENTION_DAYS (store/retention-job.ts); the day totals keep counting them. */
+export class UsageRetention extends RetentionJob {
+  constructor (usage: Pick<UsageRecords, 'deleteRecordedBefore'>, opts: RetentionOptions) {
+    super('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), opts)
   }
 }

@@ -7,8 +7,7 @@ import { Migrator, sql, type Kysely } from 'kysely'
 import { migrateToLatest, openDatabase } from '../../src/store/database.ts'
 import { migrations } from '../../src/store/migrations/index.ts'
 import { sharedSetting } from '../../src/store/settings.ts'
-import { UsageRecords } from '../../src/accounts/usage-records.ts'
-import { RetentionJob } from '../../src/store/retention-job.ts'
+import { UsageRecords, UsageRetention } from '../../src/accounts/usage-records.ts'
 import { onEachDatabase, testDatabase } from '../helpers/databases.ts'
 
 const now = (): string => new Date().toISOString()
@@ -120,21 +119,21 @@ onEachDatabase(t, 'usage records older than USAGE_RECORDS_RETENTION_DAYS are rem
   await record(b.id, today)
   const totalsBefore = await usage.daily(a.id, 60, today)
 
-  const job = new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 30, batch: 2, now: () => today })
+  const job = new UsageRetention(usage, { retentionDays: 30, batch: 2, now: () => today })
   t.equal(await job.runOnce(), 5, 'batch after batch, any account\'s, until none is left')
   const left = await db.selectFrom('usage_records').select(['account_id', 'created_at']).orderBy('id').execute()
   t.same(left.map(r => r.created_at), [daysAgo(20).toISOString(), today.toISOString()], 'the younger records stay')
   t.same(await usage.daily(a.id, 60, today), totalsBefore, 'the usage report and chart still count the removed records')
   t.equal(await usage.billableCallsSince(a.id, new Date(daysAgo(45).toISOString().slice(0, 10) + 'T00:00:00.000Z')), 4, 'and so does the allowance')
   t.equal(await job.runOnce(), 0)
-  t.equal(await new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 0, now: () => new Date(today.getTime() + 1000 * DAY_MS) }).runOnce(), 0, '0 keeps everything')
+  t.equal(await new UsageRetention(usage, { retentionDays: 0, now: () => new Date(today.getTime() + 1000 * DAY_MS) }).runOnce(), 0, '0 keeps everything')
   t.equal((await db.selectFrom('usage_records').select('id').execute()).length, 2)
 
   // A record written out of order (a younger one before older ones) holds the job back a batch
   // at a time, never for good, and is itself kept.
   await record(a.id, today)
   for (let i = 0; i < 3; i++) await record(b.id, daysAgo(40))
-  const sweep = new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 10, batch: 3, now: () => today })
+  const sweep = new UsageRetention(usage, { retentionDays: 10, batch: 3, now: () => today })
   let removed = 0
   for (let run = 0; run < 5; run++) removed += await sweep.runOnce()
   t.equal(removed, 4, 'the 20-day-old record and the three 40-day-old ones')
@@ -146,7 +145,7 @@ onEachDatabase(t, 'two replicas removing expired usage records together delete e
   const old = '2025-01-01T00:00:00.000Z'
   const rows = Array.from({ length: 600 }, () => ({ account_id: account.id, key_prefix: 'sk-chatd-abcdef', model: 'm', prompt_tokens: 1, completion_tokens: 1, status: 'completed' as const, error_code: null, latency_ms: 1, created_at: old }))
   for (let i = 0; i < rows.length; i += 200) await db.insertInto('usage_records').values(rows.slice(i, i + 200)).execute()
-  const replica = () => { const usage = new UsageRecords(db); return new RetentionJob('usage records', (cutoff, batch) => usage.deleteRecordedBefore(cutoff, batch), { retentionDays: 30, batch: 50 }) }
+  const replica = () => new UsageRetention(new UsageRecords(db), { retentionDays: 30, batch: 50 })
   const [one, two] = await Promise.all([replica().runOnce(), replica().runOnce()])
   const left = (await db.selectFrom('usage_records').select('id').execute()).length
   t.equal(one + two + left, 600, `deleted ${one} + ${two}, ${left} left for the next run`)
