@@ -84,7 +84,8 @@ export interface ResponsesApp {
   otherAuth: () => Promise<{ authorization: string }>
 }
 
-export async function buildResponsesApp (t: Test, opts: { backends: Backend[]; env?: Record<string, string>; store?: MemoryResponseStore | null }): Promise<ResponsesApp> {
+/** `tiers`: a tiers file's JSON text (the shipped tiers.json when absent), as buildTestApp takes it. */
+export async function buildResponsesApp (t: Test, opts: { backends: Backend[]; env?: Record<string, string>; store?: MemoryResponseStore | null; tiers?: string }): Promise<ResponsesApp> {
   const dir = t.testdir()
   const config = loadConfig({ DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`, LOG_LEVEL: 'silent', REFUSED_PER_KEY_PER_MINUTE: '0', REFUSED_PER_ADDRESS_PER_MINUTE: '0', ...opts.env })
   const db = await openMigratedDatabase(config.database)
@@ -93,7 +94,7 @@ export async function buildResponsesApp (t: Test, opts: { backends: Backend[]; e
   const { key } = await accounts.createKey(account.id, { name: 'test' })
   const models = new ModelRegistry(opts.backends.map(b => ({ id: b.id, backend: b })))
   const usageRecords = new UsageRecords(db)
-  const limiter = new Limiter({ tiers: Tiers.fromFile(config.tiersFile), store: new MemoryLimitStore(), usage: usageRecords })
+  const limiter = new Limiter({ tiers: opts.tiers === undefined ? Tiers.fromFile(config.tiersFile) : Tiers.parse(opts.tiers), store: new MemoryLimitStore(), usage: usageRecords })
   const store = opts.store === null ? undefined : opts.store ?? new MemoryResponseStore()
   const app = await buildApp({ config, accounts, models, metrics: new Metrics(), limiter, logger: false, responseStore: store })
   t.teardown(async () => {

@@ -3,9 +3,6 @@
 // stored conversation is read or a Responses or Messages body translated, and requests that
 // generate nothing (count_tokens, stored-response reads) still count as one
 // request of the minute each, so they cannot be sent without bound.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
 import t from 'tap'
 import { buildTestApp } from '../helpers/app.ts'
 import { buildResponsesApp, MemoryResponseStore, ScriptBackend, usage } from '../helpers/responses-app.ts'
@@ -47,11 +44,7 @@ t.test('Responses: a key past its minute is refused before its stored conversati
 })
 
 t.test('Responses: a key past its minute is refused before its input items are checked and translated', async t => {
-  // Beside the test's folder, which buildResponsesApp makes afresh.
-  const tiersFile = join(mkdtempSync(join(tmpdir(), 'chatd-tiers-')), 'tiers.json')
-  writeFileSync(tiersFile, TIERS)
-  t.teardown(() => rmSync(dirname(tiersFile), { recursive: true, force: true }))
-  const { app, accounts } = await buildResponsesApp(t, { backends: [new ScriptBackend([answer, answer, answer])], env: { TIERS_FILE: tiersFile } })
+  const { app, accounts } = await buildResponsesApp(t, { backends: [new ScriptBackend([answer, answer, answer])], tiers: TIERS })
   const account = await accounts.create({ email: 'small@example.com', tier: 'small' })
   const auth = { authorization: `Bearer ${(await accounts.createKey(account.id, { name: 'k' })).key}` }
   const send = (input: unknown) => app.inject({ method: 'POST', url: '/api/v1/responses', headers: auth, payload: { model: 'scripted', input } })
