@@ -46,7 +46,7 @@ const GROUPS: Group[] = [
     title: 'Slow clients, connections and refused requests',
     env: 'slow clients, connections and refused requests',
     intro: 'Receiving a request is bounded; answering it is not (a stream may run for minutes).',
-    variables: ['HEADERS_TIMEOUT_MS', 'REQUEST_TIMEOUT_MS', 'KEEP_ALIVE_TIMEOUT_MS', 'MAX_CONNECTIONS', 'MAX_CONNECTIONS_PER_ADDRESS', 'JSON_MAX_DEPTH', 'REFUSED_PER_KEY_PER_MINUTE', 'REFUSED_PER_ADDRESS_PER_MINUTE'],
+    variables: ['HEADERS_TIMEOUT_MS', 'REQUEST_TIMEOUT_MS', 'KEEP_ALIVE_TIMEOUT_MS', 'MAX_CONNECTIONS', 'MAX_CONNECTIONS_PER_ADDRESS', 'JSON_MAX_DEPTH', 'REFUSED_PER_KEY_PER_MINUTE', 'REFUSED_PER_ADDRESS_PER_MINUTE', 'READS_PER_ACCOUNT_PER_MINUTE'],
   },
   {
     title: 'Storage',

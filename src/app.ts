@@ -32,6 +32,8 @@ import { installJsonBodyParser } from './api/json-body.ts'
 import { Metrics } from './api/metrics/metrics.ts'
 import { metricsRoute } from './api/metrics/route.ts'
 import { modelsRoute } from './api/models/route.ts'
+import { registerMeters } from './api/meters.ts'
+import { meterReads } from './api/reads.ts'
 import { meterRefusals } from './api/refusals.ts'
 import { usageRoute } from './api/usage/route.ts'
 import { installTracing, traced } from './api/tracing/hooks.ts'
@@ -51,7 +53,7 @@ import { WebSearch } from './search/web-search.ts'
 export interface AppOptions {
   config: Pick<Config, 'logLevel' | 'bodyLimit' | 'sseKeepAliveMs' | 'queueSize'> & Partial<Pick<Config, 'trustProxy' | 'search' | 'inputLimits'>>
     & Partial<Pick<Config, 'tiersFile' | 'redisUrl' | 'redisPrefix' | 'registration' | 'cookieSecure' | 'loginAttemptsPerMinute' | 'sessionSecret' | 'keyAllowance'>>
-    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'storedResponses' | 'usageRetentionDays'>>
+    & Partial<Pick<Config, 'shutdownGraceMs' | 'connections' | 'jsonMaxDepth' | 'refusedPerMinute' | 'readsPerAccountPerMinute' | 'storedResponses' | 'usageRetentionDays'>>
     & Partial<Pick<Config, 'metrics' | 'tracing'>>
   accounts: Accounts
   models: ModelRegistry
@@ -214,8 +216,11 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
     installTracing(api, tracing)
     // Refused requests are metered per key and per address; one over its
     // refusals is refused here, before its key is looked up or its body read.
-    await meterRefusals(api, config.refusedPerMinute ?? { key: 0, address: 0 }, { redis, redisPrefix: config.redisPrefix })
+    await registerMeters(api, { redis, redisPrefix: config.redisPrefix })
+    meterRefusals(api, config.refusedPerMinute ?? { key: 0, address: 0 })
     api.addHook('onRequest', traced(tracing, 'auth', bearerAuth(accounts)))
+    // Reads that count against no tier limit are metered per account, after the key is checked.
+    meterReads(api, config.readsPerAccountPerMinute ?? 0)
     // Every authenticated response carries the account's x-ratelimit-* state; a chat
     // completion has set it already at admission, anything else reads it here.
     api.addHook('onSend', async (request, reply, payload) => {

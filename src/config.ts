@@ -123,6 +123,7 @@ export const ConfigSchema = Type.Object({
   JSON_MAX_DEPTH: Type.Integer({ minimum: 1, maximum: 10000, default: 64, description: 'Deepest nesting of arrays and objects in a JSON body; deeper is refused with 400 `invalid_json` before it is parsed.' }),
   REFUSED_PER_KEY_PER_MINUTE: Type.Integer({ minimum: 0, default: 30, description: 'Refused API requests (any 4xx but 429: bad JSON, validation, unknown model) per API key per minute; past that, 429 `rate_limit_exceeded` with `Retry-After`, before the body is read. Well-formed requests never count, and refusals never count against the tier. 0: off. Shared through Redis when `REDIS_URL` is set.' }),
   REFUSED_PER_ADDRESS_PER_MINUTE: Type.Integer({ minimum: 0, default: 60, description: 'Refused API requests (any 4xx but 429, failed authentication included) per client address per minute; past that, 429 `rate_limit_exceeded` with `Retry-After`, before the key is checked. 0: off. Shared through Redis when `REDIS_URL` is set.' }),
+  READS_PER_ACCOUNT_PER_MINUTE: Type.Integer({ minimum: 0, default: 600, description: 'Requests that count against no tier limit (`GET /api/v1/usage`, `GET /api/v1/models` and `/models/{id}`, `DELETE /api/v1/responses/{id}`) per account per minute, all its keys together; past that, 429 `rate_limit_exceeded` with `Retry-After`. Bounds how much of the server one account can keep busy with them; generous for polling. 0: off. Shared through Redis when `REDIS_URL` is set.' }),
   // --- storage ---
   DATABASE_URL: Type.String({
     pattern: '^(sqlite://.+|postgres(ql)?://.+)$',
@@ -261,6 +262,8 @@ export interface Config {
   jsonMaxDepth: number
   /** REFUSED_PER_KEY_PER_MINUTE, REFUSED_PER_ADDRESS_PER_MINUTE; 0: that meter is off. */
   refusedPerMinute: { key: number; address: number }
+  /** READS_PER_ACCOUNT_PER_MINUTE; 0: not metered. */
+  readsPerAccountPerMinute: number
   /** Base for relative model paths; undefined: the directory holding modelsFile. */
   modelsDir?: string
   autoPull: boolean
@@ -447,6 +450,7 @@ export function loadConfig (source: Record<string, string | undefined> = process
     },
     jsonMaxDepth: raw.JSON_MAX_DEPTH,
     refusedPerMinute: { key: raw.REFUSED_PER_KEY_PER_MINUTE, address: raw.REFUSED_PER_ADDRESS_PER_MINUTE },
+    readsPerAccountPerMinute: raw.READS_PER_ACCOUNT_PER_MINUTE,
     modelsDir: raw.MODELS_DIR,
     autoPull: raw.CHATD_AUTO_PULL === '1' || raw.CHATD_AUTO_PULL === 'true',
     hfEndpoint: raw.HF_ENDPOINT.replace(/\/+$/, ''),

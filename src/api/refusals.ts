@@ -3,7 +3,7 @@
 // server its parsing and checking on the main thread, which every stream
 // shares, yet it never reaches the tier limits, which count admitted
 // completions. So refusals are metered on their own, per API key and per
-// client address, with @fastify/rate-limit (in Redis with REDIS_URL, so
+// client address (meters.ts: @fastify/rate-limit, in Redis with REDIS_URL, so
 // replicas share the count):
 // - each refused answer (a 4xx other than 429) adds one to its address and,
 //   when a valid key sent it, to that key;
@@ -16,8 +16,7 @@
 // another's key by sending garbage under its prefix.
 
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import rateLimit, { normalizeIP } from '@fastify/rate-limit'
-import type { Redis } from 'ioredis'
+import { normalizeIP } from '@fastify/rate-limit'
 import { apiKeyPrefix, isWellFormedApiKey } from '../accounts/api-key-format.ts'
 import { ApiError } from '../errors.ts'
 import { xApiKey } from './auth.ts'
@@ -28,8 +27,6 @@ export interface RefusalLimits {
   /** Refusals per client address per minute; 0: not metered. */
   address: number
 }
-
-const WINDOW_MS = 60_000
 
 /** A refusal as metered: a 4xx, except a rate limit's own 429. */
 export function isRefusal (status: number): boolean {
@@ -47,26 +44,19 @@ function addressOf (request: FastifyRequest): string {
   return request.ip ? normalizeIP(request.ip) : 'unknown'
 }
 
-export async function meterRefusals (api: FastifyInstance, limits: RefusalLimits, opts: { redis?: Redis; redisPrefix?: string } = {}): Promise<void> {
+/** Adds the refusal meters to `api`, on which registerMeters has run. */
+export function meterRefusals (api: FastifyInstance, limits: RefusalLimits): void {
   if (limits.key === 0 && limits.address === 0) return
-  await api.register(rateLimit, {
-    global: false,
-    timeWindow: WINDOW_MS,
-    // With Redis down the meter lets requests through rather than refusing
-    // every one: what it guards is cost, and the tier limits still refuse.
-    skipOnError: true,
-    ...(opts.redis ? { redis: opts.redis, nameSpace: `${opts.redisPrefix ?? 'chatd:'}refused:` } : {}),
-  })
   const meters = [
     limits.address > 0 && {
       what: 'client address',
-      limit: api.createRateLimit({ max: limits.address, keyGenerator: request => `address:${addressOf(request)}` }),
+      limit: api.createRateLimit({ max: limits.address, keyGenerator: request => `refused:address:${addressOf(request)}` }),
       checked: (_request: FastifyRequest) => true,
       counted: (_request: FastifyRequest) => true,
     },
     limits.key > 0 && {
       what: 'API key',
-      limit: api.createRateLimit({ max: limits.key, keyGenerator: request => `key:${request.apiKeyPrefix ?? presentedPrefix(request)}` }),
+      limit: api.createRateLimit({ max: limits.key, keyGenerator: request => `refused:key:${request.apiKeyPrefix ?? presentedPrefix(request)}` }),
       checked: (request: FastifyRequest) => presentedPrefix(request) !== undefined,
       counted: (request: FastifyRequest) => request.apiKeyPrefix !== null,
     },

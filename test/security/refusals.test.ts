@@ -135,7 +135,7 @@ t.test('with REDIS_URL, replicas share one count of refusals', async t => {
   for (let i = 0; i < 5; i++) statuses.push((await send(apps[i % 2])).statusCode)
   t.same(statuses, [400, 400, 400, 400, 400], 'five refusals across both apps')
   // Each app counts a refusal before answering it, so all five are in Redis now.
-  const keys = await redis.redis.keys(`${redis.prefix}refused:*key:*`)
+  const keys = await redis.redis.keys(`${redis.prefix}meter:*refused:key:*`)
   t.equal(keys.length, 1)
   t.equal(await redis.redis.get(keys[0]), '5', 'one count in Redis, under REDIS_PREFIX')
   t.same([(await send(apps[0])).statusCode, (await send(apps[1])).statusCode], [429, 429], 'then 429 on either app')

@@ -47,6 +47,7 @@ export const modelsRoute: FastifyPluginAsyncTypebox<ModelsRouteOptions> = async 
   }
 
   app.get('/models', {
+    config: { meteredRead: true },
     schema: {
       tags: ['models'],
       summary: 'List the models',
@@ -60,6 +61,7 @@ export const modelsRoute: FastifyPluginAsyncTypebox<ModelsRouteOptions> = async 
   })
 
   app.get('/models/:id', {
+    config: { meteredRead: true },
     schema: {
       tags: ['models'],
       summary: 'Describe one model',

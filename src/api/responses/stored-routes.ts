@@ -102,6 +102,7 @@ export const storedResponsesRoutes: FastifyPluginAsyncTypebox<StoredRoutesOption
   })
 
   app.delete('/responses/:response_id', {
+    config: { meteredRead: true },
     schema: {
       tags: ['responses'],
       summary: 'Delete a stored response; conversations through it can no longer be continued',

@@ -1,5 +1,6 @@
 // GET /api/v1/usage: the calling account's tier, limits, what remains, and
-// daily totals for the last 30 days. Reading it counts against nothing.
+// daily totals for the last 30 days. Reading it counts against no tier limit,
+// only against the account's reads (reads.ts).
 
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { UsageRecords } from '../../accounts/usage-records.ts'
@@ -10,6 +11,7 @@ import { UsageReport } from './schema.ts'
 
 export const usageRoute: FastifyPluginAsyncTypebox<{ limiter: Limiter; usage: UsageRecords }> = async (app, { limiter, usage }) => {
   app.get('/usage', {
+    config: { meteredRead: true },
     schema: {
       tags: ['usage'],
       summary: 'The account\'s tier, limits, remaining allowance and recent usage',
