@@ -18,9 +18,11 @@ function toSqlite (value: unknown): SQLInputValue {
 class NodeSqliteStatement implements SqliteStatement {
   readonly reader: boolean
   readonly #statement: StatementSync
+  readonly #fresh: () => StatementSync
 
-  constructor (statement: StatementSync) {
+  constructor (statement: StatementSync, fresh: () => StatementSync) {
     this.#statement = statement
+    this.#fresh = fresh
     // A statement returns rows exactly when it has result columns (SELECT, ... RETURNING).
     this.reader = statement.columns().length > 0
   }
@@ -30,7 +32,9 @@ class NodeSqliteStatement implements SqliteStatement {
   }
 
   iterate (parameters: ReadonlyArray<unknown>): IterableIterator<unknown> {
-    return this.#statement.iterate(...parameters.map(toSqlite))
+    // An iterator holds its statement until it is done, and two may be open at once
+    // (a stream awaits between rows): each gets a statement of its own, never the shared one.
+    return this.#fresh().iterate(...parameters.map(toSqlite))
   }
 
   run (parameters: ReadonlyArray<unknown>): { changes: number | bigint; lastInsertRowid: number | bigint } {
@@ -38,8 +42,17 @@ class NodeSqliteStatement implements SqliteStatement {
   }
 }
 
+/**
+ * Prepared statements kept for reuse, by their SQL text. Kysely prepares every query anew, and on
+ * SQLite preparing costs more than running a short query (an API key's look-up, on every request).
+ * The queries are the code's own, parameters bound, so their texts are few; the bound is for the
+ * ones whose text grows with a list (`IN (?, ?, ...)`). Least recently used goes first.
+ */
+const STATEMENTS_KEPT = 256
+
 export class NodeSqliteDatabase implements SqliteDatabase {
   readonly #db: DatabaseSync
+  readonly #statements = new Map<string, NodeSqliteStatement>()
 
   constructor (path: string) {
     this.#db = new DatabaseSync(path)
@@ -56,7 +69,22 @@ export class NodeSqliteDatabase implements SqliteDatabase {
   }
 
   prepare (sql: string): SqliteStatement {
-    return new NodeSqliteStatement(this.#db.prepare(sql))
+    const kept = this.#statements.get(sql)
+    if (kept !== undefined) {
+      // Map order is insertion order: moved to the end, it is the most recently used.
+      this.#statements.delete(sql)
+      this.#statements.set(sql, kept)
+      return kept
+    }
+    const statement = new NodeSqliteStatement(this.#db.prepare(sql), () => this.#db.prepare(sql))
+    this.#statements.set(sql, statement)
+    if (this.#statements.size > STATEMENTS_KEPT) this.#statements.delete(this.#statements.keys().next().value!)
+    return statement
+  }
+
+  /** How many prepared statements are kept (for tests). */
+  get statementsKept (): number {
+    return this.#statements.size
   }
 
   close (): void {
