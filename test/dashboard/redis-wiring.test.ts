@@ -2,37 +2,15 @@
 // two apps (two replicas) on one Redis share both the API limits and the
 // dashboard's log-in throttle.
 
-import { join } from 'node:path'
 import t from 'tap'
-import { Accounts } from '../../src/accounts/accounts.ts'
-import { buildApp } from '../../src/app.ts'
-import { loadConfig } from '../../src/config.ts'
-import { ModelRegistry } from '../../src/engine/registry.ts'
-import { openMigratedDatabase } from '../../src/store/database.ts'
 import { chatBody } from '../helpers/app.ts'
-import { ScriptedBackend } from '../helpers/scripted-backend.ts'
-import { throwawayRedis } from '../helpers/services.ts'
+import { twoReplicasOnRedis } from '../helpers/replicas.ts'
 import { Browser, csrfToken } from './jar.ts'
 
 t.test('two apps on one Redis: one requests-per-minute count, one log-in throttle', async t => {
-  const redis = await throwawayRedis(t)
-  if (!redis) return
-  const dir = t.testdir({ 'tiers.json': JSON.stringify({ tiers: { free: { requests_per_minute: 3 } } }) })
-  const config = loadConfig({
-    DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
-    LOG_LEVEL: 'silent',
-    TIERS_FILE: join(dir, 'tiers.json'),
-    REDIS_URL: redis.url,
-    REDIS_PREFIX: redis.prefix,
-    LOGIN_ATTEMPTS_PER_MINUTE: '2',
-  })
-  const db = await openMigratedDatabase(config.database)
-  t.teardown(() => db.destroy())
-  const accounts = new Accounts(db)
-  const account = await accounts.create({ email: 'a@example.com' })
-  const { key } = await accounts.createKey(account.id)
-  const apps = await Promise.all([0, 1].map(() => buildApp({ config, accounts, models: new ModelRegistry([{ id: 'scripted', backend: new ScriptedBackend() }]), logger: false })))
-  t.teardown(() => Promise.all(apps.map(app => app.close())))
+  const replicas = await twoReplicasOnRedis(t, { tiers: JSON.stringify({ tiers: { free: { requests_per_minute: 3 } } }), env: { LOGIN_ATTEMPTS_PER_MINUTE: '2' } })
+  if (!replicas) return
+  const { apps, redis, account, key } = replicas
 
   const statuses = []
   for (let i = 0; i < 6; i++) {

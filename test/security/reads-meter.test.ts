@@ -5,17 +5,10 @@
 // accounts, the account's completions and the tier's minute are untouched.
 // Counts only, nothing is timed.
 
-import { join } from 'node:path'
 import t from 'tap'
-import { Accounts } from '../../src/accounts/accounts.ts'
-import { buildApp } from '../../src/app.ts'
-import { loadConfig } from '../../src/config.ts'
-import { ModelRegistry } from '../../src/engine/registry.ts'
 import { StoredResponses } from '../../src/responses/stored-responses.ts'
-import { openMigratedDatabase } from '../../src/store/database.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
-import { ScriptedBackend } from '../helpers/scripted-backend.ts'
-import { throwawayRedis } from '../helpers/services.ts'
+import { twoReplicasOnRedis } from '../helpers/replicas.ts'
 
 const READS = '4'
 
@@ -73,22 +66,9 @@ t.test('READS_PER_ACCOUNT_PER_MINUTE=0 turns the meter off', async t => {
 })
 
 t.test('with REDIS_URL, replicas share each account\'s count', async t => {
-  const redis = await throwawayRedis(t)
-  if (!redis) return
-  const config = loadConfig({
-    DATABASE_URL: `sqlite://${join(t.testdir(), 'chatd.db')}`,
-    LOG_LEVEL: 'silent',
-    REDIS_URL: redis.url,
-    REDIS_PREFIX: redis.prefix,
-    READS_PER_ACCOUNT_PER_MINUTE: READS,
-  })
-  const db = await openMigratedDatabase(config.database)
-  t.teardown(() => db.destroy())
-  const accounts = new Accounts(db)
-  const account = await accounts.create({ email: 'a@example.com', tier: 'unlimited' })
-  const { key } = await accounts.createKey(account.id)
-  const apps = await Promise.all([0, 1].map(() => buildApp({ config, accounts, models: new ModelRegistry([{ id: 'scripted', backend: new ScriptedBackend() }]), logger: false })))
-  t.teardown(() => Promise.all(apps.map(app => app.close())))
+  const replicas = await twoReplicasOnRedis(t, { env: { READS_PER_ACCOUNT_PER_MINUTE: READS }, tier: 'unlimited' })
+  if (!replicas) return
+  const { apps, redis, account, key } = replicas
 
   const statuses = []
   for (let i = 0; i < 6; i++) statuses.push((await apps[i % 2].inject({ url: '/api/v1/models', headers: { authorization: `Bearer ${key}` } })).statusCode)

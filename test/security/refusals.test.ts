@@ -5,16 +5,9 @@
 // refusals never reach the tier's counters. Counts only, nothing is timed.
 
 import net from 'node:net'
-import { join } from 'node:path'
 import t from 'tap'
-import { Accounts } from '../../src/accounts/accounts.ts'
-import { buildApp } from '../../src/app.ts'
-import { loadConfig } from '../../src/config.ts'
-import { ModelRegistry } from '../../src/engine/registry.ts'
-import { openMigratedDatabase } from '../../src/store/database.ts'
 import { buildTestApp, chatBody } from '../helpers/app.ts'
-import { ScriptedBackend } from '../helpers/scripted-backend.ts'
-import { throwawayRedis } from '../helpers/services.ts'
+import { twoReplicasOnRedis } from '../helpers/replicas.ts'
 
 const URL = '/api/v1/chat/completions'
 const METERED = { REFUSED_PER_KEY_PER_MINUTE: '5', REFUSED_PER_ADDRESS_PER_MINUTE: '8' }
@@ -111,23 +104,9 @@ t.test('REFUSED_PER_*=0 turns the meters off', async t => {
 })
 
 t.test('with REDIS_URL, replicas share one count of refusals', async t => {
-  const redis = await throwawayRedis(t)
-  if (!redis) return
-  const dir = t.testdir()
-  const config = loadConfig({
-    DATABASE_URL: `sqlite://${join(dir, 'chatd.db')}`,
-    LOG_LEVEL: 'silent',
-    REDIS_URL: redis.url,
-    REDIS_PREFIX: redis.prefix,
-    ...METERED,
-  })
-  const db = await openMigratedDatabase(config.database)
-  t.teardown(() => db.destroy())
-  const accounts = new Accounts(db)
-  const account = await accounts.create({ email: 'a@example.com', tier: 'unlimited' })
-  const { key } = await accounts.createKey(account.id)
-  const apps = await Promise.all([0, 1].map(() => buildApp({ config, accounts, models: new ModelRegistry([{ id: 'scripted', backend: new ScriptedBackend() }]), logger: false })))
-  t.teardown(() => Promise.all(apps.map(app => app.close())))
+  const replicas = await twoReplicasOnRedis(t, { env: METERED, tier: 'unlimited' })
+  if (!replicas) return
+  const { apps, redis, key } = replicas
 
   const send = (app: typeof apps[number]) => app.inject({ method: 'POST', url: URL, headers: { authorization: `Bearer ${key}` }, payload: { model: 'nope', messages: [] } })
 
