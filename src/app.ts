@@ -191,6 +191,14 @@ export async function buildApp (opts: AppOptions): Promise<FastifyInstance> {
   // swagger-ui's own assets (and their data: icons) load and nothing else.
   await app.register(async docs => {
     await docsSecurityHeaders(docs)
+    // The document is fixed once the routes are registered: it is serialised once, on its first
+    // request, not on each (~70 KB, ~0.9 ms of the main thread per request, open to anyone).
+    let document: Buffer | undefined
+    docs.addHook('onRoute', route => {
+      if (route.url === '/docs/json' && route.method === 'GET') {
+        route.handler = async (_request, reply) => reply.type('application/json; charset=utf-8').send(document ??= Buffer.from(JSON.stringify(app.swagger())))
+      }
+    })
     await docs.register(swaggerUi, { routePrefix: '/docs' })
   })
 

@@ -209,8 +209,12 @@ t.test('OpenAPI docs are generated from the schemas', async t => {
   const ui = await app.inject({ url: '/docs/' })
   t.equal(ui.statusCode, 200)
   t.match(ui.headers['content-type'], /text\/html/)
-  const spec = (await app.inject({ url: '/docs/json' })).json()
+  const json = await app.inject({ url: '/docs/json' })
+  t.match(json.headers['content-type'], /^application\/json/)
+  const spec = json.json()
   t.equal(spec.openapi, '3.1.0')
+  t.same(spec, app.swagger(), 'the document the routes make')
+  t.equal((await app.inject({ url: '/docs/json' })).body, json.body, 'the same text on every request')
   const chat = spec.paths['/api/v1/chat/completions'].post
   const request = chat.requestBody.content['application/json'].schema
   t.same(request.required, ['model', 'messages'])
