@@ -88,6 +88,7 @@ export class NodeSqliteDatabase implements SqliteDatabase {
   }
 
   close (): void {
+    this.#statements.clear()
     if (this.#db.isOpen) this.#db.close()
   }
 }
