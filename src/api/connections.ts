@@ -30,6 +30,7 @@
 
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
+import { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import type { ConnectionLimits } from '../config.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
@@ -94,6 +95,18 @@ function overCapAnswer (which: 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS'
 }
 
 /**
+ * The client a connection is counted against: its address, and for IPv6 its /64, as the
+ * refusal meters count it (normalizeIP). A host is given a whole /64 and may connect from any
+ * address in it, so counting each address alone would let one host open the per-address cap's
+ * connections from address after address until the server's own cap refused everyone.
+ * An IPv4 address mapped into IPv6 (a dual-stack listener's `::ffff:a.b.c.d`) is its IPv4 address.
+ */
+export function clientOf (socket: Pick<Socket, 'remoteAddress'>): string | undefined {
+  const address = socket.remoteAddress
+  return address === undefined ? undefined : normalizeIP(address)
+}
+
+/**
  * Connection caps and the clientError answer for one app's server. Made before
  * the app, because Fastify takes the clientError handler as an option; then
  * attached to the app's server.
@@ -130,7 +143,7 @@ export class ConnectionGuard {
     return this.#draining
   }
 
-  /** Which cap a new connection from `address` is over, if any. */
+  /** Which cap a new connection from `address` (as clientOf gives it) is over, if any. */
   #overCap (address: string | undefined): 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS' | undefined {
     const limits = this.#limits
     if (limits.maxConnections > 0 && this.#open >= limits.maxConnections) return 'MAX_CONNECTIONS'
@@ -141,7 +154,7 @@ export class ConnectionGuard {
 
   /** Counts an admitted connection until it closes. */
   #admit (socket: Socket): void {
-    const address = socket.remoteAddress
+    const address = clientOf(socket)
     this.#open++
     if (address !== undefined) this.#openFrom.set(address, (this.#openFrom.get(address) ?? 0) + 1)
     socket.once('close', () => {
@@ -205,7 +218,7 @@ export class ConnectionGuard {
     const httpListeners = server.listeners('connection') as Array<(socket: Socket) => void>
     server.removeAllListeners('connection')
     server.on('connection', (socket: Socket) => {
-      const over = this.#overCap(socket.remoteAddress)
+      const over = this.#overCap(clientOf(socket))
       if (over) {
         this.#refuse(socket, over)
         return

@@ -12,11 +12,13 @@
 // event the server causes (its answer, its closing the socket), and the
 // assertions are about what arrived, never about how long it took.
 
+import { EventEmitter } from 'node:events'
 import http from 'node:http'
 import net from 'node:net'
+import { PassThrough } from 'node:stream'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
-import { ConnectionGuard, type RefusalDrain } from '../../src/api/connections.ts'
+import { clientOf, ConnectionGuard, type RefusalDrain } from '../../src/api/connections.ts'
 import { DEFAULT_CONNECTION_LIMITS } from '../../src/config.ts'
 import { buildTestApp, chatBody, type TestApp } from '../helpers/app.ts'
 import { ScriptedBackend } from '../helpers/scripted-backend.ts'
@@ -330,4 +332,47 @@ t.test('behind a proxy (TRUST_PROXY set) the per-address cap is not applied', { 
   const second = await rawClient(port, socket => socket.write('GET /healthz HTTP/1.1\r\nHost: chatd\r\nConnection: close\r\n\r\n'))
   t.match(second.data, /^HTTP\/1\.1 200/, 'every connection comes from the proxy: not capped per address')
   first.destroy()
+})
+
+t.test('the per-address cap counts an IPv6 client by its /64: one host cannot take the server\'s connections address by address', async t => {
+  t.same(['2001:db8:1:2::1', '2001:db8:1:2:ffff:ffff:ffff:ffff', '2001:DB8:1:3::1', '::ffff:192.0.2.7', '192.0.2.7', '192.0.2.8'].map(remoteAddress => clientOf({ remoteAddress })),
+    ['2001:db8:1:2::', '2001:db8:1:2::', '2001:db8:1:3::', '192.0.2.7', '192.0.2.7', '192.0.2.8'], 'a /64 is one client; an IPv4 address is itself, mapped into IPv6 or not')
+
+  // Loopback has one IPv6 address, so the connections are sockets handed to the guard as the
+  // server would: each with its address, the ones admitted held open.
+  class Connection extends PassThrough {
+    answer = ''
+    readonly remoteAddress: string
+    constructor (remoteAddress: string) {
+      super()
+      this.remoteAddress = remoteAddress
+      this.setEncoding('utf8')
+      this.on('data', chunk => { this.answer += chunk })
+    }
+
+    destroySoon (): void { this.destroy() }
+  }
+  const server = new EventEmitter()
+  const refused: string[] = []
+  const guard = new ConnectionGuard({ ...DEFAULT_CONNECTION_LIMITS, maxConnections: 0, maxConnectionsPerAddress: 2 }, { perAddress: true, onRefused: code => refused.push(code) })
+  guard.attach({ server, log: undefined, addHook: () => {} } as unknown as Parameters<ConnectionGuard['attach']>[0])
+  const connect = (address: string): Connection => {
+    const socket = new Connection(address)
+    t.teardown(() => socket.destroy())
+    server.emit('connection', socket)
+    return socket
+  }
+  const host = ['2001:db8:1:2::1', '2001:db8:1:2::2', '2001:db8:1:2::3', '2001:db8:1:2:abcd::9'].map(connect)
+  await new Promise(resolve => setImmediate(resolve))
+  t.same(host.map(s => s.answer === ''), [true, true, false, false], 'two connections from the /64, then 503s from its other addresses')
+  t.match(host[2].answer, /^HTTP\/1\.1 503 [^]*server_overloaded/)
+  t.same(refused, ['too_many_connections', 'too_many_connections'])
+  const others = ['2001:db8:1:3::1', '::ffff:192.0.2.7', '192.0.2.8'].map(connect)
+  await new Promise(resolve => setImmediate(resolve))
+  t.same(others.map(s => s.answer), ['', '', ''], 'another /64 and IPv4 clients are not held back')
+  host[0].destroy()
+  await new Promise(resolve => setImmediate(resolve))
+  const again = connect('2001:db8:1:2::77')
+  await new Promise(resolve => setImmediate(resolve))
+  t.equal(again.answer, '', 'a connection from the /64 is admitted again once one of its two has closed')
 })
