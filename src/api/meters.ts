@@ -9,7 +9,7 @@ import rateLimit from '@fastify/rate-limit'
 import type { Redis } from 'ioredis'
 
 /** Every meter counts per minute. */
-export const METER_WINDOW_MS = 60_000
+const METER_WINDOW_MS = 60_000
 
 export async function registerMeters (api: FastifyInstance, opts: { redis?: Redis; redisPrefix?: string } = {}): Promise<void> {
   await api.register(rateLimit, {
