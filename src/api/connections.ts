@@ -103,7 +103,14 @@ function overCapAnswer (which: 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS'
  */
 export function clientOf (socket: Pick<Socket, 'remoteAddress'>): string | undefined {
   const address = socket.remoteAddress
-  return address === undefined ? undefined : normalizeIP(address)
+  if (address === undefined) return undefined
+  try {
+    return normalizeIP(address)
+  } catch {
+    // Called in the server's connection listener, where a throw would end the process: an
+    // address the parser cannot read (none is known) is counted as it is.
+    return address
+  }
 }
 
 /**
