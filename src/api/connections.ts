@@ -30,10 +30,10 @@
 
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import { normalizeIP } from '@fastify/rate-limit'
 import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import type { ConnectionLimits } from '../config.ts'
 import { ApiError, type ErrorCode } from '../errors.ts'
+import { clientKey } from './client-address.ts'
 import { sendApiError } from './error-handler.ts'
 
 /** How often Node checks the receive deadlines: a quarter of the shortest, at most every second. */
@@ -94,23 +94,9 @@ function overCapAnswer (which: 'MAX_CONNECTIONS' | 'MAX_CONNECTIONS_PER_ADDRESS'
     { headers: { 'retry-after': '1' } }))
 }
 
-/**
- * The client a connection is counted against: its address, and for IPv6 its /64, as the
- * refusal meters count it (normalizeIP). A host is given a whole /64 and may connect from any
- * address in it, so counting each address alone would let one host open the per-address cap's
- * connections from address after address until the server's own cap refused everyone.
- * An IPv4 address mapped into IPv6 (a dual-stack listener's `::ffff:a.b.c.d`) is its IPv4 address.
- */
+/** The client a connection is counted against (client-address.ts: an IPv6 client's /64). */
 export function clientOf (socket: Pick<Socket, 'remoteAddress'>): string | undefined {
-  const address = socket.remoteAddress
-  if (address === undefined) return undefined
-  try {
-    return normalizeIP(address)
-  } catch {
-    // Called in the server's connection listener, where a throw would end the process: an
-    // address the parser cannot read (none is known) is counted as it is.
-    return address
-  }
+  return socket.remoteAddress === undefined ? undefined : clientKey(socket.remoteAddress)
 }
 
 /**

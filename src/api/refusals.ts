@@ -16,10 +16,10 @@
 // another's key by sending garbage under its prefix.
 
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { normalizeIP } from '@fastify/rate-limit'
 import { apiKeyPrefix, isWellFormedApiKey } from '../accounts/api-key-format.ts'
 import { ApiError } from '../errors.ts'
 import { xApiKey } from './auth.ts'
+import { clientKey } from './client-address.ts'
 
 export interface RefusalLimits {
   /** Refusals per API key per minute; 0: not metered. */
@@ -41,7 +41,7 @@ function presentedPrefix (request: FastifyRequest): string | undefined {
 }
 
 function addressOf (request: FastifyRequest): string {
-  return request.ip ? normalizeIP(request.ip) : 'unknown'
+  return request.ip ? clientKey(request.ip) : 'unknown'
 }
 
 /** Adds the refusal meters to `api`, on which registerMeters has run. */
