@@ -80,6 +80,13 @@ async function run (): Promise<void> {
   const shot = async (page: Page, name: string): Promise<void> => {
     await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true })
   }
+  /** Logs in on the log-in page, as a visitor types it. */
+  const logIn = async (page: Page, email: string, password: string): Promise<void> => {
+    await page.goto(`${base}/api/login`)
+    await page.fill('input[name=email]', email)
+    await page.fill('input[name=password]', password)
+    await page.click('button[type=submit]')
+  }
 
   t.test('register, log in, create a key, use it, see the usage, revoke it', async t => {
     const context = await browser.newContext({ viewport: { width: 1100, height: 800 } })
@@ -187,10 +194,7 @@ async function run (): Promise<void> {
     const context = await browser.newContext()
     t.teardown(() => context.close())
     const page = await context.newPage()
-    await page.goto(`${base}/api/login`)
-    await page.fill('input[name=email]', 'carol@example.com')
-    await page.fill('input[name=password]', 'carol password')
-    await page.click('button[type=submit]')
+    await logIn(page, 'carol@example.com', 'carol password')
     t.equal(new URL(page.url()).pathname, '/api')
 
     // Strip the token from the real form and submit it: what a forged cross-site form amounts to.
@@ -211,10 +215,7 @@ async function run (): Promise<void> {
     const context = await browser.newContext({ javaScriptEnabled: false })
     t.teardown(() => context.close())
     const page = await context.newPage()
-    await page.goto(`${base}/api/login`)
-    await page.fill('input[name=email]', 'carol@example.com')
-    await page.fill('input[name=password]', 'carol password')
-    await page.click('button[type=submit]')
+    await logIn(page, 'carol@example.com', 'carol password')
     t.equal(new URL(page.url()).pathname, '/api')
     await page.fill('input[name=name]', 'no-js')
     await page.click('button:has-text("Create key")')
@@ -227,10 +228,7 @@ async function run (): Promise<void> {
     const context = await browser.newContext({ viewport: { width: 1100, height: 700 } })
     t.teardown(() => context.close())
     const page = await context.newPage()
-    await page.goto(`${base}/api/login`)
-    await page.fill('input[name=email]', 'admin@localhost')
-    await page.fill('input[name=password]', 'admin password')
-    await page.click('button[type=submit]')
+    await logIn(page, 'admin@localhost', 'admin password')
     await page.click('a[href="/api/admin"]')
     await page.selectOption('select[aria-label="Tier of carol@example.com"]', 'pro')
     await page.click('tr:has-text("carol@example.com") button:has-text("Save")')
