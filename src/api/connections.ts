@@ -145,9 +145,8 @@ export class ConnectionGuard {
     return undefined
   }
 
-  /** Counts an admitted connection until it closes. */
-  #admit (socket: Socket): void {
-    const address = clientOf(socket)
+  /** Counts an admitted connection from `address` (as clientOf gives it) until it closes. */
+  #admit (socket: Socket, address: string | undefined): void {
     this.#open++
     if (address !== undefined) this.#openFrom.set(address, (this.#openFrom.get(address) ?? 0) + 1)
     socket.once('close', () => {
@@ -211,12 +210,13 @@ export class ConnectionGuard {
     const httpListeners = server.listeners('connection') as Array<(socket: Socket) => void>
     server.removeAllListeners('connection')
     server.on('connection', (socket: Socket) => {
-      const over = this.#overCap(clientOf(socket))
+      const address = clientOf(socket)
+      const over = this.#overCap(address)
       if (over) {
         this.#refuse(socket, over)
         return
       }
-      this.#admit(socket)
+      this.#admit(socket, address)
       for (const listener of httpListeners) listener.call(server, socket)
     })
 
